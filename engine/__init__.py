@@ -1,0 +1,12 @@
+"""A Python tensor engine that runs neural networks natively and in the browser."""
+from . import dtypes
+from .device import available as available_devices, default_device, get_backend, set_default_device
+from .dtypes import (bfloat16, bool_, float16, float32, float64, int8, int16, int32, int64, uint8)
+from .errors import EngineError
+from .functions import *  # noqa: F401,F403  (torch.* level functions)
+from .functions import __all__ as _function_names
+from .tensor import Tensor, from_numpy, tensor
+
+bool = bool_  # noqa: A001 - torch spells it engine.bool
+
+__version__ = "0.1.0"

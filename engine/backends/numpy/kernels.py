@@ -1,0 +1,137 @@
+"""Kernel table of the NumPy backend: one entry per primitive op (engine.ops.Op)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ... import dtypes as D
+from ...ops import Op
+
+_SQRT_PI = math.sqrt(math.pi)
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """erf without SciPy, accurate to ~1e-9 in float64.
+
+    |x| < 2: Maclaurin series (22 terms); |x| >= 2: the continued fraction of
+    erfc (20 levels). Evaluated in float64 and rounded to the input's type.
+    """
+    x64 = np.asarray(x, np.float64)
+    ax = np.abs(x64)
+    small = np.minimum(ax, 2.0)
+    x2 = small * small
+    term = small.copy()
+    series = small.copy()
+    for n in range(1, 22):
+        term *= -x2 / n
+        series += term / (2 * n + 1)
+    series *= 2 / _SQRT_PI
+    big = np.maximum(ax, 2.0)
+    frac = big.copy()
+    for k in range(20, 0, -1):
+        frac = big + (k / 2) / frac
+    tail = 1 - np.exp(-big * big) / _SQRT_PI / frac
+    return (np.sign(x64) * np.where(ax < 2.0, series, tail)).astype(x.dtype)
+
+
+def _topk(a, *, dtype, axis, k, largest, sorted):  # noqa: A002 - torch's name
+    key = -a if largest and a.dtype != np.bool_ else a
+    if largest and a.dtype == np.bool_:
+        key = ~a
+    n = a.shape[axis]
+    if k < n:
+        part = np.argpartition(key, k - 1, axis=axis)
+        idx = np.take(part, np.arange(k), axis=axis)
+    else:
+        idx = np.broadcast_to(np.arange(n).reshape([-1 if d == axis % a.ndim else 1 for d in range(a.ndim)]),
+                              a.shape).copy()
+    if sorted:
+        order = np.argsort(np.take_along_axis(key, idx, axis=axis), axis=axis, kind="stable")
+        idx = np.take_along_axis(idx, order, axis=axis)
+    return np.take_along_axis(a, idx, axis=axis), idx.astype(np.int64)
+
+
+def _pad(a, *, dtype, pads, value):
+    fill = D.cast_numpy(np.array(value, np.float64 if dtype.is_floating_point else np.int64),
+                        D.float64 if dtype.is_floating_point else D.int64, dtype)
+    return np.pad(a, pads, mode="constant", constant_values=fill)
+
+
+def _index_select(a, index, *, dtype, axis):
+    n = a.shape[axis]
+    if index.size and (index.min() < -n or index.max() >= n):
+        bad = index[(index < -n) | (index >= n)][0]
+        raise IndexError(f"index {int(bad)} is out of range for dimension {axis} of size {n}")
+    return np.take(a, index, axis=axis)
+
+
+def _conv2d(x, w, *, dtype, stride, dilation, groups):
+    """x (N, C, H, W) already padded; w (O, C/groups, kh, kw)."""
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    sh, sw = stride
+    dh, dw = dilation
+    ho = (h - dh * (kh - 1) - 1) // sh + 1
+    wo = (wd - dw * (kw - 1) - 1) // sw + 1
+    if groups == c and cg == 1 and o == c:       # depthwise: kh*kw shifted multiply-adds
+        out = np.zeros((n, c, ho, wo), np.result_type(x, w))
+        for i in range(kh):
+            for j in range(kw):
+                patch = x[:, :, i * dh: i * dh + sh * (ho - 1) + 1: sh, j * dw: j * dw + sw * (wo - 1) + 1: sw]
+                out += patch * w[:, 0, i, j][None, :, None, None]
+        return out
+    # im2col as a strided window view, then one matrix product per group
+    s = x.strides
+    windows = np.lib.stride_tricks.as_strided(
+        x, (n, groups, cg, ho, wo, kh, kw),
+        (s[0], s[1] * cg, s[1], s[2] * sh, s[3] * sw, s[2] * dh, s[3] * dw), writeable=False)
+    cols = windows.transpose(1, 0, 3, 4, 2, 5, 6).reshape(groups, n * ho * wo, cg * kh * kw)
+    wmat = w.reshape(groups, o // groups, cg * kh * kw)
+    out = np.matmul(cols, wmat.transpose(0, 2, 1))          # (g, N*Ho*Wo, O/g)
+    return out.reshape(groups, n, ho, wo, o // groups).transpose(1, 0, 4, 2, 3).reshape(n, o, ho, wo)
+
+
+def _reduce(fn):
+    return lambda a, *, dtype, axes, keepdim: fn(a, axis=axes, keepdims=keepdim)
+
+
+def _arg(fn):
+    return lambda a, *, dtype, axis, keepdim: fn(a, axis=axis, keepdims=keepdim)
+
+
+def _unary(fn):
+    return lambda a, *, dtype: fn(a)
+
+
+def _binary(fn):
+    return lambda a, b, *, dtype: fn(a, b)
+
+
+KERNELS = {
+    Op.NEG: _unary(np.negative), Op.ABS: _unary(np.abs), Op.EXP: _unary(np.exp), Op.LOG: _unary(np.log),
+    Op.SQRT: _unary(np.sqrt), Op.SIN: _unary(np.sin), Op.COS: _unary(np.cos), Op.TANH: _unary(np.tanh),
+    Op.ERF: _unary(erf), Op.RECIPROCAL: _unary(np.reciprocal), Op.FLOOR: _unary(np.floor),
+    Op.CEIL: _unary(np.ceil), Op.LOGICAL_NOT: _unary(np.logical_not),
+    Op.CAST: lambda a, *, dtype, src: D.cast_numpy(a, src, dtype),
+    Op.CONTIGUOUS: _unary(np.ascontiguousarray),
+    Op.ADD: _binary(np.add), Op.SUB: _binary(np.subtract), Op.MUL: _binary(np.multiply),
+    Op.DIV: _binary(np.true_divide), Op.POW: _binary(np.power),
+    Op.MAXIMUM: _binary(np.maximum), Op.MINIMUM: _binary(np.minimum),
+    Op.EQ: _binary(np.equal), Op.NE: _binary(np.not_equal), Op.LT: _binary(np.less),
+    Op.LE: _binary(np.less_equal), Op.GT: _binary(np.greater), Op.GE: _binary(np.greater_equal),
+    Op.AND: _binary(np.bitwise_and), Op.OR: _binary(np.bitwise_or), Op.XOR: _binary(np.bitwise_xor),
+    Op.WHERE: lambda c, a, b, *, dtype: np.where(c, a, b),
+    Op.SUM: lambda a, *, dtype, axes, keepdim: np.sum(a, axis=axes, keepdims=keepdim, dtype=dtype.storage),
+    Op.MAX: _reduce(np.max), Op.MIN: _reduce(np.min),
+    Op.ARGMAX: _arg(np.argmax), Op.ARGMIN: _arg(np.argmin),
+    Op.TOPK: _topk,
+    Op.CAT: lambda *arrays, dtype, axis: np.concatenate(arrays, axis=axis),
+    Op.PAD: _pad,
+    Op.INDEX_SELECT: _index_select,
+    Op.MATMUL: lambda a, b, *, dtype: np.matmul(a, b),
+    Op.CONV2D: _conv2d,
+}
+
+# Fused kernels for composites (optional speed-ups with the composite's exact semantics).
+FUSED: dict = {}

@@ -1,0 +1,84 @@
+"""One error hierarchy: every failure a user can cause derives from EngineError."""
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base of every error the engine raises on bad input or configuration."""
+
+
+class BackendError(EngineError):
+    """Unknown or unavailable device/backend."""
+
+
+class InputError(EngineError, ValueError):
+    """Bad user input: an image that cannot be read, wrong arguments."""
+
+
+class WeightsError(EngineError):
+    """A weights file or tensor is missing, malformed or does not fit the model.
+
+    `file` and `tensor` name the offender where known; both appear in the message.
+    """
+
+    def __init__(self, message: str, *, file=None, tensor: str | None = None):
+        self.file = None if file is None else str(file)
+        self.tensor = tensor
+        where = []
+        if self.file:
+            where.append(f"file {self.file}")
+        if tensor is not None:
+            where.append(f"tensor {tensor!r}")
+        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+
+
+class TruncatedFile(WeightsError):
+    pass
+
+
+class HeaderTooLarge(WeightsError):
+    pass
+
+
+class InvalidHeader(WeightsError):
+    pass
+
+
+class UnknownDtype(WeightsError):
+    pass
+
+
+class InvalidOffsets(WeightsError):
+    pass
+
+
+class SizeMismatch(WeightsError):
+    pass
+
+
+class MissingShard(WeightsError):
+    pass
+
+
+class MissingTensor(WeightsError, KeyError):
+    def __str__(self) -> str:          # KeyError would repr() the message
+        return self.args[0] if self.args else ""
+
+
+class UnexpectedTensor(WeightsError):
+    pass
+
+
+class ShapeMismatch(WeightsError):
+    pass
+
+
+class DtypeMismatch(WeightsError):
+    pass
+
+
+class IntegrityError(WeightsError):
+    """Bytes that arrived do not match the recorded checksum."""
+
+
+class FetchError(WeightsError):
+    """A byte source could not deliver (network failure, short read)."""

@@ -1,0 +1,350 @@
+"""Neural-network functions with torch.nn.functional's names and signatures.
+
+All are composites of the primitives in engine.ops (via engine.functions); a
+backend may register a fused kernel for speed, never for different results.
+"""
+from __future__ import annotations
+
+import builtins
+import math
+
+import numpy as np
+
+from .. import dtypes as D
+from ..functions import *  # noqa: F401,F403  (F.cat, F.softmax, ... as in one namespace)
+from ..functions import (_floating, _scalar, add, amax, cast, div, exp, erf, index_select, masked_fill, matmul,
+                         maximum, mean, minimum, mul, reciprocal, rsqrt, sigmoid, softmax, sqrt, sub, sum, tanh,
+                         where)
+from ..functions import _run
+from ..layout import normalize_dim
+from ..ops import Op
+from ..tensor import Tensor, _from_raw
+
+# the star import above shadows these builtins with tensor functions
+_all, _any, _max, _min, _sum = builtins.all, builtins.any, builtins.max, builtins.min, builtins.sum
+
+
+def _pair(v, name: str) -> tuple[int, int]:
+    v = tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+    if len(v) != 2 or not _all(isinstance(i, (int, np.integer)) for i in v):
+        raise ValueError(f"{name} must be an int or a pair of ints, got {v!r}")
+    return int(v[0]), int(v[1])
+
+
+def _const(a: np.ndarray, like: Tensor) -> Tensor:
+    """A small host-computed constant (pooling weights, masks) on `like`'s device."""
+    dt = D.from_numpy_dtype(a.dtype)
+    return _from_raw(np.ascontiguousarray(a), dt, a.shape, like.device)
+
+
+# --- layers -----------------------------------------------------------------------------
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # noqa: A002
+    out = matmul(input, weight.T)                     # (..., in) @ (in, out) -> (..., out)
+    return out if bias is None else add(out, bias)
+
+
+def pad(input: Tensor, pad, mode: str = "constant", value=None) -> Tensor:  # noqa: A002
+    """`pad` lists (before, after) pairs from the last dim backwards, as in torch."""
+    pad = list(pad)
+    if len(pad) % 2 or len(pad) // 2 > input.ndim:
+        raise ValueError(f"pad must have an even length of at most 2*{input.ndim}, got {len(pad)}")
+    pairs = [(0, 0)] * input.ndim
+    for i in range(len(pad) // 2):
+        pairs[input.ndim - 1 - i] = (int(pad[2 * i]), int(pad[2 * i + 1]))
+    x = input
+    for d, (lo, hi) in enumerate(pairs):              # negative padding crops, as in torch
+        if lo < 0 or hi < 0:
+            x = x.narrow(d, -_min(lo, 0), x.shape[d] + _min(lo, 0) + _min(hi, 0))
+    pairs = [(_max(lo, 0), _max(hi, 0)) for lo, hi in pairs]
+    if not _any(lo or hi for lo, hi in pairs):
+        return x
+    if mode == "constant":
+        return _run(Op.PAD, [x], x.dtype, pads=tuple(pairs), value=0 if value is None else value)
+    for d, (lo, hi) in enumerate(pairs):              # the other modes gather along each dim
+        if lo or hi:
+            x = index_select(x, d, _pad_index(x.shape[d], lo, hi, mode))
+    return x
+
+
+def _pad_index(n: int, lo: int, hi: int, mode: str) -> np.ndarray:
+    i = np.arange(-lo, n + hi)
+    if mode == "replicate":
+        return np.clip(i, 0, n - 1)
+    if mode == "circular":
+        if lo > n or hi > n:
+            raise ValueError(f"circular padding of {_max(lo, hi)} exceeds the dimension size {n}")
+        return i % n
+    if mode == "reflect":
+        if lo >= n or hi >= n:
+            raise ValueError(f"reflect padding of {_max(lo, hi)} must be smaller than the dimension size {n}")
+        period = 2 * (n - 1) if n > 1 else 1
+        i = np.abs(i) % period
+        return np.where(i >= n, period - i, i)
+    raise ValueError(f"unknown padding mode {mode!r}; use constant, reflect, replicate or circular")
+
+
+def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,  # noqa: A002
+           dilation=1, groups: int = 1) -> Tensor:
+    unbatched = input.ndim == 3
+    x = input.unsqueeze(0) if unbatched else input
+    if x.ndim != 4 or weight.ndim != 4:
+        raise ValueError(f"conv2d expects input (N, C, H, W) and weight (O, C/groups, kh, kw), "
+                         f"got {input.shape} and {weight.shape}")
+    n, c, h, w = x.shape
+    o, cg, kh, kw = weight.shape
+    if c != cg * groups or o % groups:
+        raise ValueError(f"conv2d: input has {c} channels but weight {weight.shape} with groups={groups} "
+                         f"expects {cg * groups} (and out channels divisible by groups)")
+    sh, sw = _pair(stride, "stride")
+    dh, dw = _pair(dilation, "dilation")
+    if isinstance(padding, str):
+        if padding == "valid":
+            pads = ((0, 0), (0, 0))
+        elif padding == "same":
+            if (sh, sw) != (1, 1):
+                raise ValueError("padding='same' is not supported for strided convolutions")
+            th, tw = dh * (kh - 1), dw * (kw - 1)     # extra pixel goes after, as in torch
+            pads = ((th // 2, th - th // 2), (tw // 2, tw - tw // 2))
+        else:
+            raise ValueError(f"padding must be 'valid', 'same', an int or a pair, got {padding!r}")
+    else:
+        ph, pw = _pair(padding, "padding")
+        pads = ((ph, ph), (pw, pw))
+    if h + _sum(pads[0]) < dh * (kh - 1) + 1 or w + _sum(pads[1]) < dw * (kw - 1) + 1:
+        raise ValueError(f"conv2d: input {input.shape} (padded) is smaller than the kernel {weight.shape[2:]}")
+    dt = x.dtype.compute if x.dtype.is_floating_point else D.float32
+    x = cast(x, dt)
+    if _any(p for pair in pads for p in pair):
+        x = _run(Op.PAD, [x], dt, pads=((0, 0), (0, 0)) + pads, value=0)
+    out = _run(Op.CONV2D, [x, cast(weight, dt)], dt, stride=(sh, sw), dilation=(dh, dw), groups=groups)
+    if bias is not None:
+        out = add(out, bias.reshape(o, 1, 1))
+    return out.squeeze(0) if unbatched else out
+
+
+def _pool_geometry(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> tuple[int, int]:
+    """(output size, extra padding after) for one spatial dim, torch's rule."""
+    span = size + 2 * p - d * (k - 1) - 1
+    out = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and (out - 1) * s >= size + p:       # last window must start inside the input
+        out -= 1
+    extra = _max(0, (out - 1) * s + d * (k - 1) + 1 - (size + 2 * p))
+    return out, extra
+
+
+def _windows(x: Tensor, kernel, stride, dilation, out_hw) -> Tensor:
+    """(N, C, Ho, Wo, kh, kw) view of a contiguous padded (N, C, H, W) tensor."""
+    x = x.contiguous()
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (dh, dw), (ho, wo) = kernel, stride, dilation, out_hw
+    return x._as_strided((n, c, ho, wo, kh, kw), (c * h * w, h * w, sh * w, sw, dh * w, dw))
+
+
+def _pool_setup(input, kernel_size, stride, padding, dilation, ceil_mode, name):
+    x = input.unsqueeze(0) if input.ndim == 3 else input
+    if x.ndim != 4:
+        raise ValueError(f"{name} expects (N, C, H, W) or (C, H, W), got {input.shape}")
+    k = _pair(kernel_size, "kernel_size")
+    s = k if stride is None or stride == [] else _pair(stride, "stride")
+    p, d = _pair(padding, "padding"), _pair(dilation, "dilation")
+    if p[0] > k[0] // 2 or p[1] > k[1] // 2:
+        raise ValueError(f"{name}: padding {p} must be at most half the kernel size {k}")
+    geo = [_pool_geometry(x.shape[2 + i], k[i], s[i], p[i], d[i], ceil_mode) for i in range(2)]
+    if geo[0][0] <= 0 or geo[1][0] <= 0:
+        raise ValueError(f"{name}: input {input.shape} is too small for kernel {k}")
+    return x, k, s, p, d, geo
+
+
+def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
+               ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
+    if return_indices:
+        raise NotImplementedError("max_pool2d(return_indices=True) is not supported")
+    x, k, s, p, d, geo = _pool_setup(input, kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d")
+    x = _floating(x) if x.dtype.is_floating_point else x
+    pads = ((0, 0), (0, 0), (p[0], p[0] + geo[0][1]), (p[1], p[1] + geo[1][1]))
+    if _any(a or b for a, b in pads):
+        fill = -math.inf if x.dtype.is_floating_point else int(np.iinfo(x.dtype.storage).min)
+        x = _run(Op.PAD, [x], x.dtype, pads=pads, value=fill)
+    win = _windows(x, k, s, d, (geo[0][0], geo[1][0]))
+    out = _run(Op.MAX, [win], x.dtype, axes=(4, 5), keepdim=False)
+    return out.squeeze(0) if input.ndim == 3 else out
+
+
+def avg_pool2d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,  # noqa: A002
+               count_include_pad: bool = True, divisor_override=None) -> Tensor:
+    x, k, s, p, _, geo = _pool_setup(input, kernel_size, stride, padding, 1, ceil_mode, "avg_pool2d")
+    x = _floating(x)
+    (ho, eh), (wo, ew) = geo
+    pads = ((0, 0), (0, 0), (p[0], p[0] + eh), (p[1], p[1] + ew))
+    if _any(a or b for a, b in pads):
+        x = _run(Op.PAD, [x], x.dtype, pads=pads, value=0)
+    total = sum(_windows(x, k, s, (1, 1), (ho, wo)), (4, 5))
+    if divisor_override:
+        return _squeeze3(div(total, divisor_override), input)
+    h, w = input.shape[-2:]
+    # divisor per output position: cells of each window inside the padded (or the real) input
+    counts = []
+    for size, kk, ss, pp, n in ((h, k[0], s[0], p[0], ho), (w, k[1], s[1], p[1], wo)):
+        start = np.arange(n) * ss - pp
+        end = np.minimum(start + kk, size + pp)
+        if not count_include_pad:
+            start, end = np.maximum(start, 0), np.minimum(end, size)
+        counts.append((end - np.maximum(start, -pp)).astype(np.float32))
+    divisor = np.outer(counts[0], counts[1]).astype(np.float32)
+    return _squeeze3(div(total, _const(divisor, x)), input)
+
+
+def _squeeze3(out: Tensor, input: Tensor) -> Tensor:
+    return out.squeeze(0) if input.ndim == 3 else out
+
+
+def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:  # noqa: A002
+    """Average over torch's adaptive windows [floor(i*H/Ho), ceil((i+1)*H/Ho)).
+
+    The windows are separable, so this is two products with averaging matrices.
+    """
+    h, w = input.shape[-2:]
+    size = tuple(output_size) if isinstance(output_size, (tuple, list)) else (output_size, output_size)
+    ho, wo = (h if size[0] is None else size[0]), (w if size[1] is None else size[1])
+    x = _floating(input)
+    if (ho, wo) == (1, 1):
+        return mean(x, (-2, -1), keepdim=True)
+    ph, pw = _averaging_matrix(h, ho), _averaging_matrix(w, wo)
+    out = matmul(_const(ph, x), x)                    # (Ho, H) @ (..., H, W) -> (..., Ho, W)
+    return matmul(out, _const(pw.T.copy(), x))        # (..., Ho, W) @ (W, Wo) -> (..., Ho, Wo)
+
+
+def _averaging_matrix(n: int, out: int) -> np.ndarray:
+    m = np.zeros((out, n), np.float32)
+    for i in range(out):
+        lo, hi = (i * n) // out, -(-((i + 1) * n) // out)
+        m[i, lo:hi] = 1.0 / (hi - lo)
+    return m
+
+
+# --- normalisation ----------------------------------------------------------------------
+def batch_norm(input: Tensor, running_mean: Tensor, running_var: Tensor, weight: Tensor | None = None,  # noqa: A002
+               bias: Tensor | None = None, training: bool = False, momentum: float = 0.1,
+               eps: float = 1e-5) -> Tensor:
+    """Inference batch norm: y = x * scale + shift with per-channel scale and shift."""
+    if training:
+        raise NotImplementedError("batch_norm(training=True): this engine runs inference only")
+    shape = (-1,) + (1,) * (input.ndim - 2)            # broadcast over (N, C, *spatial)
+    scale = rsqrt(add(_floating(running_var), eps))
+    if weight is not None:
+        scale = mul(scale, weight)
+    shift = mul(running_mean, scale)
+    shift = sub(bias, shift) if bias is not None else mul(shift, -1.0)
+    return add(mul(_floating(input), scale.reshape(shape)), shift.reshape(shape))
+
+
+def _norm_dims(x: Tensor, normalized_shape) -> tuple[int, ...]:
+    ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if tuple(x.shape[x.ndim - len(ns):]) != ns:
+        raise ValueError(f"normalized_shape {ns} does not match the input's trailing shape {x.shape}")
+    return tuple(range(x.ndim - len(ns), x.ndim))
+
+
+def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  # noqa: A002
+               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    x = _floating(input)
+    dims = _norm_dims(x, normalized_shape)
+    centred = sub(x, mean(x, dims, keepdim=True))
+    y = mul(centred, rsqrt(add(mean(mul(centred, centred), dims, keepdim=True), eps)))
+    if weight is not None:
+        y = mul(y, weight)
+    return y if bias is None else add(y, bias)
+
+
+def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  # noqa: A002
+             eps: float | None = None) -> Tensor:
+    x = _floating(input)
+    dims = _norm_dims(x, normalized_shape)
+    eps = float(np.finfo(x.dtype.storage).eps) if eps is None else eps
+    y = mul(x, rsqrt(add(mean(mul(x, x), dims, keepdim=True), eps)))
+    return y if weight is None else mul(y, weight)
+
+
+def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:  # noqa: A002
+    x = _floating(input)
+    if p == 2:
+        norm = sqrt(sum(mul(x, x), dim, keepdim=True))
+    else:
+        norm = sum(x.abs() ** p, dim, keepdim=True) ** (1.0 / p)
+    return div(x, maximum(norm, eps))
+
+
+# --- activations ------------------------------------------------------------------------
+def relu6(input: Tensor) -> Tensor:  # noqa: A002
+    return hardtanh(input, 0.0, 6.0)
+
+
+def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:  # noqa: A002
+    return minimum(maximum(input, min_val), max_val)
+
+
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:  # noqa: A002
+    x = _floating(input)
+    if approximate == "none":                       # x * Phi(x), Phi the normal CDF
+        return mul(mul(x, 0.5), add(erf(mul(x, 1 / math.sqrt(2))), 1.0))
+    if approximate == "tanh":
+        inner = mul(add(x, mul(mul(mul(x, x), x), 0.044715)), math.sqrt(2 / math.pi))
+        return mul(mul(x, 0.5), add(tanh(inner), 1.0))
+    raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+
+
+def silu(input: Tensor) -> Tensor:  # noqa: A002
+    return mul(input, sigmoid(input))
+
+
+def dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False) -> Tensor:  # noqa: A002
+    if training and p > 0:
+        raise NotImplementedError("dropout(training=True): this engine runs inference only")
+    return input
+
+
+def embedding(input: Tensor, weight: Tensor, padding_idx=None, max_norm=None, norm_type=2.0,  # noqa: A002
+              scale_grad_by_freq=False, sparse=False) -> Tensor:
+    if max_norm is not None:
+        raise NotImplementedError("embedding(max_norm=...) renormalises weights in place; not supported")
+    idx = input if isinstance(input, Tensor) else _from_raw(np.asarray(input, np.int64), D.int64,
+                                                            np.shape(input), weight.device)
+    rows = index_select(weight, 0, idx.reshape(-1))   # (numel, D)
+    return rows.reshape(tuple(idx.shape) + (weight.shape[1],))
+
+
+# --- attention --------------------------------------------------------------------------
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                                 enable_gqa: bool = False) -> Tensor:
+    """softmax(Q K^T * scale + mask) V over (..., L, E) queries and (..., S, E) keys.
+
+    A bool mask marks the pairs that take part (True = attend); a float mask is
+    added to the scores. is_causal keeps key j <= query i (top-left aligned).
+    """
+    if dropout_p:
+        raise NotImplementedError("scaled_dot_product_attention(dropout_p>0): inference only")
+    if is_causal and attn_mask is not None:
+        raise ValueError("pass either attn_mask or is_causal=True, not both")
+    q, k, v = _floating(query), _floating(key), _floating(value)
+    if enable_gqa and q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
+        rep = q.shape[-3] // k.shape[-3]             # each KV head serves `rep` query heads
+        k = _repeat_heads(k, rep)
+        v = _repeat_heads(v, rep)
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = mul(matmul(q, k.mT), scale)              # (..., L, S)
+    L, S = scores.shape[-2:]
+    if is_causal:
+        allowed = np.tril(np.ones((L, S), np.bool_))
+        scores = masked_fill(scores, _const(~allowed, scores), -math.inf)
+    elif attn_mask is not None:
+        if attn_mask.dtype is D.bool_:
+            scores = masked_fill(scores, attn_mask.logical_not(), -math.inf)
+        else:
+            scores = add(scores, attn_mask)
+    return matmul(softmax(scores, -1), v)            # (..., L, Ev)
+
+
+def _repeat_heads(x: Tensor, rep: int) -> Tensor:
+    *lead, h, s, e = x.shape
+    return x.unsqueeze(-3).expand(*lead, h, rep, s, e).reshape(*lead, h * rep, s, e)

@@ -1,0 +1,221 @@
+"""Module: a tree of named tensors (parameters and buffers) and submodules.
+
+Parameters start as zeros of their declared shape and dtype; real values come
+from `load_state_dict`, which checks every name, shape and dtype.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from .. import dtypes as D
+from ..errors import MissingTensor, UnexpectedTensor
+from ..functions import zeros
+from ..tensor import Tensor
+from ..weights import Weights
+
+
+class IncompatibleKeys(NamedTuple):
+    missing_keys: list
+    unexpected_keys: list
+
+
+class Module:
+    def __init__(self):
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_persistent", set())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "training", False)
+
+    # --- registration -----------------------------------------------------------------
+    def __setattr__(self, name, value):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError("call Module.__init__() before assigning attributes")
+        for table in (self._parameters, self._buffers, self._modules):
+            table.pop(name, None) if name in table and not isinstance(value, (Tensor, Module)) else None
+        if isinstance(value, Module):
+            self._modules[name] = value
+        elif isinstance(value, Tensor):
+            (self._buffers if name in self._buffers else self._parameters)[name] = value
+        elif value is None and (name in self._parameters or name in self._buffers):
+            (self._buffers if name in self._buffers else self._parameters)[name] = None
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name):
+        for table in ("_parameters", "_buffers", "_modules"):
+            d = self.__dict__.get(table)
+            if d is not None and name in d:
+                return d[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        self._parameters.pop(name, None)
+        self._buffers[name] = tensor
+        if persistent:
+            self._persistent.add(name)
+        else:
+            self._persistent.discard(name)
+
+    @staticmethod
+    def param(*shape, dtype=D.float32) -> Tensor:
+        """A placeholder parameter (zeros) of the given shape, filled by load_state_dict."""
+        return zeros(shape, dtype=dtype)
+
+    # --- traversal --------------------------------------------------------------------
+    def named_modules(self, prefix: str = ""):
+        yield prefix, self
+        for name, m in self._modules.items():
+            if m is not None:
+                yield from m.named_modules(f"{prefix}.{name}" if prefix else name)
+
+    def named_children(self):
+        return ((n, m) for n, m in self._modules.items() if m is not None)
+
+    def children(self):
+        return (m for _, m in self.named_children())
+
+    def modules(self):
+        return (m for _, m in self.named_modules())
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True):
+        mods = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for mp, m in mods:
+            for n, p in m._parameters.items():
+                if p is not None:
+                    yield (f"{mp}.{n}" if mp else n), p
+
+    def parameters(self, recurse: bool = True):
+        return (p for _, p in self.named_parameters(recurse=recurse))
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True):
+        mods = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for mp, m in mods:
+            for n, b in m._buffers.items():
+                if b is not None:
+                    yield (f"{mp}.{n}" if mp else n), b
+
+    def buffers(self, recurse: bool = True):
+        return (b for _, b in self.named_buffers(recurse=recurse))
+
+    def _state_entries(self):
+        """(full name, owning module, attribute) for every parameter and persistent buffer."""
+        for mp, m in self.named_modules():
+            for table, persistent_only in ((m._parameters, False), (m._buffers, True)):
+                for n, t in table.items():
+                    if t is not None and (not persistent_only or n in m._persistent):
+                        yield (f"{mp}.{n}" if mp else n), m, n
+
+    def state_dict(self) -> "OrderedDict[str, Tensor]":
+        return OrderedDict((name, getattr(m, attr)) for name, m, attr in self._state_entries())
+
+    def load_state_dict(self, state_dict, strict: bool = True) -> IncompatibleKeys:
+        """Take each tensor by name from a mapping (or a Weights loader), checking shape and dtype.
+
+        strict: every tensor the model declares must be present and nothing else.
+        A lazy mapping (engine.load_safetensors) is read only for the names needed.
+        """
+        weights = state_dict if isinstance(state_dict, Weights) else Weights(state_dict)
+        entries = list(self._state_entries())
+        wanted = {name for name, _, _ in entries}
+        missing = [name for name in wanted if name not in weights]
+        unexpected = [k for k in weights.keys() if k not in wanted]
+        if strict and missing:
+            raise MissingTensor(f"missing tensor(s) for {type(self).__name__}: {', '.join(sorted(missing))}",
+                                file=weights.file, tensor=sorted(missing)[0])
+        if strict and unexpected:
+            raise UnexpectedTensor(f"unexpected tensor(s) for {type(self).__name__}: "
+                                   f"{', '.join(sorted(unexpected))}", file=weights.file,
+                                   tensor=sorted(unexpected)[0])
+        for name, m, attr in entries:
+            if name in missing:
+                continue
+            old = getattr(m, attr)
+            new = weights.get(name, old.shape, old.dtype)
+            (m._buffers if attr in m._buffers else m._parameters)[attr] = new.to(old.device)
+        return IncompatibleKeys(sorted(missing), sorted(unexpected))
+
+    # --- state ------------------------------------------------------------------------
+    def to(self, *args, **kwargs) -> "Module":
+        """Convert every parameter and buffer (to(dtype) touches floating tensors only)."""
+        for m in self.modules():
+            for table in (m._parameters, m._buffers):
+                for n, t in table.items():
+                    if t is None:
+                        continue
+                    if t.dtype.is_floating_point or not any(isinstance(a, D.DType) for a in args) \
+                            and "dtype" not in kwargs:
+                        table[n] = t.to(*args, **kwargs)
+        return self
+
+    def eval(self) -> "Module":
+        return self.train(False)
+
+    def train(self, mode: bool = True) -> "Module":
+        for m in self.modules():
+            object.__setattr__(m, "training", mode)
+        return self
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        lines = [f"({n}): " + repr(m).replace("\n", "\n  ") for n, m in self.named_children()]
+        head = f"{type(self).__name__}({self.extra_repr()}"
+        return head + (")" if not lines else "\n  " + "\n  ".join(lines) + "\n)")
+
+
+class Sequential(Module):
+    def __init__(self, *modules: Module):
+        super().__init__()
+        if len(modules) == 1 and isinstance(modules[0], Mapping):
+            for name, m in modules[0].items():
+                setattr(self, name, m)
+        else:
+            for i, m in enumerate(modules):
+                setattr(self, str(i), m)
+
+    def __getitem__(self, i: int) -> Module:
+        return list(self._modules.values())[i]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def forward(self, x):
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+
+class ModuleList(Module):
+    def __init__(self, modules=()):
+        super().__init__()
+        for i, m in enumerate(modules):
+            setattr(self, str(i), m)
+
+    def append(self, m: Module) -> "ModuleList":
+        setattr(self, str(len(self._modules)), m)
+        return self
+
+    def __getitem__(self, i: int) -> Module:
+        return list(self._modules.values())[i]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())

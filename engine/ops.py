@@ -1,0 +1,49 @@
+"""The one list of primitive ops. Everything else is composed from these.
+
+A backend implements each op in its kernel table (`KERNELS: dict[Op, fn]`) and
+may add fused kernels for composites (`FUSED: dict[str, fn]`) as an
+optimisation; a composite checks that table, it never try/excepts.
+
+Kernel contract (what `run` guarantees a backend):
+- inputs are engine Tensors on that backend, already cast to the op's compute
+  dtype and, for elementwise ops, expanded to one common shape (stride-0 dims);
+- `dtype` is the output dtype; the kernel returns a new contiguous buffer and
+  the output shape.
+"""
+from __future__ import annotations
+
+import enum
+
+
+class Op(enum.Enum):
+    # elementwise, one input
+    NEG = enum.auto(); ABS = enum.auto(); EXP = enum.auto(); LOG = enum.auto()          # noqa: E702
+    SQRT = enum.auto(); SIN = enum.auto(); COS = enum.auto(); TANH = enum.auto()       # noqa: E702
+    ERF = enum.auto(); RECIPROCAL = enum.auto(); FLOOR = enum.auto(); CEIL = enum.auto()  # noqa: E702
+    LOGICAL_NOT = enum.auto(); CAST = enum.auto(); CONTIGUOUS = enum.auto()             # noqa: E702
+    # elementwise, two inputs
+    ADD = enum.auto(); SUB = enum.auto(); MUL = enum.auto(); DIV = enum.auto()          # noqa: E702
+    POW = enum.auto(); MAXIMUM = enum.auto(); MINIMUM = enum.auto()                     # noqa: E702
+    EQ = enum.auto(); NE = enum.auto(); LT = enum.auto(); LE = enum.auto()              # noqa: E702
+    GT = enum.auto(); GE = enum.auto(); AND = enum.auto(); OR = enum.auto(); XOR = enum.auto()  # noqa: E702
+    # elementwise, three inputs
+    WHERE = enum.auto()
+    # reductions over `axes`, keepdim
+    SUM = enum.auto(); MAX = enum.auto(); MIN = enum.auto(); ARGMAX = enum.auto(); ARGMIN = enum.auto()  # noqa: E702
+    TOPK = enum.auto()            # (values, indices) along one axis
+    # data movement
+    CAT = enum.auto()             # along `axis`
+    PAD = enum.auto()             # constant padding, `pads` = ((before, after), ...) per dim
+    INDEX_SELECT = enum.auto()    # gather rows of `axis` by an int64 index vector
+    # compute-heavy
+    MATMUL = enum.auto()          # (B, M, K) @ (B, K, N) with equal batch shapes
+    CONV2D = enum.auto()          # NCHW, input already padded; stride, dilation, groups
+
+
+UNARY = {Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.SIN, Op.COS, Op.TANH, Op.ERF, Op.RECIPROCAL,
+         Op.FLOOR, Op.CEIL, Op.LOGICAL_NOT}
+BINARY = {Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.MAXIMUM, Op.MINIMUM,
+          Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.AND, Op.OR, Op.XOR}
+COMPARISONS = {Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE}
+LOGICAL = {Op.AND, Op.OR, Op.XOR, Op.LOGICAL_NOT}
+REDUCTIONS = {Op.SUM, Op.MAX, Op.MIN, Op.ARGMAX, Op.ARGMIN}

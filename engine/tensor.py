@@ -1,0 +1,349 @@
+"""engine.Tensor: a dtype, a Layout (shape/strides/offset) and a backend buffer.
+
+Views share the buffer and change only the Layout. Data never moves between
+host and backend except through `numpy()` (or `item()`/`tolist()`).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import dtypes as D
+from .device import get_backend
+from .layout import Layout, normalize_dim
+
+
+class Tensor:
+    __slots__ = ("_buf", "_layout", "dtype", "_backend", "__weakref__")
+    __hash__ = object.__hash__          # == builds a tensor, so hash by identity like torch
+
+    def __init__(self, buf, layout: Layout, dtype: D.DType, backend):
+        self._buf = buf
+        self._layout = layout
+        self.dtype = dtype
+        self._backend = backend
+
+    # --- metadata ---------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._layout.shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self._layout.shape)
+
+    @property
+    def device(self) -> str:
+        return self._backend.name
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def size(self, dim: int | None = None):
+        return self.shape if dim is None else self.shape[normalize_dim(dim, self.ndim)]
+
+    def numel(self) -> int:
+        return self._layout.numel
+
+    def stride(self, dim: int | None = None):
+        return self._layout.strides if dim is None else self._layout.strides[normalize_dim(dim, self.ndim)]
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel() * self.dtype.itemsize
+
+    def is_contiguous(self) -> bool:
+        return self._layout.is_contiguous
+
+    @property
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_floating_point
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        body = np.array2string(self.numpy(), separator=", ", threshold=50, precision=4, prefix="tensor(")
+        extra = "" if self.dtype in (D.float32, D.int64, D.bool_) else f", dtype={self.dtype}"
+        return f"tensor({body}{extra}{'' if self.device == 'numpy' else f', device={self.device!r}'})"
+
+    # --- leaving the engine -----------------------------------------------------------
+    def _raw_numpy(self) -> np.ndarray:
+        """A host copy in the storage dtype (bfloat16 as uint16 bits)."""
+        return self._backend.copy_out(self._buf, self._layout)
+
+    def numpy(self) -> np.ndarray:
+        """A host NumPy copy; bfloat16 comes back as float32 (NumPy has no bfloat16)."""
+        return D.to_numpy_compute(self._raw_numpy(), self.dtype)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def item(self):
+        if self.numel() != 1:
+            raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
+        return self.numpy().reshape(()).item()
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __bool__(self):
+        return bool(self.item())
+
+    def __index__(self):
+        if self.dtype.kind not in "iu":
+            raise TypeError("only integer tensors can be used as an index")
+        return int(self.item())
+
+    # --- conversion -------------------------------------------------------------------
+    def to(self, *args, dtype=None, device=None) -> "Tensor":
+        """to(dtype), to(device) or both, like torch."""
+        for a in args:
+            if isinstance(a, (D.DType, np.dtype)) or (isinstance(a, str) and a in D.BY_NAME):
+                dtype = a
+            else:
+                device = a
+        out = self
+        if device is not None and get_backend(device) is not self._backend:
+            out = Tensor._from_raw_on(self._raw_numpy(), self.dtype, self.shape, get_backend(device))
+        if dtype is not None and D.as_dtype(dtype) is not out.dtype:
+            out = _F.cast(out, D.as_dtype(dtype))
+        return out
+
+    def float(self) -> "Tensor":
+        return self.to(D.float32)
+
+    def half(self) -> "Tensor":
+        return self.to(D.float16)
+
+    def bfloat16(self) -> "Tensor":
+        return self.to(D.bfloat16)
+
+    def long(self) -> "Tensor":
+        return self.to(D.int64)
+
+    def int(self) -> "Tensor":
+        return self.to(D.int32)
+
+    def bool(self) -> "Tensor":
+        return self.to(D.bool_)
+
+    def contiguous(self) -> "Tensor":
+        return self if self.is_contiguous() else _F.contiguous(self)
+
+    def clone(self) -> "Tensor":
+        return _F.contiguous(self)
+
+    @staticmethod
+    def _from_raw_on(raw: np.ndarray, dtype: D.DType, shape, backend) -> "Tensor":
+        return Tensor(backend.copy_in(raw), Layout(shape), dtype, backend)
+
+    # --- views ------------------------------------------------------------------------
+    def _view(self, layout: Layout) -> "Tensor":
+        return Tensor(self._buf, layout, self.dtype, self._backend)
+
+    def _infer_shape(self, shape) -> tuple[int, ...]:
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        shape = tuple(int(s) for s in shape)
+        if shape.count(-1) > 1:
+            raise ValueError("only one dimension can be -1")
+        if -1 in shape:
+            rest = math.prod(s for s in shape if s != -1)
+            if rest == 0 or self.numel() % rest:
+                raise ValueError(f"shape {shape} is invalid for input of size {self.numel()}")
+            shape = tuple(self.numel() // rest if s == -1 else s for s in shape)
+        if math.prod(shape) != self.numel():
+            raise ValueError(f"shape {shape} is invalid for input of size {self.numel()}")
+        return shape
+
+    def view(self, *shape) -> "Tensor":
+        shape = self._infer_shape(shape)
+        layout = self._layout.view(shape)
+        if layout is None:
+            raise ValueError(f"view size {shape} is not compatible with the tensor's strides "
+                             f"{self.stride()} (shape {self.shape}); use reshape()")
+        return self._view(layout)
+
+    def reshape(self, *shape) -> "Tensor":
+        shape = self._infer_shape(shape)
+        layout = self._layout.view(shape)
+        return self._view(layout) if layout is not None else self.contiguous().view(shape)
+
+    def permute(self, *dims) -> "Tensor":
+        if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+            dims = tuple(dims[0])
+        return self._view(self._layout.permute(dims))
+
+    def transpose(self, dim0: int, dim1: int) -> "Tensor":
+        dims = list(range(self.ndim))
+        a, b = normalize_dim(dim0, self.ndim), normalize_dim(dim1, self.ndim)
+        dims[a], dims[b] = dims[b], dims[a]
+        return self.permute(dims)
+
+    def t(self) -> "Tensor":
+        if self.ndim > 2:
+            raise ValueError("t() expects a tensor with <= 2 dimensions")
+        return self if self.ndim < 2 else self.transpose(0, 1)
+
+    @property
+    def T(self) -> "Tensor":  # noqa: N802 - torch's name
+        return self.permute(tuple(reversed(range(self.ndim))))
+
+    @property
+    def mT(self) -> "Tensor":  # noqa: N802 - torch's name
+        return self.transpose(-2, -1)
+
+    def unsqueeze(self, dim: int) -> "Tensor":
+        return self._view(self._layout.unsqueeze(normalize_dim(dim, self.ndim + 1)))
+
+    def squeeze(self, dim=None) -> "Tensor":
+        if dim is None:
+            dims = [i for i, n in enumerate(self.shape) if n == 1]
+        else:
+            dims = [normalize_dim(d, self.ndim) for d in (dim if isinstance(dim, (tuple, list)) else (dim,))]
+            dims = [d for d in dims if self.shape[d] == 1]
+        lay = self._layout
+        return self._view(Layout([n for i, n in enumerate(lay.shape) if i not in dims],
+                                 [s for i, s in enumerate(lay.strides) if i not in dims], lay.offset))
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> "Tensor":
+        if self.ndim == 0:
+            return self.reshape(1)
+        a, b = normalize_dim(start_dim, self.ndim), normalize_dim(end_dim, self.ndim)
+        return self.reshape(self.shape[:a] + (-1,) + self.shape[b + 1:]) if b >= a else self
+
+    def unflatten(self, dim: int, sizes) -> "Tensor":
+        d = normalize_dim(dim, self.ndim)
+        return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
+
+    def expand(self, *shape) -> "Tensor":
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        return self._view(self._layout.expand(shape))
+
+    def broadcast_to(self, shape) -> "Tensor":
+        return self.expand(shape)
+
+    def expand_as(self, other: "Tensor") -> "Tensor":
+        return self.expand(other.shape)
+
+    def narrow(self, dim: int, start: int, length: int) -> "Tensor":
+        d = normalize_dim(dim, self.ndim)
+        return self._view(self._layout.slice(d, start, start + length, 1))
+
+    def _as_strided(self, shape, strides, offset=None) -> "Tensor":
+        """Internal: an arbitrary view over the same buffer (pooling windows, im2col)."""
+        return self._view(Layout(shape, strides, self._layout.offset if offset is None else offset))
+
+    def __getitem__(self, index) -> "Tensor":
+        if not isinstance(index, tuple):
+            index = (index,)
+        if sum(1 for i in index if i is not None and i is not Ellipsis) > self.ndim:
+            raise IndexError(f"too many indices for a tensor of {self.ndim} dimensions")
+        if any(i is Ellipsis for i in index):
+            k = index.index(Ellipsis)
+            fill = self.ndim - sum(1 for i in index if i is not None and i is not Ellipsis)
+            index = index[:k] + (slice(None),) * fill + index[k + 1:]
+        layout, dim, gathers = self._layout, 0, []
+        for i in index:
+            if i is None:
+                layout = layout.unsqueeze(dim)
+                dim += 1
+            elif isinstance(i, slice):
+                if i.step is not None and i.step <= 0:
+                    raise ValueError("step must be greater than zero")
+                layout = layout.slice(dim, i.start, i.stop, i.step or 1)
+                dim += 1
+            elif isinstance(i, (int, np.integer)) or (isinstance(i, Tensor) and i.ndim == 0
+                                                       and i.dtype.kind in "iu"):
+                layout = layout.select(dim, int(i))
+            elif isinstance(i, (list, np.ndarray, Tensor)):
+                gathers.append((dim, i))
+                dim += 1
+            else:
+                raise TypeError(f"unsupported index {i!r}")
+        out = self._view(layout)
+        if len(gathers) > 1:
+            raise IndexError("indexing with more than one index tensor is not supported")
+        for d, idx in gathers:
+            out = _F.index_select(out, d, idx)
+        return out
+
+    # --- arithmetic -------------------------------------------------------------------
+    def __add__(self, o): return _F.add(self, o)
+    def __radd__(self, o): return _F.add(o, self)
+    def __sub__(self, o): return _F.sub(self, o)
+    def __rsub__(self, o): return _F.sub(o, self)
+    def __mul__(self, o): return _F.mul(self, o)
+    def __rmul__(self, o): return _F.mul(o, self)
+    def __truediv__(self, o): return _F.div(self, o)
+    def __rtruediv__(self, o): return _F.div(o, self)
+    def __pow__(self, o): return _F.pow(self, o)
+    def __rpow__(self, o): return _F.pow(o, self)
+    def __matmul__(self, o): return _F.matmul(self, o)
+    def __rmatmul__(self, o): return _F.matmul(o, self)
+    def __neg__(self): return _F.neg(self)
+    def __abs__(self): return _F.abs(self)
+    def __eq__(self, o): return _F.eq(self, o)   # noqa: E301
+    def __ne__(self, o): return _F.ne(self, o)
+    def __lt__(self, o): return _F.lt(self, o)
+    def __le__(self, o): return _F.le(self, o)
+    def __gt__(self, o): return _F.gt(self, o)
+    def __ge__(self, o): return _F.ge(self, o)
+    def __and__(self, o): return _F.bitwise_and(self, o)
+    def __or__(self, o): return _F.bitwise_or(self, o)
+    def __xor__(self, o): return _F.bitwise_xor(self, o)
+    def __invert__(self): return _F.bitwise_not(self)
+
+    def __getattr__(self, name):
+        """Tensor methods mirror the functions in engine.functions (x.sum(1) == sum(x, 1))."""
+        fn = _F.METHODS.get(name)
+        if fn is None:
+            raise AttributeError(f"'Tensor' object has no attribute {name!r}")
+        return lambda *args, **kwargs: fn(self, *args, **kwargs)
+
+
+def _from_raw(raw: np.ndarray, dtype: D.DType, shape, device: str | None = None) -> Tensor:
+    """Wrap raw storage (bfloat16 as uint16 bits) without copying when contiguous."""
+    return Tensor._from_raw_on(raw, dtype, tuple(shape), get_backend(device))
+
+
+def from_numpy(a: np.ndarray, device: str | None = None) -> Tensor:
+    """A tensor over a NumPy array's data (shared when contiguous), keeping its dtype."""
+    a = np.asarray(a)
+    return _from_raw(a, D.from_numpy_dtype(a.dtype), a.shape, device)
+
+
+def tensor(data, dtype=None, device: str | None = None) -> Tensor:
+    """A new tensor (copied) from a Python scalar, nested lists, a NumPy array or a Tensor.
+
+    Python floats become float32 and ints int64, as in torch.
+    """
+    if isinstance(data, Tensor):
+        a = data.numpy()
+    else:
+        a = np.array(data)
+        if a.dtype == np.float64 and not isinstance(data, np.ndarray):
+            a = a.astype(np.float32)
+        if a.dtype.kind in "iu" and not isinstance(data, np.ndarray):
+            a = a.astype(np.int64)
+    src = D.as_dtype(a.dtype)
+    dst = (data.dtype if isinstance(data, Tensor) else src) if dtype is None else D.as_dtype(dtype)
+    return _from_raw(np.array(D.cast_numpy(a, src, dst), copy=True), dst, a.shape, device)
+
+
+from . import functions as _F  # noqa: E402  (functions need Tensor; methods need functions)

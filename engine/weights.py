@@ -1,0 +1,57 @@
+"""A prefix-scoped weight loader: `weights.pp("encoder.layer.3").get("weight", shape)`.
+
+Think of `pp` as `cd`: models ask for their tensors by the checkpoint's own
+names relative to where they sit, and every failure names the full tensor.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from . import dtypes as D
+from .errors import DtypeMismatch, MissingTensor, ShapeMismatch
+
+
+class Weights:
+    def __init__(self, tensors: Mapping, prefix: str = "", *, device: str | None = None, file=None):
+        self.tensors = tensors
+        self.prefix = prefix
+        self.device = device
+        self.file = file if file is not None else getattr(tensors, "name", None)
+
+    def pp(self, name) -> "Weights":
+        """A loader one level down: names are looked up under `prefix.name`."""
+        return Weights(self.tensors, self.full_name(str(name)), device=self.device, file=self.file)
+
+    def full_name(self, key: str) -> str:
+        return f"{self.prefix}.{key}" if self.prefix else key
+
+    def __contains__(self, key: str) -> bool:
+        return self.full_name(key) in self.tensors
+
+    def keys(self) -> list[str]:
+        """Names under this prefix, relative to it."""
+        if not self.prefix:
+            return list(self.tensors.keys())
+        head = self.prefix + "."
+        return [k[len(head):] for k in self.tensors.keys() if k.startswith(head)]
+
+    def get(self, key: str, shape=None, dtype=None):
+        """The tensor `key`, checked against `shape` and `dtype` when given."""
+        name = self.full_name(key)
+        if name not in self.tensors:
+            raise MissingTensor("missing tensor", file=self.file, tensor=name)
+        info = getattr(self.tensors, "info", None)
+        if info is not None:                              # check before reading any data
+            meta = info(name)
+            self._check(name, tuple(meta.shape), meta.dtype, shape, dtype)
+        t = self.tensors[name]
+        self._check(name, tuple(t.shape), t.dtype, shape, dtype)
+        return t if self.device is None else t.to(self.device)
+
+    def _check(self, name, got_shape, got_dtype, shape, dtype) -> None:
+        if shape is not None and got_shape != tuple(shape):
+            raise ShapeMismatch(f"shape mismatch: expected {tuple(shape)}, found {got_shape}",
+                                file=self.file, tensor=name)
+        if dtype is not None and got_dtype is not D.as_dtype(dtype):
+            raise DtypeMismatch(f"dtype mismatch: expected {D.as_dtype(dtype).name}, found {got_dtype.name}",
+                                file=self.file, tensor=name)

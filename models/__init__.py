@@ -1,0 +1,1 @@
+"""Models, one per file, with attributes named as in their checkpoints."""
