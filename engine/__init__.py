@@ -5,7 +5,9 @@ from .dtypes import (bfloat16, bool_, float16, float32, float64, int8, int16, in
 from .errors import EngineError
 from .functions import *  # noqa: F401,F403  (torch.* level functions)
 from .functions import __all__ as _function_names
+from .io import load_safetensors, save_safetensors
 from .tensor import Tensor, from_numpy, tensor
+from .weights import Weights
 
 bool = bool_  # noqa: A001 - torch spells it engine.bool
 

@@ -82,3 +82,7 @@ class IntegrityError(WeightsError):
 
 class FetchError(WeightsError):
     """A byte source could not deliver (network failure, short read)."""
+
+
+class SourceNotFound(FetchError, FileNotFoundError):
+    """The file or URL does not exist (so callers can tell it from a broken one)."""

@@ -1,0 +1,5 @@
+"""Weights I/O: byte sources (file, memory, HTTP) and the formats read over them."""
+from .safetensors import (SafetensorsFile, ShardedSafetensors, TensorInfo,  # noqa: F401
+                          load_safetensors, save_safetensors)
+from .sources import (ByteSource, BytesSource, FileSource, HttpSource,  # noqa: F401
+                      RangeSource, SourceNotFound, open_source)

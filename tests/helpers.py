@@ -1,0 +1,38 @@
+"""Shared test helpers: one comparison with tolerances stated per dtype."""
+from __future__ import annotations
+
+import numpy as np
+
+import engine
+
+# (rtol, atol) by the dtype the engine computed in. Half types compute in float32,
+# so their results are compared as float32 against torch fed the same values.
+TOLERANCES = {
+    "float32": (1e-5, 1e-6),
+    "float64": (1e-12, 1e-12),
+    "exact": (0.0, 0.0),          # integers and bools
+}
+
+
+def to_numpy(x) -> np.ndarray:
+    try:
+        import torch
+        if isinstance(x, torch.Tensor):
+            x = x.detach()
+            return (x.float() if x.dtype in (torch.bfloat16, torch.float16) else x).numpy()
+    except ImportError:
+        pass
+    return x.numpy() if isinstance(x, engine.Tensor) else np.asarray(x)
+
+
+def assert_close(actual, expected, *, rtol=None, atol=None, dtype=None):
+    a, e = to_numpy(actual), to_numpy(expected)
+    assert a.shape == e.shape, f"shape {a.shape} != expected {e.shape}"
+    kind = dtype or ("exact" if a.dtype.kind in "biu" and e.dtype.kind in "biu" else
+                     "float64" if a.dtype == np.float64 else "float32")
+    r, t = TOLERANCES[kind]
+    r, t = (r if rtol is None else rtol), (t if atol is None else atol)
+    if kind == "exact":
+        np.testing.assert_array_equal(a, e)
+    else:
+        np.testing.assert_allclose(a.astype(np.float64), e.astype(np.float64), rtol=r, atol=t, equal_nan=True)
