@@ -484,14 +484,13 @@ def triu(x: Tensor, diagonal: int = 0) -> Tensor:
 
 
 # Tensor methods: x.name(...) == name(x, ...)
-METHODS = {f.__name__ if not isinstance(f, str) else f: f for f in (
-    add, sub, mul, div, pow, maximum, minimum, neg, abs, exp, log, sqrt, rsqrt, sin, cos, tanh, erf,
-    reciprocal, floor, ceil, sigmoid, relu, clamp, where, masked_fill, sum, mean, var, amax, amin,
-    argmax, argmin, topk, softmax, log_softmax, matmul, split, chunk, index_select, tril, triu,
-    logical_not, bitwise_not)}
-METHODS.update(max=max, min=min, clip=clamp, all=all, any=any, eq=eq, ne=ne, lt=lt, le=le, gt=gt, ge=ge,
-               bitwise_and=bitwise_and, bitwise_or=bitwise_or, logical_and=logical_and, logical_or=logical_or,
-               where=lambda x, condition, other: where(condition, x, other))
+METHODS = {name: globals()[name] for name in (
+    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "neg", "abs", "exp", "log", "sqrt", "rsqrt", "sin",
+    "cos", "tanh", "erf", "reciprocal", "floor", "ceil", "sigmoid", "relu", "clamp", "clip", "masked_fill", "sum",
+    "mean", "var", "max", "min", "amax", "amin", "argmax", "argmin", "all", "any", "topk", "softmax",
+    "log_softmax", "matmul", "split", "chunk", "index_select", "tril", "triu", "logical_not", "logical_and",
+    "logical_or", "bitwise_not", "bitwise_and", "bitwise_or", "bitwise_xor", "eq", "ne", "lt", "le", "gt", "ge")}
+METHODS["where"] = lambda x, condition, other: where(condition, x, other)
 
 __all__ = ["add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
            "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "logical_and", "logical_or",

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
+
 from . import dtypes as D
 from .errors import DtypeMismatch, MissingTensor, ShapeMismatch
+from .tensor import Tensor, from_numpy
 
 
 class Weights:
@@ -45,6 +48,8 @@ class Weights:
             meta = info(name)
             self._check(name, tuple(meta.shape), meta.dtype, shape, dtype)
         t = self.tensors[name]
+        if not isinstance(t, Tensor):                     # plain NumPy state dicts work too
+            t = from_numpy(np.asarray(t))
         self._check(name, tuple(t.shape), t.dtype, shape, dtype)
         return t if self.device is None else t.to(self.device)
 
