@@ -6,6 +6,7 @@ from .errors import EngineError
 from .functions import *  # noqa: F401,F403  (torch.* level functions)
 from .functions import __all__ as _function_names
 from .io import load_safetensors, save_safetensors
+from .pipelines import pipeline
 from .tensor import Tensor, from_numpy, tensor
 from .weights import Weights
 

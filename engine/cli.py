@@ -1,0 +1,83 @@
+"""Command line: `python -m engine digit IMAGE...`, `python -m engine bench mnist`.
+
+Exit status: 0 on success, 2 on bad input or arguments (one line on stderr,
+no traceback).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import EngineError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):                     # one line instead of usage + message
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _add_device(p: argparse.ArgumentParser) -> None:
+    from .device import available
+    p.add_argument("--device", default=None, help=f"backend to run on: {', '.join(available())} "
+                                                  "(default: numpy)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="python -m engine", description="A Python tensor engine that runs neural networks "
+                 "natively and in the browser.")
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    d = sub.add_parser("digit", help="recognise handwritten digits in images",
+                       description="Recognise a handwritten digit in each image (PNG or .npy; other formats "
+                                   "need Pillow natively).")
+    d.add_argument("images", nargs="+", metavar="IMAGE")
+    d.add_argument("--top", type=int, default=3, metavar="K", help="how many classes to print (1-10, default 3)")
+    d.add_argument("--json", action="store_true", help='one JSON object per line: {"input", "predictions"}')
+    d.add_argument("--weights", default=None, help="a safetensors file, index or URL (default: the bundled one)")
+    _add_device(d)
+    b = sub.add_parser("bench", help="time the engine against PyTorch",
+                       description="Time a model on the engine and on PyTorch in the same run; prints ratios.")
+    b.add_argument("model", choices=["mnist"])
+    b.add_argument("--repeat", type=int, default=20, help="timed runs per case (median is reported)")
+    b.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    _add_device(b)
+    return ap
+
+
+def _digit(args) -> int:
+    from .pipelines import pipeline
+    if not 1 <= args.top <= 10:
+        raise EngineError(f"--top must be between 1 and 10, got {args.top}")
+    clf = pipeline("digit-classification", device=args.device, weights=args.weights)
+    status = 0
+    for path in args.images:
+        try:
+            preds = clf(path, top_k=args.top)
+        except (EngineError, OSError, ValueError) as e:
+            print(f"error: {path}: {e}", file=sys.stderr)
+            status = 2
+            continue
+        if args.json:
+            print(json.dumps({"input": path, "predictions": [{"label": p["label"], "score": round(p["score"], 6)}
+                                                             for p in preds]}))
+        else:
+            print(f"{path}: " + "  ".join(f"{p['label']} ({p['score']:.1%})" for p in preds))
+    return status
+
+
+def _bench(args) -> int:
+    from .bench import bench_mnist, format_table
+    result = bench_mnist(repeat=args.repeat, device=args.device)
+    print(json.dumps(result) if args.json else format_table(result))
+    return 0
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"digit": _digit, "bench": _bench}[args.command](args)
+    except (EngineError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
