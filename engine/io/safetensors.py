@@ -121,14 +121,14 @@ def read_header(source: ByteSource) -> tuple[dict[str, str], dict[str, TensorInf
     """Parse and validate a safetensors header: (metadata, {name: TensorInfo})."""
     file, size = source.name, source.size()
     if size < 8:
-        raise TruncatedFile(f"file is {size} bytes, too short for the 8-byte header length",
+        raise TruncatedFile(f"file truncated: {size} bytes, too short for the 8-byte header length",
                             file=file)
     (length,) = struct.unpack("<Q", source.read(0, 8))
     if length > MAX_HEADER_BYTES:      # before allocating: the length may be garbage
         raise HeaderTooLarge(f"header length {length} exceeds the limit of "
                              f"{MAX_HEADER_BYTES} bytes", file=file)
     if 8 + length > size:
-        raise TruncatedFile(f"header length {length} runs past the end of the "
+        raise TruncatedFile(f"file truncated: header length {length} runs past the end of the "
                             f"{size}-byte file", file=file)
     header = _parse_json(source.read(8, length), file, "header")
     if not isinstance(header, dict):
