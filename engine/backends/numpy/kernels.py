@@ -81,19 +81,40 @@ def _conv2d(x, w, *, dtype, stride, dilation, groups):
                 patch = x[:, :, i * dh: i * dh + sh * (ho - 1) + 1: sh, j * dw: j * dw + sw * (wo - 1) + 1: sw]
                 out += patch * w[:, 0, i, j][None, :, None, None]
         return out
-    # im2col as a strided window view, then one matrix product per group
-    s = x.strides
-    windows = np.lib.stride_tricks.as_strided(
-        x, (n, groups, cg, ho, wo, kh, kw),
-        (s[0], s[1] * cg, s[1], s[2] * sh, s[3] * sw, s[2] * dh, s[3] * dw), writeable=False)
-    cols = windows.transpose(1, 0, 3, 4, 2, 5, 6).reshape(groups, n * ho * wo, cg * kh * kw)
-    wmat = w.reshape(groups, o // groups, cg * kh * kw)
-    out = np.matmul(cols, wmat.transpose(0, 2, 1))          # (g, N*Ho*Wo, O/g)
-    return out.reshape(groups, n, ho, wo, o // groups).transpose(1, 0, 4, 2, 3).reshape(n, o, ho, wo)
+    # im2col with the batch inside the columns: one strided copy per kernel tap, then
+    # one large GEMM per group, (O/g, K) @ (K, N*Ho*Wo), which BLAS runs far better
+    # than N small ones
+    cols = np.empty((groups, cg, kh, kw, n, ho, wo), x.dtype)
+    xg = x.reshape(n, groups, cg, h, wd).transpose(1, 2, 0, 3, 4)          # (g, C/g, N, H, W)
+    for i in range(kh):
+        for j in range(kw):
+            cols[:, :, i, j] = xg[..., i * dh: i * dh + sh * (ho - 1) + 1: sh, j * dw: j * dw + sw * (wo - 1) + 1: sw]
+    out = np.matmul(w.reshape(groups, o // groups, cg * kh * kw),
+                    cols.reshape(groups, cg * kh * kw, n * ho * wo))     # (g, O/g, N*Ho*Wo)
+    return out.reshape(o, n, ho, wo).transpose(1, 0, 2, 3)
 
 
-def _reduce(fn):
-    return lambda a, *, dtype, axes, keepdim: fn(a, axis=axes, keepdims=keepdim)
+def _small_window_reduce(ufunc, fallback):
+    """Reductions over a few trailing axes (pooling windows): fold slices with the
+    ufunc, which beats NumPy's reduce over a strided 6-D view by an order of magnitude."""
+    def kernel(a, *, dtype, axes, keepdim):
+        tail = a.shape[a.ndim - len(axes):]
+        if keepdim or len(axes) < 2 or axes != tuple(range(a.ndim - len(axes), a.ndim)) or \
+                math.prod(tail) > 64 or math.prod(tail) == 0 or a.ndim == len(axes):
+            return fallback(a, axis=axes, keepdims=keepdim)
+        out = None
+        for idx in np.ndindex(*tail):
+            part = a[(Ellipsis,) + idx]
+            out = part.copy() if out is None else ufunc(out, part, out=out)
+        return out
+    return kernel
+
+
+_sum_windows = _small_window_reduce(np.add, np.sum)
+
+
+def _sum_cast(a, *, dtype, axes, keepdim):
+    return np.sum(a, axis=axes, keepdims=keepdim, dtype=dtype.storage)
 
 
 def _arg(fn):
@@ -122,8 +143,9 @@ KERNELS = {
     Op.LE: _binary(np.less_equal), Op.GT: _binary(np.greater), Op.GE: _binary(np.greater_equal),
     Op.AND: _binary(np.bitwise_and), Op.OR: _binary(np.bitwise_or), Op.XOR: _binary(np.bitwise_xor),
     Op.WHERE: lambda c, a, b, *, dtype: np.where(c, a, b),
-    Op.SUM: lambda a, *, dtype, axes, keepdim: np.sum(a, axis=axes, keepdims=keepdim, dtype=dtype.storage),
-    Op.MAX: _reduce(np.max), Op.MIN: _reduce(np.min),
+    Op.SUM: lambda a, *, dtype, axes, keepdim: (_sum_windows if a.dtype == dtype.storage else _sum_cast)(
+        a, dtype=dtype, axes=axes, keepdim=keepdim),
+    Op.MAX: _small_window_reduce(np.maximum, np.max), Op.MIN: _small_window_reduce(np.minimum, np.min),
     Op.ARGMAX: _arg(np.argmax), Op.ARGMIN: _arg(np.argmin),
     Op.TOPK: _topk,
     Op.CAT: lambda *arrays, dtype, axis: np.concatenate(arrays, axis=axis),
