@@ -179,3 +179,20 @@ def test_cast_round_trips_match_torch():
     ints = engine.tensor([-3.7, 2.9, 0.0])
     assert ints.to(engine.int64).tolist() == torch.tensor([-3.7, 2.9, 0.0]).to(torch.int64).tolist()
     assert engine.tensor([0.0, 2.0]).to(engine.bool_).tolist() == [False, True]
+
+
+NUMPY_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
+                "maximum": np.maximum, "minimum": np.minimum, "pow": np.power, "eq": np.equal, "lt": np.less,
+                "ge": np.greater_equal}
+
+
+@pytest.mark.parametrize("name", sorted(NUMPY_BINARY))
+def test_binary_matches_numpy_on_strided_broadcast_views(name):
+    a = rng.uniform(0.5, 2.0, (4, 7, 6)).astype(np.float32)
+    b = rng.uniform(0.5, 2.0, (12, 1)).astype(np.float32)   # [::2] -> (6, 1)
+    ea, eb = engine.from_numpy(a)[:, ::2].transpose(1, 2), engine.from_numpy(b)[::2]
+    na, nb = a[:, ::2].transpose(0, 2, 1), b[::2]
+    ref = NUMPY_BINARY[name](na, nb)
+    out = getattr(engine, name)(ea, eb)
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-6 if name != "pow" else 1e-5)
+    assert out.numpy().dtype == ref.dtype
