@@ -111,11 +111,7 @@ class Tensor:
     # --- conversion -------------------------------------------------------------------
     def to(self, *args, dtype=None, device=None) -> "Tensor":
         """to(dtype), to(device) or both, like torch."""
-        for a in args:
-            if isinstance(a, (D.DType, np.dtype)) or (isinstance(a, str) and a in D.BY_NAME):
-                dtype = a
-            else:
-                device = a
+        dtype, device = parse_to_args(args, dtype, device)
         out = self
         if device is not None and get_backend(device) is not self._backend:
             out = Tensor._from_raw_on(self._raw_numpy(), self.dtype, self.shape, get_backend(device))
@@ -315,6 +311,16 @@ class Tensor:
         if fn is None:
             raise AttributeError(f"'Tensor' object has no attribute {name!r}")
         return lambda *args, **kwargs: fn(self, *args, **kwargs)
+
+
+def parse_to_args(args, dtype=None, device=None):
+    """torch's `.to(...)` positional forms: a dtype, a device name, or both."""
+    for a in args:
+        if isinstance(a, (D.DType, np.dtype)) or (isinstance(a, str) and a in D.BY_NAME):
+            dtype = a
+        else:
+            device = a
+    return dtype, device
 
 
 def _from_raw(raw: np.ndarray, dtype: D.DType, shape, device: str | None = None) -> Tensor:

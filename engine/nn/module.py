@@ -12,7 +12,7 @@ from typing import NamedTuple
 from .. import dtypes as D
 from ..errors import MissingTensor, UnexpectedTensor
 from ..functions import zeros
-from ..tensor import Tensor
+from ..tensor import Tensor, parse_to_args
 from ..weights import Weights
 
 
@@ -33,15 +33,17 @@ class Module:
     def __setattr__(self, name, value):
         if "_parameters" not in self.__dict__:
             raise AttributeError("call Module.__init__() before assigning attributes")
-        for table in (self._parameters, self._buffers, self._modules):
-            table.pop(name, None) if name in table and not isinstance(value, (Tensor, Module)) else None
+        params, buffers, modules = self._parameters, self._buffers, self._modules
         if isinstance(value, Module):
-            self._modules[name] = value
-        elif isinstance(value, Tensor):
-            (self._buffers if name in self._buffers else self._parameters)[name] = value
-        elif value is None and (name in self._parameters or name in self._buffers):
-            (self._buffers if name in self._buffers else self._parameters)[name] = None
+            params.pop(name, None)
+            buffers.pop(name, None)
+            modules[name] = value
+        elif isinstance(value, Tensor) or (value is None and (name in params or name in buffers)):
+            modules.pop(name, None)
+            (buffers if name in buffers else params)[name] = value
         else:
+            for table in (params, buffers, modules):
+                table.pop(name, None)
             object.__setattr__(self, name, value)
 
     def __getattr__(self, name):
@@ -80,22 +82,20 @@ class Module:
     def modules(self):
         return (m for _, m in self.named_modules())
 
+    def _named(self, table: str, prefix: str, recurse: bool):
+        for mp, m in (self.named_modules(prefix) if recurse else [(prefix, self)]):
+            for n, t in getattr(m, table).items():
+                if t is not None:
+                    yield (f"{mp}.{n}" if mp else n), t
+
     def named_parameters(self, prefix: str = "", recurse: bool = True):
-        mods = self.named_modules(prefix) if recurse else [(prefix, self)]
-        for mp, m in mods:
-            for n, p in m._parameters.items():
-                if p is not None:
-                    yield (f"{mp}.{n}" if mp else n), p
+        return self._named("_parameters", prefix, recurse)
 
     def parameters(self, recurse: bool = True):
         return (p for _, p in self.named_parameters(recurse=recurse))
 
     def named_buffers(self, prefix: str = "", recurse: bool = True):
-        mods = self.named_modules(prefix) if recurse else [(prefix, self)]
-        for mp, m in mods:
-            for n, b in m._buffers.items():
-                if b is not None:
-                    yield (f"{mp}.{n}" if mp else n), b
+        return self._named("_buffers", prefix, recurse)
 
     def buffers(self, recurse: bool = True):
         return (b for _, b in self.named_buffers(recurse=recurse))
@@ -138,16 +138,15 @@ class Module:
         return IncompatibleKeys(sorted(missing), sorted(unexpected))
 
     # --- state ------------------------------------------------------------------------
-    def to(self, *args, **kwargs) -> "Module":
-        """Convert every parameter and buffer (to(dtype) touches floating tensors only)."""
+    def to(self, *args, dtype=None, device=None) -> "Module":
+        """Move every parameter and buffer to `device`; cast the floating ones to `dtype`."""
+        dtype, device = parse_to_args(args, dtype, device)
         for m in self.modules():
             for table in (m._parameters, m._buffers):
                 for n, t in table.items():
-                    if t is None:
-                        continue
-                    if t.dtype.is_floating_point or not any(isinstance(a, D.DType) for a in args) \
-                            and "dtype" not in kwargs:
-                        table[n] = t.to(*args, **kwargs)
+                    if t is not None:
+                        cast = dtype if dtype is not None and t.dtype.is_floating_point else None
+                        table[n] = t.to(dtype=cast, device=device)
         return self
 
     def eval(self) -> "Module":
