@@ -32,8 +32,11 @@ ensure_venv() {
   stamp="$VENV/.installed-$(cat "$ROOT/pyproject.toml" | sha256sum | cut -c1-16)-$extras"
   if [ ! -e "$stamp" ]; then
     echo "setup: installing Python packages into $VENV ($extras)" >&2
-    "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-    "$VENV/bin/python" -m pip install -q -e "$ROOT[$extras]"
+    local log="$VENV/pip-install.log"
+    if ! { "$VENV/bin/python" -m pip install -q --upgrade pip &&
+           "$VENV/bin/python" -m pip install -q -e "$ROOT[$extras]"; } >"$log" 2>&1; then
+      tail -n 30 "$log" >&2; echo "setup: pip install failed (full log: $log)" >&2; exit 1
+    fi
     touch "$stamp"
   fi
 }
