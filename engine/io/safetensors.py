@@ -256,6 +256,12 @@ class ShardedSafetensors(_LazyWeights):
                                    f"(looked for {e.file})", file=self.name) from None
         return self._shards[filename]
 
+    def add_shard(self, filename: str, shard: SafetensorsFile) -> None:
+        """Use an already opened shard (e.g. prefetched over HTTP) for `filename`."""
+        if filename not in self.weight_map.values():
+            raise ValueError(f"{filename!r} is not a shard of {self.name}")
+        self._shards[filename] = shard
+
     def _shard_of(self, name: str) -> SafetensorsFile:
         if name not in self.weight_map:
             raise MissingTensor("no such tensor in the index", file=self.name, tensor=name)

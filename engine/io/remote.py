@@ -1,0 +1,414 @@
+"""Weights over HTTP in two phases: an async prefetch, then the unchanged sync parser.
+
+In the browser fetch and the Cache API are async while the safetensors reader is
+synchronous (and JSPI is not in every browser). So `fetch_safetensors` first downloads
+exactly what the wanted tensors need — each shard's head, then their byte ranges
+coalesced into few Range requests, verified against the site's manifest and cached —
+into `PrefetchedSource`s, and `SafetensorsFile` parses those from memory with every
+validation it applies to a local file. Transport and cache are small async protocols:
+`UrllibTransport` below for CPython, `engine.web.fetch` for the browser.
+
+The cache is used only with a manifest, whose sha256s key and verify its entries
+(engine.io.manifest): a warm load then requests nothing but the index.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import http.client
+import posixpath
+import struct
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..errors import (FetchError, IntegrityError, MissingShard, MissingTensor, SourceNotFound,
+                      WeightsError)
+from .manifest import cache_key, check_header, check_manifest, is_stale, run_digest, tiling
+from .safetensors import (MAX_HEADER_BYTES, SafetensorsFile, ShardedSafetensors, TensorInfo,
+                          _parse_json)
+from .sources import _CONTENT_RANGE, ByteSource
+
+HEAD_BYTES = 64 * 1024          # one request usually holds the whole header
+
+
+class Transport(Protocol):
+    async def get(self, url: str, start: int | None = None, end: int | None = None
+                  ) -> tuple[int, dict[str, str], bytes]:
+        """GET `url`, or bytes [start, end) with `Range: bytes=start-(end-1)`.
+
+        Returns (status, headers with lower-case names, body); raises on network errors.
+        """
+
+
+class CacheStore(Protocol):
+    async def get(self, key: str) -> bytes | None: ...
+    async def put(self, key: str, data: bytes) -> None: ...
+    async def delete(self, key: str) -> None: ...
+    async def keys(self) -> list[str]: ...
+
+
+class PrefetchedSource(ByteSource):
+    """A remote file's size and the spans of it fetched so far, served from memory.
+
+    Reading bytes that were not prefetched is an error, not a hidden request: the
+    sync parser cannot wait for the network.
+    """
+
+    def __init__(self, url: str, size: int | None = None):
+        self.name = url
+        self._size = size
+        self._spans: list[tuple[int, memoryview]] = []     # (offset, bytes), by offset
+
+    def add(self, offset: int, data) -> None:
+        self._spans.append((offset, memoryview(data).cast("B")))
+        self._spans.sort(key=lambda span: span[0])
+
+    def size(self) -> int:
+        if self._size is None:
+            raise FetchError("this file was not prefetched", file=self.name)
+        return self._size
+
+    def _read(self, offset: int, length: int):
+        end = offset + length
+        for start, view in self._spans:
+            if start <= offset and end <= start + view.nbytes:
+                return view[offset - start:end - start]
+        raise FetchError(f"bytes [{offset}, {end}) were not prefetched; name their tensor "
+                         f"in fetch_safetensors(names=...)", file=self.name)
+
+    def read_many(self, ranges: list[tuple[int, int]]) -> list[memoryview]:
+        return [self.read(offset, length) for offset, length in ranges]   # all in memory
+
+    def sibling(self, filename: str) -> "PrefetchedSource":
+        return PrefetchedSource(urllib.parse.urljoin(self.name, urllib.parse.quote(filename)))
+
+
+class _Retry(Exception):
+    """A failed reply worth another attempt."""
+
+
+def _check_reply(url, start, end, probe, size, status, headers, body) -> tuple[bytes, int]:
+    """(body, file size) of a good reply; raise a permanent WeightsError or _Retry."""
+    if status in (404, 410):
+        raise SourceNotFound(f"not found (HTTP {status})", file=url)
+    if start is None:
+        if status != 200:
+            raise _Retry(f"HTTP {status}")
+        return body, len(body)
+    if status == 200:
+        raise FetchError("the server answered a Range request with the whole file (HTTP 200 "
+                         "instead of 206); it must support HTTP Range requests", file=url)
+    content_range = headers.get("content-range", "")
+    match = _CONTENT_RANGE.fullmatch(content_range.strip())
+    if probe and status == 416 and match and match[1] is None and match[3] != "*":
+        return b"", int(match[3])            # an empty file has no byte 0 to send
+    if status != 206:
+        raise _Retry(f"HTTP {status}")
+    if not match or match[1] is None or match[3] == "*":
+        raise _Retry(f"bad Content-Range {content_range!r}")
+    first, last, total = int(match[1]), int(match[2]), int(match[3])
+    want_end = min(end, total) if probe else end           # a probe may pass the end
+    if (first, last + 1) != (start, want_end) or (size is not None and total != size):
+        raise _Retry(f"Content-Range {content_range!r} does not answer bytes={start}-{end - 1}")
+    if len(body) != last + 1 - first:
+        raise _Retry(f"body has {len(body)} of {last + 1 - first} bytes")
+    return body, total
+
+
+@dataclass
+class _Shard:
+    url: str
+    filename: str
+    source: PrefetchedSource
+    file: SafetensorsFile
+    head: bytes                          # bytes [0, len(head)) of the file
+    head_key: str | None = None
+    head_cached: bool = False
+
+    @functools.cached_property
+    def infos(self) -> list[TensorInfo]:
+        return sorted((self.file.info(n) for n in self.file),
+                      key=lambda i: (i.offset, i.nbytes, i.name))
+
+
+@dataclass
+class _Run:
+    shard: _Shard
+    start: int
+    end: int
+    members: list[TensorInfo] = field(default_factory=list)   # the tensors tiling it
+    key: str | None = None
+
+
+async def _gather(coroutines):
+    """asyncio.gather that cancels the rest when one fails, raising its error as is."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+class _Loader:
+    def __init__(self, transport, cache=None, manifest=None, progress=None, *,
+                 coalesce_gap=64 * 1024, max_run_bytes=8 << 20, retries=3, backoff=0.25,
+                 sleep=asyncio.sleep, concurrency=4):
+        self.transport, self.cache, self.manifest = transport, cache, manifest
+        self.progress, self.coalesce_gap, self.max_run = progress, coalesce_gap, max_run_bytes
+        self.retries, self.backoff, self.sleep = retries, backoff, sleep
+        self.limit = asyncio.Semaphore(concurrency)
+        self.stats = {"requests": 0, "network_bytes": 0, "cache_bytes": 0, "runs": 0}
+        self.loaded = self.total = 0
+
+    async def request(self, url, start=None, end=None, *, probe=False, size=None):
+        """(body, file size) of GET `url` or of its bytes [start, end), with retries."""
+        failure = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await self.sleep(self.backoff * 2 ** (attempt - 1))
+            try:
+                async with self.limit:
+                    self.stats["requests"] += 1
+                    status, headers, body = await self.transport.get(url, start, end)
+                self.stats["network_bytes"] += len(body)
+                headers = {k.lower(): v for k, v in (headers or {}).items()}
+                return _check_reply(url, start, end, probe, size, status, headers, bytes(body))
+            except WeightsError:
+                raise
+            except Exception as e:          # network errors and _Retry; not cancellation
+                failure = str(e) if isinstance(e, _Retry) else f"{type(e).__name__}: {e}"
+        what = "" if start is None else f" bytes [{start}, {end})"
+        raise FetchError(f"could not fetch{what}: {failure} (gave up after "
+                         f"{self.retries + 1} attempts)", file=url)
+
+    # a cache that fails (quota, private mode) is a miss, never a failed load
+    async def _cache(self, method, *args):
+        try:
+            return await getattr(self.cache, method)(*args)
+        except Exception:
+            return None
+
+    async def open_shard(self, url: str, filename: str) -> _Shard:
+        entry = (self.manifest or {}).get("files", {}).get(filename)
+        key = cache_key(url, "engine-head", entry["sha256"]) if entry and self.cache else None
+        if key:
+            blob = await self._cache("get", key)
+            if blob is not None:
+                head = bytes(blob[:-32])
+                if hashlib.sha256(head).digest() == bytes(blob[-32:]):
+                    try:
+                        shard = self._parse(url, filename, entry["size"], head)
+                        self.stats["cache_bytes"] += len(head)
+                        shard.head_key, shard.head_cached = key, True
+                        return shard
+                    except WeightsError:
+                        pass
+                await self._cache("delete", key)
+        head, size = await self.request(url, 0, HEAD_BYTES, probe=True)
+        if entry and entry["size"] != size:
+            raise IntegrityError(f"the manifest says {entry['size']} bytes, the server has "
+                                 f"{size}", file=url)
+        if len(head) >= 8:
+            need = 8 + struct.unpack_from("<Q", head)[0]
+            if len(head) < need <= min(size, 8 + MAX_HEADER_BYTES):   # else the parser fails
+                rest, _ = await self.request(url, len(head), need, size=size)
+                head += rest
+        shard = self._parse(url, filename, size, head)
+        shard.head_key = key
+        return shard
+
+    def _parse(self, url, filename, size, head) -> _Shard:
+        source = PrefetchedSource(url, size)
+        source.add(0, head)
+        file = SafetensorsFile(source)       # every header check of the sync reader
+        if self.manifest is not None:
+            check_header(file, filename, self.manifest)
+        return _Shard(url, filename, source, file, head)
+
+    def plan(self, shard: _Shard, names) -> list[_Run]:
+        wanted = sorted((shard.file.info(n) for n in names), key=lambda i: i.offset)
+        spans: list[list[int]] = []
+        for info in wanted:
+            if info.nbytes == 0:
+                continue                    # nothing to fetch
+            if (spans and info.offset <= spans[-1][1] + self.coalesce_gap
+                    and info.offset + info.nbytes - spans[-1][0] <= self.max_run):
+                spans[-1][1] = max(spans[-1][1], info.offset + info.nbytes)
+            else:
+                spans.append([info.offset, info.offset + info.nbytes])
+        infos, runs = shard.infos, []
+        for start, end in spans:
+            run = _Run(shard, start, end, tiling(infos, start, end))
+            if self.manifest is not None and self.cache is not None:
+                run.key = cache_key(shard.url, f"engine-range={start}-{end}",
+                                    run_digest(self.manifest, run.members))
+            runs.append(run)
+        return runs
+
+    def _mismatch(self, run: _Run, data) -> tuple[str | None, str] | None:
+        """(tensor, why) for bytes that are not the run's, or None when they are."""
+        if len(data) != run.end - run.start:
+            return None, f"{len(data)} bytes instead of {run.end - run.start}"
+        if self.manifest is None:
+            return None
+        view = memoryview(data)
+        for m in run.members:
+            want = self.manifest["tensors"][m.name]["sha256"]
+            got = hashlib.sha256(view[m.offset - run.start:m.offset - run.start + m.nbytes])
+            if got.hexdigest() != want:
+                return m.name, f"sha256 {got.hexdigest()} differs from the manifest's {want}"
+        return None
+
+    async def fetch_run(self, run: _Run) -> None:
+        shard = run.shard
+        if run.key:
+            data = await self._cache("get", run.key)
+            if data is not None:
+                if self._mismatch(run, data) is None:
+                    self.stats["cache_bytes"] += len(data)
+                    return self._deliver(run, bytes(data))
+                await self._cache("delete", run.key)       # corrupted: refetch once
+        have = len(shard.head)          # a network probe may already hold the run's start
+        if run.end <= have:
+            data = shard.head[run.start:run.end]
+        else:
+            body, _ = await self.request(shard.url, max(run.start, have), run.end,
+                                         size=shard.source.size())
+            data = shard.head[run.start:have] + body if run.start < have else body
+        bad = self._mismatch(run, data)
+        if bad is not None:
+            raise IntegrityError(f"downloaded bytes [{run.start}, {run.end}) are corrupt: "
+                                 f"{bad[1]}", file=shard.url, tensor=bad[0])
+        if run.key:
+            await self._cache("put", run.key, data)
+        self._deliver(run, data)
+
+    def _deliver(self, run: _Run, data: bytes) -> None:
+        run.shard.source.add(run.start, data)
+        self.loaded += len(data)
+        if self.progress is not None:
+            self.progress(self.loaded, self.total)
+
+    async def load(self, plan: list[tuple[_Shard, list[str]]]) -> None:
+        runs = [run for shard, names in plan for run in self.plan(shard, names)]
+        self.stats["runs"] = len(runs)
+        self.total = sum(run.end - run.start for run in runs)
+        if self.progress is not None:
+            self.progress(0, self.total)
+        await _gather(self.fetch_run(run) for run in runs)
+        if self.cache is None or self.manifest is None:
+            return
+        for shard, _ in plan:               # only now: a header that led to bad data is not kept
+            if shard.head_key and not shard.head_cached:
+                header = shard.head[:8 + struct.unpack_from("<Q", shard.head)[0]]
+                await self._cache("put", shard.head_key,
+                                  header + hashlib.sha256(header).digest())
+        await self.prune([shard for shard, _ in plan])
+
+    async def prune(self, shards: list[_Shard]) -> None:
+        """Delete the entries of these shards that no longer hold current bytes."""
+        for key in await self._cache("keys") or []:
+            for shard in shards:
+                if is_stale(key, shard.url, shard.filename, shard.infos, self.manifest):
+                    await self._cache("delete", key)
+
+
+async def fetch_safetensors(url: str, *, transport: Transport, names=None,
+                            manifest: dict | None = None, cache: CacheStore | None = None,
+                            progress=None, coalesce_gap: int = 64 * 1024,
+                            max_run_bytes: int = 8 << 20, retries: int = 3, backoff: float = 0.25,
+                            sleep=asyncio.sleep, concurrency: int = 4):
+    """Prefetch the tensors `names` (all by default) of a .safetensors URL or an index URL.
+
+    Returns a `SafetensorsFile` or `ShardedSafetensors` whose wanted tensors read from
+    memory, with `.fetch_stats` {"requests", "network_bytes", "cache_bytes", "runs"}.
+    With a manifest every fetched tensor is checked against its sha256 and the cache
+    is used; `progress(loaded_bytes, total_bytes)` is called as tensor bytes arrive.
+    Wanted tensors at most `coalesce_gap` apart share a request, up to `max_run_bytes`
+    per request (a bigger tensor gets one of its own), at most `concurrency` at a time.
+    """
+    if manifest is not None:
+        check_manifest(manifest, "manifest")
+    loader = _Loader(transport, cache, manifest, progress, coalesce_gap=coalesce_gap,
+                     max_run_bytes=max_run_bytes, retries=retries, backoff=backoff, sleep=sleep,
+                     concurrency=concurrency)
+    wanted = None if names is None else list(dict.fromkeys(names))
+    if urllib.parse.urlsplit(url).path.endswith(".json"):      # an index
+        body, _ = await loader.request(url)
+        index = PrefetchedSource(url, len(body))
+        index.add(0, body)
+        weights = ShardedSafetensors(index)
+        wanted = list(weights.weight_map) if wanted is None else wanted
+        groups: dict[str, list[str]] = {}
+        for name in wanted:
+            if name not in weights.weight_map:
+                raise MissingTensor("no such tensor in the index", file=url, tensor=name)
+            groups.setdefault(weights.weight_map[name], []).append(name)
+
+        async def open_shard(filename):
+            shard_url = index.sibling(filename).name
+            try:
+                return await loader.open_shard(shard_url, filename)
+            except SourceNotFound:
+                raise MissingShard(f"shard {filename!r} named in the index does not exist "
+                                   f"(looked for {shard_url})", file=url) from None
+        shards = await _gather(open_shard(filename) for filename in groups)
+        for shard in shards:
+            weights.add_shard(shard.filename, shard.file)
+        plan = [(shard, groups[shard.filename]) for shard in shards]
+    else:
+        filename = urllib.parse.unquote(posixpath.basename(urllib.parse.urlsplit(url).path))
+        shard = await loader.open_shard(url, filename)
+        weights = shard.file
+        plan = [(shard, list(weights) if wanted is None else wanted)]
+    for name in wanted or ():
+        weights.info(name)          # MissingTensor before any tensor byte is fetched
+    await loader.load(plan)
+    weights.fetch_stats = loader.stats
+    return weights
+
+
+async def fetch_manifest(url: str, transport: Transport, *, retries: int = 3,
+                         backoff: float = 0.25, sleep=asyncio.sleep) -> dict:
+    """GET and validate a weights manifest (the format: buildtools/convert.py)."""
+    loader = _Loader(transport, retries=retries, backoff=backoff, sleep=sleep)
+    body, _ = await loader.request(url)
+    doc = _parse_json(body, url, "manifest")
+    check_manifest(doc, url)
+    return doc
+
+
+class UrllibTransport:
+    """`Transport` for CPython: urllib in a worker thread (not for Pyodide: no threads)."""
+
+    def __init__(self, timeout: float = 60.0):
+        self.timeout = timeout
+
+    async def get(self, url, start=None, end=None):
+        return await asyncio.to_thread(self._get, url, start, end)
+
+    def _get(self, url, start, end):
+        headers = {"Accept-Encoding": "identity"}      # ranges address the raw bytes
+        if start is not None:
+            headers["Range"] = f"bytes={start}-{end - 1}"
+        request = urllib.request.Request(url, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                lower = {k.lower(): v for k, v in response.headers.items()}
+                # a 200 to a Range request is the whole file: do not download it to fail
+                skip = start is not None and response.status != 206
+                return response.status, lower, b"" if skip else response.read()
+        except urllib.error.HTTPError as e:
+            try:
+                return e.code, {k.lower(): v for k, v in e.headers.items()}, b""
+            finally:
+                e.close()
+        except http.client.HTTPException as e:   # IncompleteRead, BadStatusLine...
+            raise ConnectionError(f"{type(e).__name__}: {e}") from None
