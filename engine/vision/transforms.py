@@ -64,8 +64,8 @@ def _coefficients(in_size: int, out_size: int, filter: str, antialias: bool):
     filterscale = max(scale, 1.0) if antialias else 1.0
     support *= filterscale
     center = (np.arange(out_size) + 0.5) * scale
-    first = np.maximum(np.trunc(center - support + 0.5), 0).astype(np.int64)
-    last = np.minimum(np.trunc(center + support + 0.5), in_size).astype(np.int64)
+    first = np.maximum(np.trunc(center - support + 0.5), 0).astype(np.intp)   # intp: int32 on wasm32
+    last = np.minimum(np.trunc(center + support + 0.5), in_size).astype(np.intp)
     ksize = max(1, int((last - first).max()))
     taps = first[:, None] + np.arange(ksize)
     weights = kernel((taps - center[:, None] + 0.5) * (1.0 / filterscale))
@@ -80,7 +80,7 @@ def _nearest_indices(in_size: int, out_size: int) -> np.ndarray:
     # by repeated addition; cumsum adds sequentially too, so the indices agree exactly.
     scale = in_size / out_size
     coords = np.cumsum(np.concatenate([[scale * 0.5], np.full(out_size - 1, scale)]))
-    return np.minimum(coords.astype(np.int64), in_size - 1)
+    return np.minimum(coords.astype(np.intp), in_size - 1)
 
 
 def resize_weights(in_size: int, out_size: int, filter: str = "bilinear", *,

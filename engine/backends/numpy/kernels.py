@@ -63,7 +63,7 @@ def _index_select(a, index, *, dtype, axis):
     if index.size and (index.min() < -n or index.max() >= n):
         bad = index[(index < -n) | (index >= n)][0]
         raise IndexError(f"index {int(bad)} is out of range for dimension {axis} of size {n}")
-    return np.take(a, index, axis=axis)
+    return np.take(a, index.astype(np.intp, copy=False), axis=axis)   # intp is 32-bit on wasm32
 
 
 def _conv2d(x, w, *, dtype, stride, dilation, groups):
