@@ -48,6 +48,18 @@ class DigitClassification:
         from .tensor import from_numpy
         return self.model(from_numpy(np.ascontiguousarray(batch, np.float32), self.device)).numpy()
 
+    def probabilities(self, images) -> np.ndarray:
+        """(N, 10) class probabilities for a list of images."""
+        logits = self.logits(self.preprocess(images))
+        shifted = np.exp(logits - logits.max(1, keepdims=True))
+        return shifted / shifted.sum(1, keepdims=True)
+
+    def to(self, device: str) -> "DigitClassification":
+        """Move the model to another backend (weights are not downloaded again)."""
+        self.model.to(device)
+        self.device = device
+        return self
+
     def __call__(self, inputs, top_k: int = 5):
         """One image -> its predictions; a list of images -> a list of predictions."""
         single = not isinstance(inputs, (list, tuple))
@@ -56,10 +68,7 @@ class DigitClassification:
             return []
         if not 1 <= top_k <= 10:
             raise InputError(f"top_k must be between 1 and 10, got {top_k}")
-        logits = self.logits(self.preprocess(items))
-        shifted = np.exp(logits - logits.max(1, keepdims=True))
-        probs = shifted / shifted.sum(1, keepdims=True)
-        results = [_top(p, self._mnist.LABELS, top_k) for p in probs]
+        results = [_top(p, self._mnist.LABELS, top_k) for p in self.probabilities(items)]
         return results[0] if single else results
 
 

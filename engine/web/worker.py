@@ -1,0 +1,111 @@
+"""The inference worker's Python side (runs in Pyodide inside web/worker.js).
+
+worker.js calls these functions and posts their results to the page. Every
+result is a JSON string so nothing depends on proxy lifetimes. The model code,
+preprocessing and weight parsing are the same as natively; only fetching
+(engine.web.fetch) touches the browser.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+
+MODELS = {"digit-classification": "models/mnist_cnn/"}
+_state: dict = {"device": None, "pipelines": {}, "stats": {}, "namespace": None}
+
+
+def devices() -> str:
+    from engine import available_devices
+    return json.dumps(available_devices())
+
+
+async def load(task: str, device: str | None, base_url: str, progress=None) -> str:
+    """Fetch (lazily, by Range, cache-first) and build the pipeline for `task`."""
+    from engine.io.remote import fetch_manifest, fetch_safetensors
+    from engine.pipelines import TASKS
+    from engine.web.fetch import CacheApiStore, JsFetchTransport
+
+    folder = base_url + MODELS[task]
+    transport, cache = JsFetchTransport(), CacheApiStore()
+    t0 = time.perf_counter()
+    manifest = await fetch_manifest(folder + "manifest.json", transport)
+    report = (lambda loaded, total: progress(loaded, total)) if progress is not None else None
+    weights = await fetch_safetensors(folder + manifest["index"], transport=transport, manifest=manifest,
+                                      cache=cache, progress=report)
+    pipe = TASKS[task](device=device, weights=weights)
+    _state["pipelines"][task] = pipe
+    _state["device"] = pipe.device or "numpy"
+    stats = dict(getattr(weights, "fetch_stats", {}), ms=round((time.perf_counter() - t0) * 1e3, 1),
+                 total_bytes=manifest["total_bytes"])
+    _state["stats"][task] = stats
+    return json.dumps({"task": task, "device": _state["device"], "weights": stats})
+
+
+def pipeline(task: str = "digit-classification"):
+    """The loaded pipeline for `task` (for engine.run(...) at the console and in tests)."""
+    return _state["pipelines"][task]
+
+
+def set_device(device: str) -> str:
+    for pipe in _state["pipelines"].values():
+        pipe.to(device)
+    _state["device"] = device
+    return json.dumps({"device": device})
+
+
+def predict_digit(pixels, width: int, height: int) -> str:
+    """RGBA canvas pixels (a JS Uint8ClampedArray) -> the 10 probabilities and timing."""
+    pipe = _state["pipelines"]["digit-classification"]
+    image = np.frombuffer(pixels.to_py() if hasattr(pixels, "to_py") else pixels, np.uint8)
+    image = image.reshape(int(height), int(width), 4)
+    t0 = time.perf_counter()
+    batch = pipe.preprocess([image])                     # (1, 1, 28, 28)
+    blank = not batch.any()
+    probs = pipe.probabilities([image])[0] if not blank else np.zeros(10)
+    ms = (time.perf_counter() - t0) * 1e3
+    return json.dumps({"probs": [round(float(p), 6) for p in probs], "blank": blank,
+                       "prediction": None if blank else str(int(np.argmax(probs))),
+                       "ms": round(ms, 2), "device": _state["device"]})
+
+
+def bench_digit(repeat: int = 20, batches=(1, 16)) -> str:
+    """Median MNIST inference time per batch size on the current device."""
+    pipe = _state["pipelines"]["digit-classification"]
+    rng = np.random.default_rng(0)
+    out = {}
+    for batch in batches:
+        x = rng.random((batch, 1, 28, 28), dtype=np.float32)
+        pipe.logits(x)                                   # warm-up
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            pipe.logits(x)
+            times.append((time.perf_counter() - t0) * 1e3)
+        out[f"batch{batch}_ms"] = round(float(np.median(times)), 3)
+    return json.dumps({"device": _state["device"], **out})
+
+
+async def run(source: str) -> str:
+    """Run Python source in the worker; the value of its last expression, as JSON.
+
+    Raises with the Python error text on failure (worker.js rejects with it).
+    """
+    from pyodide.code import eval_code_async
+    if _state["namespace"] is None:
+        import engine
+        _state["namespace"] = {"__name__": "__engine_console__", "engine": engine, "np": np}
+    value = await eval_code_async(source, globals=_state["namespace"])
+    return json.dumps(value, default=_jsonable)
+
+
+def _jsonable(value):
+    from engine import Tensor
+    if isinstance(value, Tensor):
+        return value.tolist()
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.tolist()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    return repr(value)

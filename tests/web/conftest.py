@@ -1,0 +1,171 @@
+"""Browser tests: build the site once, serve it (dev server and nginx), drive Debian's Chromium.
+
+Chromium, nginx and Playwright are installed by scripts/test.sh. When one is missing the
+tests skip saying why, except under CI (CI=true), where a missing tool is a failure.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+def need(condition: bool, why: str) -> None:
+    if condition:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{why} (CI must provide it: see scripts/test.sh)")
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory) -> Path:
+    """The built site, in a temp folder (uses the download cache in .cache/)."""
+    out = tmp_path_factory.mktemp("site") / "dist"
+    r = subprocess.run([sys.executable, "build.py", "--out", str(out)], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return out
+
+
+class Served:
+    def __init__(self, url: str, root: Path, stop):
+        self.url, self.root, self.stop = url, root, stop
+
+
+def start_dev_server(root: Path, isolation: bool = True) -> Served:
+    from buildtools.devserver import make_server
+    server = make_server(root, port=0, isolation=isolation)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+
+    def stop():
+        server.shutdown()
+        server.server_close()
+    return Served(f"http://127.0.0.1:{server.server_port}/", root, stop)
+
+
+def start_nginx(root: Path, tmp: Path) -> Served:
+    from buildtools.nginx import nginx_command, render_nginx_conf
+    need(shutil.which("nginx") is not None or Path("/usr/sbin/nginx").exists(), "nginx is not installed")
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tmp.mkdir(parents=True, exist_ok=True)
+    conf = tmp / "nginx.conf"
+    # pytest's temp folders are readable by root only: let the workers run as root too
+    conf.write_text(render_nginx_conf(root, port, tmp, user="root" if os.geteuid() == 0 else None))
+    binary = shutil.which("nginx") or "/usr/sbin/nginx"
+    proc = subprocess.Popen(nginx_command(conf, tmp, binary), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    import time
+    import urllib.request
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/index.html", timeout=1).read()
+            break
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"nginx exited: {proc.stdout.read().decode()}")
+            time.sleep(0.05)
+
+    def stop():
+        proc.terminate()
+        proc.wait(10)
+    return Served(f"http://127.0.0.1:{port}/", root, stop)
+
+
+@pytest.fixture(scope="session")
+def dev_server(site):
+    served = start_dev_server(site)
+    yield served
+    served.stop()
+
+
+@pytest.fixture(scope="session")
+def nginx_server(site, tmp_path_factory):
+    served = start_nginx(site, tmp_path_factory.mktemp("nginx"))
+    yield served
+    served.stop()
+
+
+@pytest.fixture(params=["dev", "nginx"])
+def server(request):
+    """Each test using this runs against both static servers."""
+    return request.getfixturevalue(f"{request.param}_server")
+
+
+@pytest.fixture(scope="session")
+def browser():
+    need(Path(CHROMIUM).exists(), f"Debian chromium is not installed at {CHROMIUM}")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        need(False, "the playwright package is not installed")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+class Session:
+    """A fresh browser context (empty caches) that records what the page does."""
+
+    def __init__(self, browser, base_url: str, viewport=None):
+        self.context = browser.new_context(viewport=viewport or {"width": 1200, "height": 900})
+        self.page = self.context.new_page()
+        self.base_url = base_url
+        self.console_errors: list[str] = []
+        self.responses: list = []
+        self.requests: list[str] = []
+        self.page.on("console", lambda m: m.type == "error" and self.console_errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.console_errors.append(f"page error: {e}"))
+        self.context.on("request", lambda r: self.requests.append(r.url))
+        self.context.on("response", lambda r: self.responses.append(r))
+
+    def open(self, path: str = "index.html", ready: bool = True, timeout: float = 90_000):
+        self.page.goto(self.base_url + path)
+        if ready:
+            self.wait_ready(timeout)
+        return self.page
+
+    def wait_ready(self, timeout: float = 90_000):
+        self.page.wait_for_function(
+            "document.body.dataset.ready === 'true' || "
+            "document.querySelector('[data-testid=engine-status]')?.textContent === 'error'", timeout=timeout)
+        status = self.page.text_content("[data-testid=engine-status]")
+        assert status == "ready", f"engine status {status!r}: {self.page.text_content('#error-text')}"
+
+    def run(self, source: str):
+        """window.engine.run(source) in the inference worker."""
+        return self.page.evaluate("(src) => window.engine.run(src)", source)
+
+    def foreign_requests(self) -> list[str]:
+        origin = urlsplit(self.base_url).netloc
+        return [u for u in self.requests if not u.startswith(("data:", "blob:")) and urlsplit(u).netloc != origin]
+
+    def close(self):
+        self.context.close()
+
+
+@pytest.fixture
+def session_factory(browser):
+    made = []
+
+    def make(base_url: str, **kw) -> Session:
+        s = Session(browser, base_url, **kw)
+        made.append(s)
+        return s
+    yield make
+    for s in made:
+        s.close()

@@ -1,0 +1,184 @@
+"""The page logic (PyScript, main thread): drawing, status, results.
+
+Inference never runs here: it runs in the worker behind window.engineClient
+(engine-client.js), so drawing stays smooth while the model computes.
+"""
+import asyncio
+
+import js
+from pyodide.ffi import create_proxy, to_js
+
+document = js.document
+client = js.window.engineClient
+canvas = document.getElementById("digit-canvas")
+ctx = canvas.getContext("2d", to_js({"willReadFrequently": True}, dict_converter=js.Object.fromEntries))
+STAGES = ["pyodide", "numpy", "engine", "weights"]
+PEN_WIDTH = 20                                   # canvas pixels at 280 x 280
+
+
+def by_id(name):
+    return document.getElementById(name)
+
+
+def megabytes(n):
+    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.0f} kB"
+
+
+# --- engine status ----------------------------------------------------------------------
+seen = {"status": None}
+
+
+def show_state(snapshot):
+    status = snapshot.status
+    by_id("engine-status").textContent = status
+    for stage in STAGES:
+        p = getattr(snapshot.progress, stage)
+        row = document.querySelector(f'.stage[data-stage="{stage}"]')
+        bar = row.querySelector("progress")
+        bar.value = p.loaded / p.total if p.total else (1 if status == "ready" else 0)
+        row.querySelector(".bytes").textContent = f"{megabytes(p.loaded)} / {megabytes(p.total)}" if p.total else ""
+    by_id("error-box").hidden = status != "error"
+    if status == "error":
+        by_id("error-text").textContent = f"The engine could not start: {snapshot.error}"
+    if status == "ready" and seen["status"] != "ready":
+        became_ready(snapshot.info)
+    seen["status"] = status
+
+
+def became_ready(info):
+    select = by_id("backend-select")
+    select.innerHTML = ""
+    for name in info.devices:
+        option = document.createElement("option")
+        option.value = option.textContent = name
+        select.appendChild(option)
+    select.value = info.device
+    select.disabled = False
+    note = by_id("backend-note")
+    requested = info.requested
+    note.hidden = requested in ("auto", info.device)
+    note.textContent = f"backend {requested!r} is not available here; using {info.device}"
+    by_id("isolation").textContent = ("cross-origin isolated: precise timers" if info.crossOriginIsolated
+                                      else "not cross-origin isolated: coarse timers")
+    document.body.dataset.ready = "true"
+    schedule_prediction()
+
+
+def retry(event=None):
+    document.body.dataset.ready = "false"
+    client.restart(js.URLSearchParams.new(js.location.search).get("backend") or "auto")
+
+
+# --- drawing ----------------------------------------------------------------------------
+drawing = {"active": False, "last": None}
+
+
+def clear_canvas(event=None):
+    ctx.fillStyle = "#fff"
+    ctx.fillRect(0, 0, canvas.width, canvas.height)
+    show_result(None)
+
+
+def point(event):
+    rect = canvas.getBoundingClientRect()
+    return ((event.clientX - rect.left) * canvas.width / rect.width,
+            (event.clientY - rect.top) * canvas.height / rect.height)
+
+
+def segment(a, b):
+    ctx.beginPath()
+    ctx.moveTo(*a)
+    ctx.lineTo(*b)
+    ctx.stroke()
+
+
+def on_pointer_down(event):
+    event.preventDefault()
+    canvas.setPointerCapture(event.pointerId)
+    ctx.strokeStyle, ctx.lineWidth, ctx.lineCap, ctx.lineJoin = "#000", PEN_WIDTH, "round", "round"
+    drawing["active"] = True
+    drawing["last"] = point(event)
+    segment(drawing["last"], drawing["last"])
+    schedule_prediction()
+
+
+def on_pointer_move(event):
+    if not drawing["active"]:
+        return
+    events = event.getCoalescedEvents() if hasattr(event, "getCoalescedEvents") else [event]
+    for e in events or [event]:
+        p = point(e)
+        segment(drawing["last"], p)
+        drawing["last"] = p
+    schedule_prediction()
+
+
+def on_pointer_up(event):
+    drawing["active"] = False
+    schedule_prediction()
+
+
+# --- prediction (debounced, never two at once) --------------------------------------------
+pending = {"timer": None, "running": False, "dirty": False}
+
+
+def schedule_prediction():
+    if document.body.dataset.ready != "true":
+        return
+    pending["dirty"] = True
+    if pending["timer"] is None and not pending["running"]:
+        pending["timer"] = js.setTimeout(run_prediction_proxy, 120)
+
+
+def run_prediction():
+    pending["timer"] = None
+    asyncio.ensure_future(predict())
+
+
+async def predict():
+    pending["running"], pending["dirty"] = True, False
+    try:
+        image = ctx.getImageData(0, 0, canvas.width, canvas.height)
+        show_result(await client.predictDigit(image))
+    except Exception as e:                      # the worker reports errors as JS Errors
+        by_id("digit-prediction").textContent = "error"
+        by_id("digit-time-ms").textContent = str(e)
+    finally:
+        pending["running"] = False
+    if pending["dirty"]:
+        schedule_prediction()
+
+
+def show_result(result):
+    bars = by_id("digit-probs")
+    probs = list(result.probs) if result is not None else [0.0] * 10
+    blank = result is None or result.blank
+    best = max(range(10), key=lambda d: probs[d])
+    bars.innerHTML = "".join(
+        f'<li data-digit="{d}" data-prob="{p:.6f}" class="{"top" if d == best and not blank else ""}">'
+        f'<span>{d}</span><span class="bar" style="width:{p * 100:.1f}%"></span>'
+        f'<span class="pct">{p * 100:.1f}%</span></li>' for d, p in enumerate(probs))
+    by_id("digit-prediction").textContent = "–" if blank else result.prediction
+    by_id("digit-time-ms").textContent = "–" if result is None else f"{result.ms:.1f}"
+    by_id("digit-backend").textContent = "–" if result is None else result.device
+
+
+async def change_backend(event):
+    name = event.target.value
+    url = js.URL.new(js.location.href)
+    url.searchParams.set("backend", name)
+    js.history.replaceState(None, "", url.href)
+    await client.setBackend(name)
+    schedule_prediction()
+
+
+run_prediction_proxy = create_proxy(run_prediction)
+canvas.addEventListener("pointerdown", create_proxy(on_pointer_down))
+canvas.addEventListener("pointermove", create_proxy(on_pointer_move))
+canvas.addEventListener("pointerup", create_proxy(on_pointer_up))
+canvas.addEventListener("pointercancel", create_proxy(on_pointer_up))
+by_id("digit-clear").addEventListener("click", create_proxy(clear_canvas))
+by_id("retry").addEventListener("click", create_proxy(retry))
+by_id("backend-select").addEventListener("change", create_proxy(lambda e: asyncio.ensure_future(change_backend(e))))
+clear_canvas()
+client.subscribe(create_proxy(show_state))

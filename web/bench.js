@@ -1,0 +1,42 @@
+// The browser benchmark: cold-start stages, bytes fetched, MNIST inference per backend.
+// Writes one JSON object into [data-testid=bench-results] when done.
+import { EngineClient } from "./engine-client.js";
+
+const params = new URLSearchParams(location.search);
+const repeat = Number(params.get("repeat")) || 20;
+const out = document.getElementById("bench-results");
+const status = document.getElementById("bench-status");
+
+async function main() {
+  const start = performance.now();
+  const client = new EngineClient();
+  const state = await client.init(params.get("backend") || "auto");
+  if (state.status !== "ready") throw new Error(state.error);
+  const info = state.info;
+  const results = {
+    user_agent: navigator.userAgent,
+    cross_origin_isolated: self.crossOriginIsolated === true,
+    cold_start_ms: { ...roundAll(info.timings), total: round(performance.now() - start) },
+    weights: info.weights,
+    worker_downloads: await client.call("resources"),
+    mnist: {},
+  };
+  for (const device of info.devices) {
+    await client.setBackend(device);
+    results.mnist[device] = await client.benchDigit(repeat);
+  }
+  return results;
+}
+
+const round = (x) => Math.round(x * 10) / 10;
+const roundAll = (o) => Object.fromEntries(Object.entries(o).map(([k, v]) => [k, round(v)]));
+
+main().then((results) => {
+  out.textContent = JSON.stringify(results, null, 2);
+  status.textContent = "done";
+  document.body.dataset.done = "true";
+}).catch((err) => {
+  out.textContent = JSON.stringify({ error: String(err.message || err) });
+  status.textContent = "failed";
+  document.body.dataset.done = "true";
+});

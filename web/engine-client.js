@@ -1,0 +1,86 @@
+// The page's handle on the inference worker: promise-based calls, progress state,
+// restart after a failure. Exposed as window.engineClient (for the Python page
+// logic) and window.engine.run(source) (for people at the console and for tests).
+const STAGE_NAMES = ["pyodide", "numpy", "engine", "weights"];
+
+class EngineClient {
+  constructor(workerUrl = new URL("worker.js", import.meta.url).href) {
+    this.workerUrl = workerUrl;
+    this.listeners = new Set();
+    this.start();
+  }
+
+  start() {
+    this.nextId = 1;
+    this.pending = new Map();
+    this.progress = Object.fromEntries(STAGE_NAMES.map((s) => [s, { loaded: 0, total: 0 }]));
+    this.state = { status: "starting", error: null, info: null };
+    this.worker = new Worker(this.workerUrl);
+    this.worker.onmessage = (e) => this.receive(e.data);
+    this.worker.onerror = (e) => this.fail(new Error(`worker failed: ${e.message || "could not start"}`));
+  }
+
+  receive(message) {
+    if (message.type === "progress") {
+      this.progress[message.stage] = { loaded: message.loaded, total: message.total };
+      this.emit();
+      return;
+    }
+    const waiter = this.pending.get(message.id);
+    if (!waiter) return;
+    this.pending.delete(message.id);
+    if (message.ok) waiter.resolve(message.result);
+    else waiter.reject(new Error(message.error));
+  }
+
+  fail(error) {
+    for (const waiter of this.pending.values()) waiter.reject(error);
+    this.pending.clear();
+    this.state = { ...this.state, status: "error", error: error.message };
+    this.emit();
+  }
+
+  call(cmd, fields = {}, transfer = []) {
+    return new Promise((resolve, reject) => {
+      const id = this.nextId++;
+      this.pending.set(id, { resolve, reject });
+      this.worker.postMessage({ id, cmd, ...fields }, transfer);
+    });
+  }
+
+  async init(backend) {
+    this.state = { status: "loading", error: null, info: null };
+    this.emit();
+    try {
+      const info = await this.call("init", { backend });
+      this.state = { status: "ready", error: null, info };
+    } catch (err) {
+      this.state = { status: "error", error: err.message, info: null };
+    }
+    this.emit();
+    return this.state;
+  }
+
+  restart(backend) {
+    this.worker.terminate();
+    this.fail(new Error("restarted"));
+    this.start();
+    return this.init(backend);
+  }
+
+  predictDigit(imageData) {
+    const pixels = new Uint8ClampedArray(imageData.data);     // a copy we can transfer
+    return this.call("predictDigit", { pixels, width: imageData.width, height: imageData.height },
+                     [pixels.buffer]);
+  }
+
+  setBackend(backend) { return this.call("setBackend", { backend }); }
+  benchDigit(repeat) { return this.call("benchDigit", { repeat }); }
+  run(source) { return this.call("run", { source }); }
+
+  subscribe(fn) { this.listeners.add(fn); fn(this.snapshot()); return () => this.listeners.delete(fn); }
+  snapshot() { return { ...this.state, progress: this.progress }; }
+  emit() { const s = this.snapshot(); for (const fn of this.listeners) fn(s); }
+}
+
+export { EngineClient, STAGE_NAMES };

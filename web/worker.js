@@ -1,0 +1,111 @@
+// The inference worker: boots Pyodide + NumPy + the engine wheel, then runs the
+// Python in engine/web/worker.py for the page. Messages in: {id, cmd, ...};
+// out: {id, ok, result | error} and {type: "progress", stage, loaded, total}.
+"use strict";
+
+const BASE = new URL(".", self.location).href;
+importScripts(BASE + "pyodide/pyodide.js");
+
+let pyodide = null;
+let api = null;
+const timings = {};
+
+// Report download progress per stage by watching the runtime's own fetches.
+const STAGES = [
+  [/\/pyodide\/(pyodide\.asm\.wasm|python_stdlib\.zip)$/, "pyodide"],
+  [/\/pyodide\/numpy-[^/]*\.whl$/, "numpy"],
+  [/\/pyodide\/engine-[^/]*\.whl$/, "engine"],
+];
+const progress = {};
+function report(stage, url, loaded, total) {
+  const p = (progress[stage] ||= {});
+  p[url] = [loaded, total];
+  let sumLoaded = 0, sumTotal = 0;
+  for (const [l, t] of Object.values(p)) { sumLoaded += l; sumTotal += t; }
+  self.postMessage({ type: "progress", stage, loaded: sumLoaded, total: sumTotal });
+}
+const realFetch = self.fetch.bind(self);
+self.fetch = async (input, init) => {
+  const response = await realFetch(input, init);
+  const url = input instanceof Request ? input.url : String(input);
+  const match = STAGES.find(([re]) => re.test(new URL(url, BASE).pathname));
+  if (!match || !response.ok || !response.body) return response;
+  const stage = match[1];
+  const total = Number(response.headers.get("Content-Length")) || 0;
+  let loaded = 0;
+  const reader = response.body.getReader();
+  const counted = new ReadableStream({
+    async pull(controller) {
+      const { done, value } = await reader.read();
+      if (done) { report(stage, url, total || loaded, total || loaded); controller.close(); return; }
+      loaded += value.byteLength;
+      report(stage, url, loaded, total);
+      controller.enqueue(value);
+    },
+    cancel(reason) { reader.cancel(reason); },
+  });
+  return new Response(counted, { status: response.status, statusText: response.statusText,
+                                 headers: response.headers });
+};
+
+async function boot(backend) {
+  let t = performance.now();
+  pyodide = await loadPyodide({ indexURL: BASE + "pyodide/" });
+  timings.pyodide_ms = performance.now() - t;
+  t = performance.now();
+  await pyodide.loadPackage("numpy", { messageCallback: () => {} });
+  timings.numpy_ms = performance.now() - t;
+  t = performance.now();
+  await pyodide.loadPackage("engine", { messageCallback: () => {} });
+  api = pyodide.pyimport("engine.web.worker");
+  timings.engine_ms = performance.now() - t;
+  const devices = JSON.parse(api.devices());
+  const device = devices.includes(backend) ? backend : devices[0];
+  t = performance.now();
+  const weights = (loaded, total) =>
+    self.postMessage({ type: "progress", stage: "weights", loaded, total });
+  const info = JSON.parse(await api.load("digit-classification", device, BASE, weights));
+  timings.weights_ms = performance.now() - t;
+  return { devices, requested: backend, device: info.device, weights: info.weights, timings,
+           crossOriginIsolated: self.crossOriginIsolated === true };
+}
+
+const COMMANDS = {
+  init: (m) => boot(m.backend),
+  predictDigit: (m) => JSON.parse(api.predict_digit(m.pixels, m.width, m.height)),
+  setBackend: (m) => JSON.parse(api.set_device(m.backend)),
+  benchDigit: (m) => JSON.parse(api.bench_digit(m.repeat || 20)),
+  run: async (m) => JSON.parse(await api.run(m.source)),
+  resources: () => resourceBytes(),
+};
+
+// What this worker downloaded (its own resource timing; the page has its own).
+function resourceBytes() {
+  const entries = performance.getEntriesByType("resource");
+  const sum = (key) => entries.reduce((n, e) => n + (e[key] || 0), 0);
+  return { requests: entries.length, transfer_bytes: sum("transferSize"), body_bytes: sum("encodedBodySize") };
+}
+
+self.onmessage = async (event) => {
+  const message = event.data;
+  try {
+    const command = COMMANDS[message.cmd];
+    if (!command) throw new Error(`unknown command ${message.cmd}`);
+    if (!["init", "resources"].includes(message.cmd) && !api) throw new Error("the engine is not loaded yet");
+    const result = await command(message);
+    self.postMessage({ id: message.id, ok: true, result });
+  } catch (err) {
+    // Python errors arrive as PythonError whose message is the traceback; keep its last line(s)
+    self.postMessage({ id: message.id, ok: false, error: pythonErrorText(err) });
+  }
+};
+
+function pythonErrorText(err) {
+  const text = String((err && err.message) || err);
+  if (err && err.type) {                         // a pyodide.ffi.PythonError
+    const lines = text.trim().split("\n");
+    const at = lines.findIndex((l) => l.startsWith(err.type));
+    return (at >= 0 ? lines.slice(at) : lines.slice(-1)).join("\n");
+  }
+  return text;
+}
