@@ -82,6 +82,7 @@ def test_page_answers_while_a_long_inference_runs(dev_server, session_factory):
 
 
 def test_browser_logits_equal_native(dev_server, session_factory, mnist):
+    import engine
     from models import mnist_cnn
     images, _, _, held = mnist
     x = images[held[:12], None].astype(np.float32)
