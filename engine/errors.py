@@ -86,3 +86,7 @@ class FetchError(WeightsError):
 
 class SourceNotFound(FetchError, FileNotFoundError):
     """The file or URL does not exist (so callers can tell it from a broken one)."""
+
+
+class UnsafePickle(WeightsError):
+    """A pickled checkpoint asks for a global outside the allowlist; nothing of it ran."""
