@@ -15,8 +15,8 @@ from ..functions import *  # noqa: F401,F403  (F.cat, F.softmax, ... as in one n
 from ..functions import (_floating, _scalar, add, amax, cast, div, exp, erf, index_select, masked_fill, matmul,
                          maximum, mean, minimum, mul, reciprocal, rsqrt, sigmoid, softmax, sqrt, sub, sum, tanh,
                          where)
-from ..functions import _run
-from ..layout import normalize_dim
+from ..functions import _run, _run_fused
+from ..layout import Layout, normalize_dim
 from ..ops import Op
 from ..tensor import Tensor, _from_raw
 
@@ -235,7 +235,12 @@ def batch_norm(input: Tensor, running_mean: Tensor, running_var: Tensor, weight:
         scale = mul(scale, weight)
     shift = mul(running_mean, scale)
     shift = sub(bias, shift) if bias is not None else mul(shift, -1.0)
-    return add(mul(_floating(input), scale.reshape(shape)), shift.reshape(shape))
+    x = _floating(input)
+    scale, shift = scale.reshape(shape), shift.reshape(shape)
+    if x._backend.fused.get("mul_add") is not None and scale.dtype is x.dtype and shift.dtype is x.dtype:
+        buf, out_shape = x._backend.run_fused("mul_add", [x, scale, shift], x.dtype, {})[0]
+        return Tensor(buf, Layout(out_shape), x.dtype, x._backend)
+    return add(mul(x, scale), shift)
 
 
 def _norm_dims(x: Tensor, normalized_shape) -> tuple[int, ...]:
@@ -280,6 +285,9 @@ def relu6(input: Tensor) -> Tensor:  # noqa: A002
 
 
 def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:  # noqa: A002
+    fused = input._backend.fused.get("hardtanh")
+    if fused is not None and input.dtype.is_floating_point and input.dtype is input.dtype.compute:
+        return _run_fused(fused, "hardtanh", input, min_val=float(min_val), max_val=float(max_val))
     return minimum(maximum(input, min_val), max_val)
 
 

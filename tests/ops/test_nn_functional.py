@@ -27,6 +27,13 @@ CONV_CASES = [  # (N, C, H, W), (O, C/g, kh, kw), kwargs
     ((1, 2, 6, 6), (3, 2, 1, 1), {"padding": "valid"}),
     ((3, 7, 5, 5), (11, 7, 2, 2), {"stride": (2, 1)}),
     ((2, 3, 8, 8), (3, 1, 3, 3), {"groups": 3, "dilation": (2, 1), "padding": 2}),  # depthwise dilated
+    # many channels on a small map: the channels-last depthwise path (the others go plane by plane)
+    ((2, 40, 7, 6), (40, 1, 3, 3), {"padding": 1, "groups": 40}),
+    ((2, 48, 9, 8), (48, 1, 5, 5), {"stride": 2, "padding": (1, 2), "groups": 48}),
+    ((1, 36, 9, 9), (36, 1, 3, 3), {"stride": (2, 1), "dilation": (1, 2), "groups": 36}),
+    ((1, 3, 30, 40), (3, 1, 3, 3), {"stride": 3, "padding": 1, "groups": 3}),      # rows past wo dropped
+    ((2, 20, 64, 64), (20, 1, 3, 3), {"padding": 1, "groups": 20}),                 # planes in several row blocks
+    ((2, 5, 16, 17), (7, 5, 1, 1), {}),                                             # pointwise, one GEMM per image
 ]
 
 
@@ -111,6 +118,25 @@ def test_batch_norm_layer_norm_rms_norm():
         F.layer_norm(y, (8,))
     with pytest.raises(NotImplementedError, match="inference"):
         F.batch_norm(x, m, v, training=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_kernels_equal_their_composites(dtype, monkeypatch):
+    """batch_norm and hardtanh use the backend's fused kernels when it has them: same values
+    (NaN and infinities included), same dtype, as the composite of primitives."""
+    from engine.backends.numpy import kernels
+    x = rng.standard_normal((2, 3, 4, 5)).astype(dtype) * 4
+    x[0, 0, 0, :3] = [np.nan, np.inf, -np.inf]
+    stats = [engine.tensor(rng.uniform(0.5, 2, 3).astype(dtype)) for _ in range(4)]
+    calls = [lambda t: F.batch_norm(t, *stats, eps=1e-3), lambda t: F.batch_norm(t, stats[0], stats[1]),
+             lambda t: F.relu6(t), lambda t: F.hardtanh(t[:, 1:], -0.5, 2)]
+    fused = [f(engine.tensor(x)) for f in calls]
+    monkeypatch.setattr(kernels, "FUSED", {})
+    monkeypatch.setattr(engine.get_backend(), "fused", {})
+    for f, got in zip(calls, fused):
+        want = f(engine.tensor(x))
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
 @pytest.mark.parametrize("name", ["relu", "relu6", "silu", "sigmoid", "tanh", "gelu", "gelu_tanh", "hardtanh"])

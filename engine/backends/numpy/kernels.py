@@ -75,12 +75,13 @@ def _conv2d(x, w, *, dtype, stride, dilation, groups):
     ho = (h - dh * (kh - 1) - 1) // sh + 1
     wo = (wd - dw * (kw - 1) - 1) // sw + 1
     if groups == c and cg == 1 and o == c:       # depthwise: kh*kw shifted multiply-adds
-        out = np.zeros((n, c, ho, wo), np.result_type(x, w))
-        for i in range(kh):
-            for j in range(kw):
-                patch = x[:, :, i * dh: i * dh + sh * (ho - 1) + 1: sh, j * dw: j * dw + sw * (wo - 1) + 1: sw]
-                out += patch * w[:, 0, i, j][None, :, None, None]
-        return out
+        if ho * wo > 8 * c and sh == sw:
+            return _depthwise_planes(x, w, sh, dilation, ho, wo)
+        return _depthwise_channels_last(x, w, stride, dilation, ho, wo)
+    if kh == kw == 1 and (sh, sw) == (1, 1) and groups == 1 and ho * wo >= 256:
+        # pointwise on large maps: one GEMM per image, (O, C) @ (C, H*W), lands in (N, O, H, W)
+        # order with no im2col copy and no output transpose
+        return np.matmul(w.reshape(o, c), x.reshape(n, c, h * wd)).reshape(n, o, ho, wo)
     # im2col with the batch inside the columns: one strided copy per kernel tap, then
     # one large GEMM per group, (O/g, K) @ (K, N*Ho*Wo), which BLAS runs far better
     # than N small ones
@@ -92,6 +93,61 @@ def _conv2d(x, w, *, dtype, stride, dilation, groups):
     out = np.matmul(w.reshape(groups, o // groups, cg * kh * kw),
                     cols.reshape(groups, cg * kh * kw, n * ho * wo))     # (g, O/g, N*Ho*Wo)
     return out.reshape(o, n, ho, wo).transpose(1, 0, 2, 3)
+
+
+# Depthwise convolution is memory-bound: each tap is one multiply and one add over the
+# output. NumPy's cost is per inner loop, so the two layouts below keep inner loops long:
+# many channels on small maps go channels-last (runs of Wo*C values); few channels on
+# large maps go plane by plane, each (n, c) plane flattened so that a tap is one shifted
+# 1-D slice, in row blocks that stay in cache.
+_DEPTHWISE_BLOCK = 1 << 14          # elements per row block of the per-plane path (64 KiB of float32)
+
+
+def _depthwise_channels_last(x, w, stride, dilation, ho, wo):
+    n, c = x.shape[:2]
+    kh, kw = w.shape[2:]
+    (sh, sw), (dh, dw) = stride, dilation
+    xt = np.ascontiguousarray(x.transpose(0, 2, 3, 1))                     # (N, H, W, C)
+    wt = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0))                 # (kh, kw, C)
+    out = np.empty((n, ho, wo, c), np.result_type(x, w))
+    tmp = np.empty_like(out)
+    for i in range(kh):
+        for j in range(kw):
+            patch = xt[:, i * dh: i * dh + sh * (ho - 1) + 1: sh, j * dw: j * dw + sw * (wo - 1) + 1: sw]
+            if i == j == 0:
+                np.multiply(patch, wt[i, j], out=out)
+            else:
+                out += np.multiply(patch, wt[i, j], out=tmp)
+    return out.transpose(0, 3, 1, 2)
+
+
+def _depthwise_planes(x, w, s, dilation, ho, wo):
+    """Output (oy, ox) is stored at q = oy * W + ox of a plane with the input's row pitch
+    W, so tap (i, j) reads input s * q + i * dh * W + j * dw: one strided slice per tap.
+    Positions with ox >= wo are computed and dropped (s x more work on each row, still
+    cheaper than gathering the stride phases first)."""
+    n, c, h, wd = x.shape
+    kh, kw = w.shape[2:]
+    dh, dw = dilation
+    planes = np.ascontiguousarray(x).reshape(n * c, h * wd)
+    length = (ho - 1) * wd + wo                                            # q of the last output, + 1
+    taps = np.tile(w.reshape(c, kh * kw), (n, 1))                         # (N*C, kh*kw)
+    out = np.empty((n * c, ho * wd), np.result_type(x, w))
+    rows = max(1, _DEPTHWISE_BLOCK // length)
+    tmp = np.empty((min(rows, n * c), length), out.dtype)
+    for r0 in range(0, n * c, rows):
+        r1 = min(r0 + rows, n * c)
+        acc, scratch = out[r0:r1, :length], tmp[:r1 - r0]
+        for i in range(kh):
+            for j in range(kw):
+                start = i * dh * wd + j * dw
+                patch = planes[r0:r1, start: start + s * (length - 1) + 1: s]
+                weight = taps[r0:r1, i * kw + j, None]
+                if i == j == 0:
+                    np.multiply(patch, weight, out=acc)
+                else:
+                    acc += np.multiply(patch, weight, out=scratch)
+    return out.reshape(n, c, ho, wd)[:, :, :, :wo]
 
 
 def _small_window_reduce(ufunc, fallback):
@@ -155,5 +211,16 @@ KERNELS = {
     Op.CONV2D: _conv2d,
 }
 
+def _mul_add(x, a, b):
+    """x * a + b (broadcasting) with one output allocation: batch norm at inference."""
+    out = np.multiply(x, a)
+    out += b
+    return out
+
+
 # Fused kernels for composites (optional speed-ups with the composite's exact semantics).
-FUSED: dict = {}
+FUSED: dict = {
+    "mul_add": _mul_add,
+    # one pass instead of maximum then minimum; NaN propagates as through those
+    "hardtanh": lambda x, *, min_val, max_val: np.clip(x, min_val, max_val),
+}
