@@ -22,17 +22,16 @@ def _median_ms(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
-def bench_mnist(repeat: int = 20, device: str | None = None, batches=(1, 64)) -> dict:
-    from models import mnist_cnn
+def _compare(name: str, model, reference, shape, batches, repeat: int, device: str | None) -> dict:
+    """Time `model` (engine) and `reference` ((torch, module) or None) on the same random
+    inputs of (batch, *shape) for each batch size."""
     from .device import default_device
     from .tensor import from_numpy
 
-    model = mnist_cnn.load(device=device)
-    reference = _torch_mnist(mnist_cnn.WEIGHTS)
     rng = np.random.default_rng(0)
     cases = []
     for batch in batches:
-        x = rng.random((batch, 1, 28, 28), dtype=np.float32)
+        x = rng.random((batch, *shape), dtype=np.float32)
         engine_ms = _median_ms(lambda: model(from_numpy(x, device)).numpy(), repeat)
         case = {"batch": batch, "engine_ms": round(engine_ms, 3)}
         if reference is not None:
@@ -42,7 +41,7 @@ def bench_mnist(repeat: int = 20, device: str | None = None, batches=(1, 64)) ->
                 torch_ms = _median_ms(lambda: net(tx).numpy(), repeat)
             case.update(torch_ms=round(torch_ms, 3), ratio=round(engine_ms / torch_ms, 2))
         cases.append(case)
-    info = {"model": "mnist_cnn", "device": device or default_device(), "repeat": repeat,
+    info = {"model": name, "device": device or default_device(), "repeat": repeat,
             "machine": f"{platform.machine()} {platform.python_implementation()} {platform.python_version()}",
             "numpy": np.__version__, "cases": cases}
     if reference is not None:
@@ -52,17 +51,41 @@ def bench_mnist(repeat: int = 20, device: str | None = None, batches=(1, 64)) ->
     return info
 
 
-def _torch_mnist(weights):
-    """The torch twin with the same weights, or None when torch is not installed."""
+def bench_mnist(repeat: int = 20, device: str | None = None, batches=(1, 64), weights=None) -> dict:
+    from models import mnist_cnn
+    model = mnist_cnn.load(mnist_cnn.WEIGHTS if weights is None else weights, device=device)
+    return _compare("mnist_cnn", model, _torch_mnist(model), (1, 28, 28), batches, repeat, device)
+
+
+def bench_effnet(repeat: int = 20, device: str | None = None, batches=(1, 8), weights=None) -> dict:
+    """EfficientNet-Lite0 at 224x224; torch runs efficientnet-lite-pytorch with the same weights."""
+    from models import efficientnet_lite
+    model = efficientnet_lite.load(weights, device)
+    size = model.config.image_size
+    return _compare("efficientnet_lite0", model, _torch_effnet(model), (3, size, size), batches, repeat, device)
+
+
+def _torch_mnist(model):
+    """The torch twin with `model`'s weights, or None when torch is not installed."""
     try:
         import torch
         from models.train_mnist import TorchMnistCNN
     except ImportError:
         return None
-    from .io import load_safetensors
     net = TorchMnistCNN().eval()
-    state = {k: torch.from_numpy(v.numpy()) for k, v in load_safetensors(weights).items()}
-    net.load_state_dict(state)
+    net.load_state_dict({k: torch.from_numpy(v.numpy()) for k, v in model.state_dict().items()})
+    return torch, net
+
+
+def _torch_effnet(model):
+    """efficientnet-lite-pytorch's model with `model`'s weights, or None when it is not installed."""
+    try:
+        import torch
+        from efficientnet_lite_pytorch import EfficientNet
+    except ImportError:
+        return None
+    net = EfficientNet.from_name("efficientnet-lite0").eval()
+    net.load_state_dict({k: torch.from_numpy(v.numpy()) for k, v in model.state_dict().items()})
     return torch, net
 
 

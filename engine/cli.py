@@ -1,4 +1,5 @@
-"""Command line: `python -m engine digit IMAGE...`, `python -m engine bench mnist`.
+"""Command line: `python -m engine digit IMAGE...`, `python -m engine classify IMAGE...`,
+`python -m engine bench mnist|effnet`.
 
 Exit status: 0 on success, 2 on bad input or arguments (one line on stderr,
 no traceback).
@@ -35,39 +36,65 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true", help='one JSON object per line: {"input", "predictions"}')
     d.add_argument("--weights", default=None, help="a safetensors file, index or URL (default: the bundled one)")
     _add_device(d)
+    c = sub.add_parser("classify", help="name what is in photos (ImageNet-1k, EfficientNet-Lite0)",
+                       description="Classify each image into the 1000 ImageNet classes with EfficientNet-Lite0 "
+                                   "(PNG or .npy; JPEG and other formats need Pillow natively).")
+    c.add_argument("images", nargs="+", metavar="IMAGE")
+    c.add_argument("--top", type=int, default=5, metavar="K", help="how many classes to print (default 5)")
+    c.add_argument("--json", action="store_true",
+                   help='one JSON object per line: {"input", "predictions": [{"label", "index", "score"}]}')
+    c.add_argument("--weights", default=None, help="a safetensors file, index, folder or URL, or a .pth file "
+                                                   "(default: dist/models/efficientnet_lite0, built by build.py)")
+    _add_device(c)
     b = sub.add_parser("bench", help="time the engine against PyTorch",
                        description="Time a model on the engine and on PyTorch in the same run; prints ratios.")
-    b.add_argument("model", choices=["mnist"])
+    b.add_argument("model", choices=["mnist", "effnet"])
     b.add_argument("--repeat", type=int, default=20, help="timed runs per case (median is reported)")
     b.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    b.add_argument("--weights", default=None, help="the model's weights (default: the bundled or built ones)")
     _add_device(b)
     return ap
 
 
-def _digit(args) -> int:
+def _classify_each(task: str, args) -> int:
+    """Run the pipeline of `task` on each image in turn: a bad image is one line on stderr
+    (its name and why) and exit status 2; the others are still classified."""
     from .pipelines import pipeline
-    if not 1 <= args.top <= 10:
-        raise EngineError(f"--top must be between 1 and 10, got {args.top}")
-    clf = pipeline("digit-classification", device=args.device, weights=args.weights)
+    clf = pipeline(task, device=args.device, weights=args.weights)
+    if not 1 <= args.top <= len(clf.labels):
+        raise EngineError(f"--top must be between 1 and {len(clf.labels)}, got {args.top}")
     status = 0
     for path in args.images:
         try:
             preds = clf(path, top_k=args.top)
-        except (EngineError, OSError, ValueError) as e:
-            print(f"error: {path}: {e}", file=sys.stderr)
+        except (EngineError, OSError, ValueError, MemoryError) as e:
+            reason = str(e) if not isinstance(e, MemoryError) else "out of memory while decoding"
+            print(f"error: {path}: {reason}" if path not in reason else f"error: {reason}", file=sys.stderr)
             status = 2
             continue
         if args.json:
-            print(json.dumps({"input": path, "predictions": [{"label": p["label"], "score": round(p["score"], 6)}
-                                                             for p in preds]}))
+            print(json.dumps({"input": path, "predictions": [{**p, "score": round(p["score"], 6)} for p in preds]}))
         else:
             print(f"{path}: " + "  ".join(f"{p['label']} ({p['score']:.1%})" for p in preds))
     return status
 
 
+def _digit(args) -> int:
+    if not 1 <= args.top <= 10:                   # checked before the model is loaded
+        raise EngineError(f"--top must be between 1 and 10, got {args.top}")
+    return _classify_each("digit-classification", args)
+
+
+def _classify(args) -> int:
+    if args.top < 1:
+        raise EngineError(f"--top must be at least 1, got {args.top}")
+    return _classify_each("image-classification", args)
+
+
 def _bench(args) -> int:
-    from .bench import bench_mnist, format_table
-    result = bench_mnist(repeat=args.repeat, device=args.device)
+    from .bench import bench_effnet, bench_mnist, format_table
+    bench = {"mnist": bench_mnist, "effnet": bench_effnet}[args.model]
+    result = bench(repeat=args.repeat, device=args.device, weights=args.weights)
     print(json.dumps(result) if args.json else format_table(result))
     return 0
 
@@ -75,7 +102,7 @@ def _bench(args) -> int:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"digit": _digit, "bench": _bench}[args.command](args)
+        return {"digit": _digit, "classify": _classify, "bench": _bench}[args.command](args)
     except (EngineError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

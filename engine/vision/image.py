@@ -16,13 +16,14 @@ import contextlib
 import io
 import os
 import struct
+import warnings
 import zlib
 
 import numpy as np
 
 from ..errors import InputError
 
-__all__ = ["read_image", "image_size", "to_float", "to_grayscale"]
+__all__ = ["read_image", "image_size", "from_pillow", "to_float", "to_grayscale"]
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}          # colour type -> samples per pixel
@@ -169,9 +170,12 @@ def _header(f) -> tuple[int, int, str]:
     if _pillow() is None:
         raise _Bad("not a recognised image (PNG, JPEG, GIF, BMP, WebP or .npy)")
     f.seek(0)
+    Image = _pillow()[0]
     try:
-        with _pillow()[0].open(f) as im:            # lazy: reads the header only
+        with _no_bomb_warning(Image), Image.open(f) as im:     # lazy: reads the header only
             return im.size[0], im.size[1], im.format
+    except Image.DecompressionBombError as e:       # over 2 * MAX_IMAGE_PIXELS, refused by Pillow
+        raise _Bad(f"image too large ({e})") from None
     except Exception:                        # Pillow raises many types for "not an image"
         raise _Bad("not a recognised image format") from None
 
@@ -436,21 +440,40 @@ def _pillow():
     return Image, ImageOps
 
 
+_ALPHA_MODES = ("RGBA", "RGBa", "LA", "La", "PA")     # Pillow modes that carry an alpha band
+
+
+@contextlib.contextmanager
+def _no_bomb_warning(Image):
+    # Pillow warns on stderr between MAX_IMAGE_PIXELS and twice that; our own max_pixels
+    # check comes first, so the warning would only add lines to a one-line error
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        yield
+
+
 def _decode_with_pillow(f, fmt: str, max_pixels: int) -> np.ndarray:
     if _pillow() is None:
         raise _Bad(f"{fmt} images need Pillow when running natively (pip install pillow); "
                    "in the browser the page decodes them")
     Image, ImageOps = _pillow()
     try:
-        with Image.open(f) as im:                  # lazy: pixels are decoded by load()
+        with _no_bomb_warning(Image), Image.open(f) as im:    # lazy: pixels are decoded by load()
             _check_size(*im.size, max_pixels)
-            im = ImageOps.exif_transpose(im)
-            gray = im.mode in ("1", "L", "LA", "La", "I", "F") or im.mode.startswith("I;16")
-            alpha = "A" in im.getbands() or "transparency" in im.info
-            mode = ("LA" if alpha else "L") if gray else ("RGBA" if alpha else "RGB")
-            arr = np.asarray(im.convert(mode))
+            return from_pillow(ImageOps.exif_transpose(im))
     except _Bad:
         raise
     except Exception as e:                         # Pillow's decoders raise many types
         raise _Bad(f"cannot decode {fmt} ({type(e).__name__}: {e})") from None
+
+
+def from_pillow(im) -> np.ndarray:
+    """A PIL image -> uint8 (H, W, C) in read_image's convention: gray modes ("1", "L",
+    "I", "F", "I;16") to L, other colour spaces (CMYK, YCbCr, LAB, HSV, P) to RGB, with
+    alpha (LA / RGBA) when the mode has an alpha band or the image a transparency key."""
+    gray = im.mode in ("1", "L", "LA", "La", "I", "F") or im.mode.startswith("I;16")
+    # not `"A" in getbands()`: LAB's A is a colour axis, not alpha
+    alpha = im.mode in _ALPHA_MODES or "transparency" in im.info
+    mode = ("LA" if alpha else "L") if gray else ("RGBA" if alpha else "RGB")
+    arr = np.asarray(im if im.mode == mode else im.convert(mode))
     return arr[:, :, None] if arr.ndim == 2 else arr

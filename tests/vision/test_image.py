@@ -15,7 +15,7 @@ import pytest
 from PIL import Image, ImageOps
 
 from engine.errors import InputError
-from engine.vision import image_size, read_image, to_float, to_grayscale
+from engine.vision import from_pillow, image_size, read_image, to_float, to_grayscale
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
 ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
@@ -245,6 +245,28 @@ def test_other_formats_through_pillow(tmp_path, monkeypatch):
     monkeypatch.setattr(Image.Image, "load", lambda self: pytest.fail("decoded before the size check"))
     with pytest.raises(InputError, match=r"a\.tiff: image is 14x9"):
         read_image(tmp_path / "a.tiff", max_pixels=100)
+
+
+def test_pillow_colour_spaces_become_rgb(tmp_path):
+    """CMYK, YCbCr and LAB have no alpha (LAB's "A" band is a colour axis): RGB as convert("RGB");
+    palette transparency and alpha modes keep alpha; PIL images take the same path."""
+    rgb = Image.fromarray(np.random.default_rng(5).integers(0, 256, (9, 14, 3), dtype=np.uint8))
+    for mode, fmt in [("CMYK", "JPEG"), ("CMYK", "TIFF"), ("YCbCr", "TIFF"), ("LAB", "TIFF")]:
+        path = tmp_path / f"{mode}.{fmt.lower()}"
+        rgb.convert(mode).save(path)
+        with Image.open(path) as ref:
+            np.testing.assert_array_equal(read_image(path), np.asarray(ref.convert("RGB")), err_msg=mode)
+            np.testing.assert_array_equal(from_pillow(ref), np.asarray(ref.convert("RGB")), err_msg=mode)
+    assert from_pillow(rgb.convert("PA")).shape == (9, 14, 4)
+    assert from_pillow(rgb.convert("I")).shape == (9, 14, 1)
+
+
+def test_pillow_refuses_huge_headers_by_size(tmp_path, monkeypatch):
+    path = tmp_path / "big.tiff"
+    Image.new("RGB", (300, 200)).save(path)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)        # Pillow refuses above twice this
+    with pytest.raises(InputError, match=r"big\.tiff: image too large"):
+        read_image(path)
 
 
 def test_without_pillow_png_works_and_jpeg_explains(tmp_path, monkeypatch):
