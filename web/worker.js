@@ -70,8 +70,20 @@ async function boot(backend) {
            crossOriginIsolated: self.crossOriginIsolated === true };
 }
 
+async function loadTask(task) {
+  const stage = `weights:${task}`;
+  const weights = (loaded, total) => self.postMessage({ type: "progress", stage, loaded, total });
+  const t = performance.now();
+  const info = JSON.parse(await api.load(task, null, BASE, weights));
+  timings[`${task}_ms`] = performance.now() - t;
+  return { ...info, ms: performance.now() - t };
+}
+
 const COMMANDS = {
   init: (m) => boot(m.backend),
+  loadTask: (m) => loadTask(m.task),
+  classifyImage: (m) => JSON.parse(api.classify_image(m.pixels, m.width, m.height, m.topK || 5)),
+  benchImage: (m) => JSON.parse(api.bench_image(m.repeat || 5)),
   predictDigit: (m) => JSON.parse(api.predict_digit(m.pixels, m.width, m.height)),
   setBackend: (m) => JSON.parse(api.set_device(m.backend)),
   benchDigit: (m) => JSON.parse(api.bench_digit(m.repeat || 20)),

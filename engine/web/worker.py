@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-MODELS = {"digit-classification": "models/mnist_cnn/"}
+MODELS = {"digit-classification": "models/mnist_cnn/", "image-classification": "models/efficientnet_lite0/"}
 _state: dict = {"device": None, "pipelines": {}, "stats": {}, "namespace": None}
 
 
@@ -34,7 +34,13 @@ async def load(task: str, device: str | None, base_url: str, progress=None) -> s
     report = (lambda loaded, total: progress(loaded, total)) if progress is not None else None
     weights = await fetch_safetensors(folder + manifest["index"], transport=transport, manifest=manifest,
                                       cache=cache, progress=report)
-    pipe = TASKS[task](device=device, weights=weights)
+    extra = {}
+    if "labels.json" in manifest.get("extra", {}):
+        status, _, body = await transport.get(folder + "labels.json")
+        if status != 200:
+            raise RuntimeError(f"could not fetch {folder}labels.json (HTTP {status})")
+        extra["labels"] = json.loads(body)
+    pipe = TASKS[task](device=device or _state["device"], weights=weights, **extra)
     _state["pipelines"][task] = pipe
     _state["device"] = pipe.device or "numpy"
     stats = dict(getattr(weights, "fetch_stats", {}), ms=round((time.perf_counter() - t0) * 1e3, 1),
@@ -68,6 +74,33 @@ def predict_digit(pixels, width: int, height: int) -> str:
     return json.dumps({"probs": [round(float(p), 6) for p in probs], "blank": blank,
                        "prediction": None if blank else str(int(np.argmax(probs))),
                        "ms": round(ms, 2), "device": _state["device"]})
+
+
+def classify_image(pixels, width: int, height: int, top_k: int = 5) -> str:
+    """RGBA pixels decoded by the browser -> the top-k ImageNet classes and timing."""
+    pipe = _state["pipelines"]["image-classification"]
+    image = np.frombuffer(pixels.to_py() if hasattr(pixels, "to_py") else pixels, np.uint8)
+    image = image.reshape(int(height), int(width), 4)
+    t0 = time.perf_counter()
+    predictions = pipe(image, top_k=int(top_k))
+    ms = (time.perf_counter() - t0) * 1e3
+    return json.dumps({"predictions": predictions, "ms": round(ms, 2), "device": _state["device"]})
+
+
+def bench_image(repeat: int = 5, batches=(1,)) -> str:
+    """Median EfficientNet inference time (forward only) on the current device."""
+    pipe = _state["pipelines"]["image-classification"]
+    x = np.random.default_rng(0).standard_normal((max(batches), 3, 224, 224)).astype(np.float32)
+    out = {}
+    for batch in batches:
+        pipe.logits(x[:batch])
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            pipe.logits(x[:batch])
+            times.append((time.perf_counter() - t0) * 1e3)
+        out[f"batch{batch}_ms"] = round(float(np.median(times)), 2)
+    return json.dumps({"device": _state["device"], **out})
 
 
 def bench_digit(repeat: int = 20, batches=(1, 16)) -> str:
