@@ -20,10 +20,20 @@ async function main() {
     weights: info.weights,
     worker_downloads: await client.call("resources"),
     mnist: {},
+    effnet: {},
   };
   for (const device of info.devices) {
     await client.setBackend(device);
     results.mnist[device] = await client.benchDigit(repeat);
+  }
+  if (params.get("effnet") !== "0") {
+    const t = performance.now();
+    const loaded = await client.loadTask("image-classification");
+    results.effnet_load = { ms: round(performance.now() - t), weights: loaded.weights };
+    for (const device of info.devices) {
+      await client.setBackend(device);
+      results.effnet[device] = await client.benchImage(Math.max(3, Math.round(repeat / 4)));
+    }
   }
   return results;
 }

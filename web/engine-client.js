@@ -94,6 +94,7 @@ class EngineClient {
 
   setBackend(backend) { return this.call("setBackend", { backend }); }
   benchDigit(repeat) { return this.call("benchDigit", { repeat }); }
+  benchImage(repeat) { return this.call("benchImage", { repeat }); }
   run(source) { return this.call("run", { source }); }
 
   subscribe(fn) { this.listeners.add(fn); fn(this.snapshot()); return () => this.listeners.delete(fn); }

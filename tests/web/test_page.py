@@ -207,6 +207,8 @@ def test_bench_page_runs(dev_server, session_factory):
     assert set(results["cold_start_ms"]) >= {"pyodide_ms", "numpy_ms", "engine_ms", "weights_ms", "total"}
     assert results["mnist"]["numpy"]["batch1_ms"] > 0
     assert results["weights"]["network_bytes"] > 0
+    assert results["effnet"]["numpy"]["batch1_ms"] > 0
+    assert results["effnet_load"]["weights"]["network_bytes"] > 18_000_000
 
 
 OPS_PROBE = """
