@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .fetch import sha256_file
+
 STATE_NAME = ".build-state.json"
 STAGING_NAME = ".staging"
 STATE_FORMAT = 1
@@ -38,14 +40,6 @@ class Step:
     name: str
     inputs: dict                        # JSON-able: versions, options, {file: sha256}
     run: Callable[[Path], None]         # writes the outputs under the given folder
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -126,7 +120,7 @@ class Builder:
         memo = self.state["digests"].get(str(path))
         if isinstance(memo, list) and len(memo) == 3 and memo[:2] == [st.st_size, st.st_mtime_ns]:
             return memo[2]
-        value = _sha256_file(path)
+        value = sha256_file(path)
         self.state["digests"][str(path)] = [st.st_size, st.st_mtime_ns, value]
         self._dirty = True
         return value
@@ -181,7 +175,7 @@ class Builder:
             self._claim(step.name, rels)
             outputs = {}
             for path, rel in zip(made, rels):
-                outputs[rel] = {"size": path.stat().st_size, "sha256": _sha256_file(path)}
+                outputs[rel] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
                 self._move_into_place(path, rel, outputs[rel]["sha256"])
             old = (record or {}).get("outputs") or {}
             for rel in sorted(set(old) - set(outputs)):

@@ -175,7 +175,20 @@ class Module:
         return head + (")" if not lines else "\n  " + "\n  ".join(lines) + "\n)")
 
 
-class Sequential(Module):
+class _Indexed(Module):
+    """Submodules named "0", "1", ...: indexable, sized and iterable like a list."""
+
+    def __getitem__(self, i: int) -> Module:
+        return list(self._modules.values())[i]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+
+class Sequential(_Indexed):
     def __init__(self, *modules: Module):
         super().__init__()
         if len(modules) == 1 and isinstance(modules[0], Mapping):
@@ -185,22 +198,13 @@ class Sequential(Module):
             for i, m in enumerate(modules):
                 setattr(self, str(i), m)
 
-    def __getitem__(self, i: int) -> Module:
-        return list(self._modules.values())[i]
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
-
     def forward(self, x):
         for m in self._modules.values():
             x = m(x)
         return x
 
 
-class ModuleList(Module):
+class ModuleList(_Indexed):
     def __init__(self, modules=()):
         super().__init__()
         for i, m in enumerate(modules):
@@ -209,12 +213,3 @@ class ModuleList(Module):
     def append(self, m: Module) -> "ModuleList":
         setattr(self, str(len(self._modules)), m)
         return self
-
-    def __getitem__(self, i: int) -> Module:
-        return list(self._modules.values())[i]
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
