@@ -237,6 +237,7 @@ async def classify(blob, name):
     try:
         pixels = await decode(blob, name)
         await client.loadTask(IMAGE_TASK)
+        by_id("image-progress").hidden = True
         result = await client.classifyImage(pixels)
     except Exception as e:
         by_id("image-time-ms").textContent = "–"
