@@ -5,14 +5,29 @@ import importlib
 
 from .errors import BackendError
 
-# name -> module implementing it (a module with a `BACKEND` object)
-BACKENDS = {"numpy": "engine.backends.numpy"}
+# name -> module implementing it (a module with a `BACKEND` object and, when the backend
+# depends on something that may be missing here, `unavailable_reason()`)
+BACKENDS = {"numpy": "engine.backends.numpy", "simd": "engine.backends.simd"}
 _loaded: dict = {}
 _default = "numpy"
 
 
-def available() -> list[str]:
+def known() -> list[str]:
+    """Every backend this engine has, available here or not."""
     return list(BACKENDS)
+
+
+def unavailable_reason(name: str) -> str | None:
+    """None when device `name` can be used here, else why not (e.g. simd without a C compiler)."""
+    if name not in BACKENDS:
+        return f"unknown device {name!r}; known: {', '.join(known())}"
+    module = importlib.import_module(BACKENDS[name])
+    check = getattr(module, "unavailable_reason", None)
+    return check() if check is not None else None
+
+
+def available() -> list[str]:
+    return [name for name in BACKENDS if unavailable_reason(name) is None]
 
 
 def get_backend(name: str | None = None):
@@ -22,6 +37,9 @@ def get_backend(name: str | None = None):
     if backend is None:
         if name not in BACKENDS:
             raise BackendError(f"unknown device {name!r}; available: {', '.join(available())}")
+        reason = unavailable_reason(name)
+        if reason is not None:
+            raise BackendError(f"device {name!r} is not available here: {reason}")
         backend = _loaded[name] = importlib.import_module(BACKENDS[name]).BACKEND
     return backend
 

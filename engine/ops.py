@@ -9,6 +9,17 @@ Kernel contract (what `run` guarantees a backend):
   dtype and, for elementwise ops, expanded to one common shape (stride-0 dims);
 - `dtype` is the output dtype; the kernel returns a new contiguous buffer and
   the output shape.
+
+Fused kernels a backend may offer (`backend.fused[name](*arrays, **params)`, one
+result with the composite's exact semantics; callers check dtypes first):
+- "mul_add" (x, a, b): x * a + b, broadcasting (inference batch norm);
+- "hardtanh" (x, min_val, max_val): clamp, NaN kept;
+- "softmax" (x, dim);
+- "layer_norm" (x, [weight], [bias], normalized_dims, eps, has_weight, has_bias);
+- "rms_norm" (x, [weight], normalized_dims, eps, has_weight);
+- "linear" (x, weight, [bias]): x @ weight.T + bias, all float32;
+- "conv2d" (x, weight, [bias], stride, pads, dilation, groups): unpadded NCHW x,
+  pads ((top, bottom), (left, right)) of zeros, all float32.
 """
 from __future__ import annotations
 

@@ -31,6 +31,17 @@ def _pair(v, name: str) -> tuple[int, int]:
     return int(v[0]), int(v[1])
 
 
+def _fused_f32(name: str, tensors, **params) -> Tensor | None:
+    """The backend's fused kernel `name` when it has one and every tensor is float32 on that
+    backend; None means: run the composite (same result, more ops)."""
+    x = tensors[0]
+    if name not in x._backend.fused or _any(t.dtype is not D.float32 or t._backend is not x._backend
+                                            for t in tensors):
+        return None
+    buf, shape = x._backend.run_fused(name, list(tensors), x.dtype, params)[0]
+    return Tensor(buf, Layout(shape), x.dtype, x._backend)
+
+
 def _const(a: np.ndarray, like: Tensor) -> Tensor:
     """A small host-computed constant (pooling weights, masks) on `like`'s device."""
     dt = D.from_numpy_dtype(a.dtype)
@@ -39,6 +50,11 @@ def _const(a: np.ndarray, like: Tensor) -> Tensor:
 
 # --- layers -----------------------------------------------------------------------------
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # noqa: A002
+    if weight.ndim == 2 and input.ndim >= 1 and input.shape[-1] == weight.shape[1] and \
+            (bias is None or bias.shape == weight.shape[:1]):
+        fused = _fused_f32("linear", [input, weight] + ([bias] if bias is not None else []))
+        if fused is not None:
+            return fused
     out = matmul(input, weight.T)                     # (..., in) @ (in, out) -> (..., out)
     return out if bias is None else add(out, bias)
 
@@ -112,6 +128,11 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
         pads = ((ph, ph), (pw, pw))
     if h + _sum(pads[0]) < dh * (kh - 1) + 1 or w + _sum(pads[1]) < dw * (kw - 1) + 1:
         raise ValueError(f"conv2d: input {input.shape} (padded) is smaller than the kernel {weight.shape[2:]}")
+    if bias is None or bias.shape == (o,):            # padding and bias inside the kernel
+        fused = _fused_f32("conv2d", [x, weight] + ([bias] if bias is not None else []), stride=(sh, sw),
+                           pads=pads, dilation=(dh, dw), groups=groups)
+        if fused is not None:
+            return fused.squeeze(0) if unbatched else fused
     dt = x.dtype.compute if x.dtype.is_floating_point else D.float32
     x = cast(x, dt)
     if _any(p for pair in pads for p in pair):
@@ -250,10 +271,22 @@ def _norm_dims(x: Tensor, normalized_shape) -> tuple[int, ...]:
     return tuple(range(x.ndim - len(ns), x.ndim))
 
 
+def _affine_fits(x: Tensor, dims, *params) -> bool:
+    """Each given weight/bias has exactly the normalized shape (what a fused norm takes)."""
+    shape = tuple(x.shape[d] for d in dims)
+    return _all(p is None or tuple(p.shape) == shape for p in params)
+
+
 def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  # noqa: A002
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     x = _floating(input)
     dims = _norm_dims(x, normalized_shape)
+    if _affine_fits(x, dims, weight, bias):
+        fused = _fused_f32("layer_norm", [t for t in (x, weight, bias) if t is not None],
+                           normalized_dims=len(dims), eps=float(eps), has_weight=weight is not None,
+                           has_bias=bias is not None)
+        if fused is not None:
+            return fused
     centred = sub(x, mean(x, dims, keepdim=True))
     y = mul(centred, rsqrt(add(mean(mul(centred, centred), dims, keepdim=True), eps)))
     if weight is not None:
@@ -266,6 +299,11 @@ def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  # n
     x = _floating(input)
     dims = _norm_dims(x, normalized_shape)
     eps = float(np.finfo(x.dtype.storage).eps) if eps is None else eps
+    if _affine_fits(x, dims, weight):
+        fused = _fused_f32("rms_norm", [t for t in (x, weight) if t is not None], normalized_dims=len(dims),
+                           eps=float(eps), has_weight=weight is not None)
+        if fused is not None:
+            return fused
     y = mul(x, rsqrt(add(mean(mul(x, x), dims, keepdim=True), eps)))
     return y if weight is None else mul(y, weight)
 

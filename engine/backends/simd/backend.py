@@ -1,0 +1,104 @@
+"""The simd backend: the NumPy backend's allocator (storage is a flat NumPy array, shared
+with the numpy backend) and one kernel table in which the C kernels take the float32 ops
+they cover; every other op and dtype runs the NumPy kernel on the same storage.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ... import dtypes as D
+from ...ops import BINARY, REDUCTIONS, UNARY, Op
+from ..numpy import kernels as numpy_kernels
+from ..numpy.backend import NumpyBackend
+from . import kernels as C
+
+# --- primitive ops ----------------------------------------------------------------------------------
+_numpy_matmul, _numpy_conv2d = numpy_kernels.KERNELS[Op.MATMUL], numpy_kernels.KERNELS[Op.CONV2D]
+_numpy_cast = numpy_kernels.KERNELS[Op.CAST]
+
+
+def _matmul(a, b, *, dtype):
+    return C.gemm(a, b) if dtype is D.float32 else _numpy_matmul(a, b, dtype=dtype)
+
+
+def _conv2d(x, w, *, dtype, stride, dilation, groups):
+    if dtype is not D.float32:
+        return _numpy_conv2d(x, w, dtype=dtype, stride=stride, dilation=dilation, groups=groups)
+    return C.conv2d(x, w, stride=stride, dilation=dilation, groups=groups)
+
+
+_HALF_CASTS = {(D.float16, D.float32): C.f16_to_f32, (D.bfloat16, D.float32): C.bf16_to_f32,
+               (D.float32, D.bfloat16): C.f32_to_bf16}
+
+
+def _cast(a, *, dtype, src):
+    convert = _HALF_CASTS.get((src, dtype))
+    return convert(a) if convert is not None else _numpy_cast(a, dtype=dtype, src=src)
+
+
+# Ops the C kernels do not cover run the NumPy kernel on the shared storage (declared here;
+# the table is checked complete below).
+NUMPY_OPS = UNARY | BINARY | REDUCTIONS | {Op.CONTIGUOUS, Op.WHERE, Op.TOPK, Op.CAT, Op.PAD, Op.INDEX_SELECT}
+KERNELS = {**{op: numpy_kernels.KERNELS[op] for op in NUMPY_OPS},
+           Op.MATMUL: _matmul, Op.CONV2D: _conv2d, Op.CAST: _cast}
+assert set(KERNELS) == set(Op), f"simd kernel table misses {set(Op) - set(KERNELS)}"
+
+
+# --- fused kernels (engine.functions / engine.nn.functional call them with float32 tensors) ------------
+def _softmax(x, *, dim):
+    if x.dtype != np.float32:                       # float64: the composite's formula, in NumPy
+        e = np.exp(x - np.max(x, axis=dim, keepdims=True))
+        return e / np.sum(e, axis=dim, keepdims=True)
+    return C.softmax(x, dim)
+
+
+def _layer_norm(x, *params, normalized_dims, eps, has_weight, has_bias):
+    weight = params[0] if has_weight else None
+    bias = params[int(has_weight)] if has_bias else None
+    return C.layer_norm(x, math.prod(x.shape[x.ndim - normalized_dims:]), weight, bias, eps)
+
+
+def _rms_norm(x, *params, normalized_dims, eps, has_weight):
+    return C.rms_norm(x, math.prod(x.shape[x.ndim - normalized_dims:]), params[0] if has_weight else None, eps)
+
+
+def _linear(x, weight, *bias):                      # x (..., K) @ weight (N, K).T + bias (N,)
+    out = C.gemm(x.reshape(math.prod(x.shape[:-1]), x.shape[-1]), weight.T, bias[0] if bias else None)
+    return out.reshape(x.shape[:-1] + weight.shape[:1])
+
+
+def _conv2d_bias(x, weight, *bias, stride, pads, dilation, groups):
+    return C.conv2d(x, weight, bias[0] if bias else None, stride, pads, dilation, groups)
+
+
+def _per_channel(x, a) -> bool:
+    """a broadcasts against x (N, C, ...) as one value per channel: shape (C, 1, ..., 1) or shorter"""
+    shape = (1,) * (x.ndim - a.ndim) + a.shape
+    return x.ndim >= 2 and len(shape) == x.ndim and shape[1] == x.shape[1] and math.prod(shape) == x.shape[1]
+
+
+def _mul_add(x, a, b):
+    if x.dtype == a.dtype == b.dtype == np.float32 and _per_channel(x, a) and _per_channel(x, b):
+        return C.scale_shift(x, a.reshape(-1), b.reshape(-1))
+    return numpy_kernels.FUSED["mul_add"](x, a, b)
+
+
+def _hardtanh(x, *, min_val, max_val):
+    if x.dtype == np.float32:
+        return C.clamp(x, min_val, max_val)
+    return numpy_kernels.FUSED["hardtanh"](x, min_val=min_val, max_val=max_val)
+
+
+FUSED = {"mul_add": _mul_add, "hardtanh": _hardtanh, "softmax": _softmax, "layer_norm": _layer_norm,
+         "rms_norm": _rms_norm, "linear": _linear, "conv2d": _conv2d_bias}
+
+
+class SimdBackend(NumpyBackend):
+    name = "simd"
+    kernels = KERNELS
+    fused = FUSED
+
+
+BACKEND = SimdBackend()

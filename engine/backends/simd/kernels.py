@@ -1,0 +1,259 @@
+"""NumPy-level entry points to the C kernels: float32 arrays in, float32 arrays out.
+
+Each function checks shapes, derives element strides from the arrays (views, transposes
+and broadcast stride-0 dims pass without a copy), allocates the contiguous output (or
+fills `out`, for tests) and makes one ctypes call. Scratch memory is one cached NumPy
+buffer per thread that grows on demand: the C side says how much it needs.
+"""
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+
+from . import library
+
+ACTIVATIONS = {"none": 0, "relu": 1, "relu6": 2, "gelu": 3, "gelu_tanh": 4, "silu": 5}
+_F32 = np.dtype(np.float32)
+_local = threading.local()      # ctypes releases the GIL: each thread gets its own scratch
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def _optional(a) -> int | None:
+    return None if a is None else _address(a)
+
+
+def _elements(a: np.ndarray) -> np.ndarray:
+    """`a` as float32 with strides in whole elements (a copy only when they are not)."""
+    a = np.asarray(a)
+    if a.dtype != _F32:
+        raise TypeError(f"the simd kernels compute in float32, got {a.dtype}")
+    return a if all(s % 4 == 0 for s in a.strides) else np.ascontiguousarray(a)
+
+
+def _strides(a: np.ndarray) -> tuple[int, ...]:
+    return tuple(s // 4 for s in a.strides)
+
+
+def _output(shape, out) -> np.ndarray:
+    if out is None:
+        return np.empty(shape, np.float32)
+    if out.shape != tuple(shape) or out.dtype != _F32 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous float32 array of shape {tuple(shape)}")
+    return out
+
+
+def _call_with_scratch(fn, *args) -> None:
+    """fn(*args, scratch, size) returns 0, or the floats it needs (then it wrote nothing)."""
+    scratch = getattr(_local, "scratch", None)
+    if scratch is None:
+        scratch = _local.scratch = np.empty(0, np.float32)
+    need = fn(*args, _address(scratch), scratch.size)
+    if need:
+        scratch = _local.scratch = np.empty(max(need, 2 * scratch.size), np.float32)
+        if fn(*args, _address(scratch), scratch.size):
+            raise RuntimeError(f"{fn.__name__} asked for more scratch twice")
+
+
+def _activation(name: str) -> int:
+    if name not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {name!r}")
+    return ACTIVATIONS[name]
+
+
+def _collapse(shape, strides):
+    """(count, stride) when the dims of `shape` step uniformly through memory, else None."""
+    count, stride = 1, 0
+    for size, step in zip(reversed(shape), reversed(strides)):
+        if size == 1:
+            continue
+        if count > 1 and step != stride * count:
+            return None
+        stride, count = (step if count == 1 else stride), count * size
+    return count, stride
+
+
+# --- GEMM ---------------------------------------------------------------------------------------
+def gemm(a, b, bias=None, activation: str = "none", out=None) -> np.ndarray:
+    """act(a @ b + bias): a (..., M, K), b (..., K, N), batch dims broadcast as np.matmul;
+    bias broadcastable to (M, N) ((N,) along columns, (M, 1) along rows)."""
+    a, b = _elements(a), _elements(b)
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"gemm: shapes {a.shape} and {b.shape} do not multiply")
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = np.broadcast_to(a, batch + (m, k))
+    b = np.broadcast_to(b, batch + (k, n))
+    y = _output(batch + (m, n), out)
+    bias_args = (None, 0, 0)
+    if bias is not None:
+        bias = np.broadcast_to(_elements(bias), (m, n))
+        bias_args = (_address(bias),) + _strides(bias)
+    lib, act = library.get(), _activation(activation)
+    sa, sb = _strides(a), _strides(b)
+    if len(batch) > 1 and None in (_collapse(batch, sa[:-2]), _collapse(batch, sb[:-2])):
+        for index in np.ndindex(*batch[:-1]):        # batch dims that do not collapse: one call per leading index
+            gemm(a[index], b[index], bias, activation, y[index])
+        return y
+    count, a_batch = _collapse(batch, sa[:-2]) or (1, 0)
+    b_batch = (_collapse(batch, sb[:-2]) or (1, 0))[1]
+    _call_with_scratch(lib.gemm_f32, count, m, n, k, _address(a), a_batch, *sa[-2:], _address(b), b_batch,
+                       *sb[-2:], _address(y), m * n, n, *bias_args, act)
+    return y
+
+
+# --- convolution --------------------------------------------------------------------------------
+def _pair(v) -> tuple[int, int]:
+    return (int(v[0]), int(v[1])) if isinstance(v, (tuple, list)) else (int(v), int(v))
+
+
+def _conv_geometry(x, weight, stride, padding, dilation):
+    (sh, sw), (dh, dw) = _pair(stride), _pair(dilation)
+    if isinstance(padding, (tuple, list)) and isinstance(padding[0], (tuple, list)):
+        (pt, pb), (pl, pr) = padding
+    else:
+        (pt, pl) = _pair(padding)
+        pb, pr = pt, pl
+    if min(sh, sw, dh, dw) < 1 or min(pt, pb, pl, pr) < 0:
+        raise ValueError("conv2d: stride and dilation must be >= 1, padding >= 0")
+    h, w = x.shape[2:]
+    kh, kw = weight.shape[2:]
+    ho = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    wo = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    if ho < 1 or wo < 1:
+        raise ValueError(f"conv2d: input {x.shape} (padded) is smaller than the kernel {weight.shape[2:]}")
+    return (sh, sw, dh, dw, pt, pl, pb, pr), (ho, wo)
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1, activation: str = "none",
+           out=None) -> np.ndarray:
+    """act(conv2d(x, weight) + bias), NCHW: x (N, C, H, W), weight (O, C/groups, kh, kw), bias (O,);
+    padding: int, (ph, pw) or ((top, bottom), (left, right)), zeros outside the input."""
+    x, weight = np.ascontiguousarray(_elements(x)), np.ascontiguousarray(_elements(weight))
+    n, c = x.shape[:2]
+    o, cg = weight.shape[:2]
+    if x.ndim != 4 or weight.ndim != 4 or c != cg * groups or o % groups:
+        raise ValueError(f"conv2d: input {x.shape} and weight {weight.shape} do not match groups={groups}")
+    geometry, (ho, wo) = _conv_geometry(x, weight, stride, padding, dilation)
+    bias = None if bias is None else np.ascontiguousarray(_elements(bias)).reshape(o)
+    y = _output((n, o, ho, wo), out)
+    _call_with_scratch(library.get().conv2d_f32, n, c, *x.shape[2:], _address(x), o, *weight.shape[2:],
+                       _address(weight), groups, *geometry, _optional(bias), _activation(activation), _address(y))
+    return y
+
+
+def depthwise_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, activation: str = "none",
+                     out=None) -> np.ndarray:
+    """The direct depthwise kernel: x (N, C, H, W), weight (C, 1, kh, kw), bias (C,)."""
+    x, weight = np.ascontiguousarray(_elements(x)), np.ascontiguousarray(_elements(weight))
+    n, c = x.shape[:2]
+    if weight.shape[:2] != (c, 1):
+        raise ValueError(f"depthwise_conv2d: weight {weight.shape} does not match {c} channels")
+    geometry, (ho, wo) = _conv_geometry(x, weight, stride, padding, dilation)
+    bias = None if bias is None else np.ascontiguousarray(_elements(bias)).reshape(c)
+    y = _output((n, c, ho, wo), out)
+    _call_with_scratch(library.get().depthwise_conv2d_f32, n, c, *x.shape[2:], _address(x), *weight.shape[2:],
+                       _address(weight), *geometry, _optional(bias), _activation(activation), _address(y))
+    return y
+
+
+def im2col(x, kernel, stride=1, padding=0, dilation=1, out=None) -> np.ndarray:
+    """x (C, H, W) -> columns (C * kh * kw, Ho * Wo), zeros where a tap falls in the padding."""
+    x = np.ascontiguousarray(_elements(x))
+    kh, kw = _pair(kernel)
+    geometry, (ho, wo) = _conv_geometry(x[None], np.empty((1, 1, kh, kw)), stride, padding, dilation)
+    c = x.shape[0]
+    y = _output((c * kh * kw, ho * wo), out)
+    library.get().im2col_f32(c, *x.shape[1:], _address(x), kh, kw, *geometry, _address(y))
+    return y
+
+
+# --- row-wise kernels -----------------------------------------------------------------------------
+def softmax(x, axis: int = -1, out=None) -> np.ndarray:
+    x = _elements(x)
+    axis = axis % x.ndim
+    outer, n, inner = math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:])
+    view = x.reshape(outer, n, inner)               # a view when the dims collapse, else NumPy copies
+    y = _output(x.shape, out)
+    library.get().softmax_f32(outer, n, inner, _address(view), *_strides(view), _address(y))
+    return y
+
+
+def _rows(x, count: int):
+    """x as (rows, count) with contiguous rows (copying only if it must)."""
+    rows = x.reshape(x.size // count if count else 0, count)
+    return rows if count < 2 or rows.strides[1] == 4 else np.ascontiguousarray(rows)
+
+
+def _vector(v, n: int):
+    return None if v is None else np.ascontiguousarray(_elements(v)).reshape(n)
+
+
+def layer_norm(x, normalized_size: int, weight=None, bias=None, eps: float = 1e-5, out=None) -> np.ndarray:
+    """over the trailing dims holding `normalized_size` elements; weight/bias of that many elements"""
+    x = _elements(x)
+    rows, y = _rows(x, normalized_size), _output(x.shape, out)
+    weight, bias = _vector(weight, normalized_size), _vector(bias, normalized_size)
+    library.get().layer_norm_f32(rows.shape[0], normalized_size, _address(rows), _strides(rows)[0], _address(y),
+                                 _optional(weight), _optional(bias), eps)
+    return y
+
+
+def rms_norm(x, normalized_size: int, weight=None, eps: float = 1e-6, out=None) -> np.ndarray:
+    x = _elements(x)
+    rows, y = _rows(x, normalized_size), _output(x.shape, out)
+    weight = _vector(weight, normalized_size)
+    library.get().rms_norm_f32(rows.shape[0], normalized_size, _address(rows), _strides(rows)[0], _address(y),
+                               _optional(weight), eps)
+    return y
+
+
+def scale_shift(x, scale, shift, activation: str = "none", out=None) -> np.ndarray:
+    """act(x * scale[c] + shift[c]) for x (N, C, ...): inference batch norm."""
+    x = np.ascontiguousarray(_elements(x))
+    c = x.shape[1]
+    scale, shift = _vector(scale, c), _vector(shift, c)
+    y = _output(x.shape, out)
+    library.get().scale_shift_f32(x.shape[0], c, math.prod(x.shape[2:]), _address(x), _address(scale),
+                                  _address(shift), _activation(activation), _address(y))
+    return y
+
+
+def clamp(x, lo: float, hi: float, out=None) -> np.ndarray:
+    x = np.ascontiguousarray(_elements(x))
+    y = _output(x.shape, out)
+    library.get().clamp_f32(x.size, _address(x), lo, hi, _address(y))
+    return y
+
+
+# --- half-type conversions (bit patterns as uint16) ---------------------------------------------------
+def _bits(a, dtype) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    if a.dtype != dtype:
+        raise TypeError(f"expected {np.dtype(dtype)}, got {a.dtype}")
+    return a
+
+
+def f16_to_f32(a) -> np.ndarray:
+    a = _bits(a, np.float16)
+    y = np.empty(a.shape, np.float32)
+    library.get().f16_to_f32(a.size, _address(a), _address(y))
+    return y
+
+
+def bf16_to_f32(bits) -> np.ndarray:
+    bits = _bits(bits, np.uint16)
+    y = np.empty(bits.shape, np.float32)
+    library.get().bf16_to_f32(bits.size, _address(bits), _address(y))
+    return y
+
+
+def f32_to_bf16(a) -> np.ndarray:
+    a = _bits(a, np.float32)
+    y = np.empty(a.shape, np.uint16)
+    library.get().f32_to_bf16(a.size, _address(a), _address(y))
+    return y

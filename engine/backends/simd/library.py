@@ -1,0 +1,146 @@
+"""Find and load the C kernels of wasm_kernels/ through ctypes, once per process.
+
+Natively the library is compiled on first use with the system C compiler (cached by
+source hash in .cache/native/, see wasm_kernels/build.py). In Pyodide
+(`sys.platform == "emscripten"`) it is a WebAssembly side module that the page has
+already written into the file system: the worker fetches `kernels/<wasm_file_name()>`
+and writes it to PYODIDE_PATH (or anywhere, then calls `load_library(path)`).
+`ctypes.CDLL` loads both kinds the same way.
+
+Settings (environment variables, read when the library is first needed):
+  ENGINE_SIMD_LIBRARY  path of an already built library (native .so, or the .wasm in Pyodide)
+  ENGINE_SIMD_FLAVOUR  "simd" (default) or "relaxed": which WebAssembly build to fetch
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+ABI = 1                                  # ENGINE_KERNELS_ABI in wasm_kernels/common.h
+PYODIDE_PATH = "/lib/engine_kernels.so"
+FLAVOURS = {"simd": "engine_kernels.simd.wasm", "relaxed": "engine_kernels.relaxed.wasm"}
+SOURCES = Path(__file__).resolve().parents[3] / "wasm_kernels"
+
+_P, _S, _D, _I, _F = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_float
+# name -> (restype, argtypes): the C signatures of wasm_kernels/README.md
+SIGNATURES = {
+    "gemm_f32": (_S, [_S, _S, _S, _S, _P, _D, _D, _D, _P, _D, _D, _D, _P, _D, _D, _P, _D, _D, _I, _P, _S]),
+    "im2col_f32": (None, [_S, _S, _S, _P, _S, _S, _S, _S, _S, _S, _S, _S, _S, _S, _P]),
+    "conv2d_f32": (_S, [_S, _S, _S, _S, _P, _S, _S, _S, _P, _S, _S, _S, _S, _S, _S, _S, _S, _S, _P, _I, _P, _P,
+                        _S]),
+    "depthwise_conv2d_f32": (_S, [_S, _S, _S, _S, _P, _S, _S, _P, _S, _S, _S, _S, _S, _S, _S, _S, _P, _I, _P, _P,
+                                  _S]),
+    "softmax_f32": (None, [_S, _S, _S, _P, _D, _D, _D, _P]),
+    "layer_norm_f32": (None, [_S, _S, _P, _D, _P, _P, _P, _F]),
+    "rms_norm_f32": (None, [_S, _S, _P, _D, _P, _P, _F]),
+    "scale_shift_f32": (None, [_S, _S, _S, _P, _P, _P, _I, _P]),
+    "clamp_f32": (None, [_S, _P, _F, _F, _P]),
+    "f16_to_f32": (None, [_S, _P, _P]),
+    "bf16_to_f32": (None, [_S, _P, _P]),
+    "f32_to_bf16": (None, [_S, _P, _P]),
+    "engine_kernels_abi": (_I, []),
+    "engine_kernels_features": (_I, []),
+}
+
+
+class Library:
+    """The loaded kernels: one ctypes function per export, argtypes and restype set once."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        cdll = ctypes.CDLL(self.path)
+        missing = [name for name in SIGNATURES if not hasattr(cdll, name)]
+        if missing:
+            raise OSError(f"{self.path} lacks the exports {', '.join(missing)}: built from other sources?")
+        for name, (restype, argtypes) in SIGNATURES.items():
+            fn = getattr(cdll, name)
+            fn.restype, fn.argtypes = restype, argtypes
+            setattr(self, name, fn)
+        abi = self.engine_kernels_abi()
+        if abi != ABI:
+            raise OSError(f"{self.path} implements kernel ABI {abi}, this engine needs {ABI}: rebuild it "
+                          "(python wasm_kernels/build.py)")
+        self.features = self.engine_kernels_features()
+
+    @property
+    def flavour(self) -> str:
+        """"native", or the WebAssembly build: "simd" or "relaxed"."""
+        if not self.features & 1:
+            return "native"
+        return "relaxed" if self.features & 4 else "simd"
+
+    def __repr__(self) -> str:
+        return f"<engine kernels {self.flavour} from {self.path}>"
+
+
+_library: Library | None = None
+_reason: str | None = None
+_tried = False
+
+
+def flavour() -> str:
+    """Which WebAssembly build the page should fetch: $ENGINE_SIMD_FLAVOUR, default "simd"."""
+    value = os.environ.get("ENGINE_SIMD_FLAVOUR", "simd")
+    if value not in FLAVOURS:
+        raise ValueError(f"ENGINE_SIMD_FLAVOUR must be one of {', '.join(FLAVOURS)}, got {value!r}")
+    return value
+
+
+def wasm_file_name(name: str | None = None) -> str:
+    return FLAVOURS[name or flavour()]
+
+
+def load_library(path) -> Library:
+    """Load the kernels from `path` and make them the ones the simd backend uses."""
+    global _library, _reason, _tried
+    _library, _reason, _tried = Library(path), None, True
+    return _library
+
+
+def _default_path() -> str:
+    configured = os.environ.get("ENGINE_SIMD_LIBRARY")
+    if configured:
+        return configured
+    if sys.platform == "emscripten":
+        if not os.path.exists(PYODIDE_PATH):
+            raise OSError(f"the WebAssembly kernels are not loaded: write kernels/{wasm_file_name()} to "
+                          f"{PYODIDE_PATH} first, or call engine.backends.simd.load_library(path)")
+        return PYODIDE_PATH
+    build_py = SOURCES / "build.py"
+    if not build_py.exists():
+        raise OSError(f"the C kernel sources are not here ({SOURCES}); set ENGINE_SIMD_LIBRARY to a built library")
+    spec = importlib.util.spec_from_file_location("_engine_kernels_build", build_py)
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    try:
+        return os.fspath(build.native_library())
+    except build.BuildError as e:
+        raise OSError(str(e)) from None
+
+
+def _load_default() -> None:
+    global _library, _reason, _tried
+    _tried = True
+    try:
+        _library = Library(_default_path())
+    except OSError as e:                     # no compiler, no file, wrong ABI: the backend is unavailable
+        _reason = str(e)
+
+
+def unavailable_reason() -> str | None:
+    """None when the kernels load here, else why not (loads them on first call)."""
+    if not _tried:
+        _load_default()
+    return _reason
+
+
+def get() -> Library:
+    if not _tried:
+        _load_default()
+    if _library is None:
+        from ...errors import BackendError
+        raise BackendError(f"the simd kernels are not available: {_reason}")
+    return _library

@@ -1,0 +1,25 @@
+"""`python -m engine bench gemm`: simd and numpy timed in the same run (numbers are reported,
+never asserted)."""
+import json
+
+from engine import cli
+from engine.bench import bench_gemm, format_table
+
+
+def test_bench_gemm_reports_both_devices():
+    result = bench_gemm(repeat=1, device="simd", shapes=((8, 16, 24), (1, 5, 3)))
+    assert result["devices"] == ["numpy", "simd"]
+    for case in result["cases"]:
+        assert case["simd"]["ms"] > 0 and case["numpy"]["ms"] > 0 and case["simd"]["gflops"] >= 0
+    table = format_table(result)
+    assert "simd GFLOP/s" in table and "    8 x   16 x   24" in table
+
+
+def test_cli(capsys, monkeypatch):
+    import engine.bench
+    monkeypatch.setattr(engine.bench, "GEMM_SHAPES", ((4, 4, 4),))
+    assert cli.main(["bench", "gemm", "--device", "simd", "--repeat", "1", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["model"] == "gemm" and result["cases"][0]["m"] == 4
+    assert cli.main(["bench", "gemm", "--weights", "x.safetensors"]) == 2
+    assert "takes no --weights" in capsys.readouterr().err

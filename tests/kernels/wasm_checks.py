@@ -1,0 +1,119 @@
+"""Runs inside Pyodide (tests/kernels/pyodide_run.mjs): the WebAssembly kernels against NumPy
+with the tolerances of the native tests, and the MNIST CNN on simd vs numpy. Evaluates to a
+JSON string: {"flavour", "errors": {check: worst error / tolerance (<= 1 passes)}, ...}.
+With SCRIPT_ARG == "bench" it times GEMM instead (engine.bench.bench_gemm)."""
+import json
+import sys
+
+sys.path.insert(0, "/repo")
+
+import numpy as np  # noqa: E402
+
+import engine  # noqa: E402
+from engine.backends.numpy.kernels import _conv2d as numpy_conv2d  # noqa: E402
+from engine.backends.simd import kernels as K  # noqa: E402
+from engine.backends.simd import library  # noqa: E402
+from engine import dtypes as D  # noqa: E402
+from tests.kernels.reference import gemm_reference  # noqa: E402
+
+
+def worst(actual, expected, tolerance) -> float:
+    error = np.abs(np.asarray(actual, np.float64) - np.asarray(expected, np.float64))
+    ratio = error / np.maximum(tolerance, 1e-30)
+    return float("inf") if np.isnan(ratio).any() else float(ratio.max(initial=0.0))
+
+
+def gemm_checks(rng, errors):
+    for m, k, n in [(1, 1, 1), (7, 1, 5), (5, 3, 2), (17, 31, 29), (3, 257, 5), (97, 101, 89), (130, 520, 530),
+                    (1, 1280, 1000), (16, 64, 33)]:
+        a = rng.standard_normal((m, k), dtype=np.float32)
+        b = rng.standard_normal((k, n), dtype=np.float32)
+        for name, bias, act in (("plain", None, "none"), ("bias-gelu", rng.standard_normal(n, dtype=np.float32),
+                                                          "gelu"), ("rowbias-silu", np.ones((m, 1), np.float32),
+                                                                    "silu")):
+            expected, tol = gemm_reference(a, b, bias, act)
+            for layout, bb in (("c", b), ("t", np.asfortranarray(b))):
+                out = K.gemm(a, bb, bias, act, out=np.full((m, n), np.nan, np.float32))
+                errors[f"gemm {m}x{k}x{n} {name} {layout}"] = worst(out, expected, tol)
+    a, b = rng.standard_normal((2, 1, 5, 6), dtype=np.float32), rng.standard_normal((1, 3, 6, 7), dtype=np.float32)
+    errors["gemm batched"] = worst(K.gemm(a, b), np.matmul(a, b), 1e-5 * np.matmul(np.abs(a), np.abs(b)))
+
+
+def conv_checks(rng, errors):
+    for n, c, h, w, o, kh, kw, stride, pads, dilation, groups in [
+            (2, 3, 9, 11, 6, 3, 3, (2, 2), ((1, 1), (1, 1)), (1, 1), 1), (1, 4, 7, 7, 8, 1, 1, (1, 1), ((0, 0),) * 2,
+                                                                         (1, 1), 1),
+            (3, 6, 8, 10, 4, 3, 2, (2, 1), ((1, 1), (2, 2)), (1, 2), 2), (1, 8, 13, 13, 8, 3, 3, (1, 1),
+                                                                          ((1, 1), (1, 1)), (1, 1), 8),
+            (2, 5, 16, 12, 5, 5, 5, (2, 2), ((1, 2), (1, 2)), (1, 1), 5), (1, 7, 23, 29, 7, 3, 3, (2, 2),
+                                                                           ((0, 1), (0, 1)), (1, 1), 7)]:
+        x = rng.standard_normal((n, c, h, w), dtype=np.float32)
+        wt = (rng.standard_normal((o, c // groups, kh, kw)) / np.sqrt(kh * kw * c / groups)).astype(np.float32)
+        bias = rng.standard_normal(o, dtype=np.float32)
+        padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0)) + pads)
+        z = numpy_conv2d(padded, wt.astype(np.float64), dtype=None, stride=stride, dilation=dilation, groups=groups)
+        scale = numpy_conv2d(np.abs(padded), np.abs(wt.astype(np.float64)), dtype=None, stride=stride,
+                             dilation=dilation, groups=groups)
+        expected, tol = np.maximum(z + bias.reshape(-1, 1, 1), 0), 1.2e-5 * (scale + np.abs(bias).reshape(-1, 1, 1))
+        out = K.conv2d(x, wt, bias, stride, pads, dilation, groups, "relu", out=np.full(expected.shape, np.nan,
+                                                                                         np.float32))
+        errors[f"conv2d {(c, o, kh, stride, groups)}"] = worst(out, expected, tol + 1e-30)
+
+
+def rowwise_checks(rng, errors):
+    x = rng.standard_normal((5, 4, 37), dtype=np.float32) * 10
+    for axis in (0, 1, 2):
+        e = np.exp(x.astype(np.float64) - x.max(axis, keepdims=True))
+        expected = e / e.sum(axis, keepdims=True)
+        errors[f"softmax axis {axis}"] = worst(K.softmax(x, axis), expected, 2e-6 * expected + 1e-9)
+    w, b = rng.standard_normal(37, dtype=np.float32), rng.standard_normal(37, dtype=np.float32)
+    x64 = x.astype(np.float64)
+    centred = x64 - x64.mean(-1, keepdims=True)
+    normed = centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + 1e-5)
+    errors["layer_norm"] = worst(K.layer_norm(x, 37, w, b), normed * w + b, 1e-5 * np.abs(normed * w) + 1e-5)
+    rms = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-6) * w
+    errors["rms_norm"] = worst(K.rms_norm(x, 37, w, 1e-6), rms, 1e-5 * np.abs(rms) + 1e-6)
+    scale, shift = w[:4], b[:4]
+    affine = x * scale.reshape(1, 4, 1) + shift.reshape(1, 4, 1)
+    errors["scale_shift relu6"] = worst(K.scale_shift(x, scale, shift, "relu6"), np.clip(affine, 0, 6), 1e-30)
+    errors["clamp"] = worst(K.clamp(x, -1.0, 2.0), np.clip(x, -1, 2), 1e-30)
+
+
+def convert_checks(errors):
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    f16 = bits.view(np.float16)
+    errors["f16_to_f32 bits"] = float((K.f16_to_f32(f16).view(np.uint32) != f16.astype(np.float32).view(np.uint32))
+                                      .sum())
+    ours, expected = K.bf16_to_f32(bits).view(np.uint32), D.bf16_bits_to_f32(bits).view(np.uint32)
+    errors["bf16_to_f32 bits"] = float((ours != expected).sum())
+    values = np.random.default_rng(1).integers(0, 1 << 32, 100_000, dtype=np.uint64).astype(np.uint32)
+    values = values.view(np.float32)
+    errors["f32_to_bf16 bits"] = float((K.f32_to_bf16(values) != D.f32_to_bf16_bits(values)).sum())
+
+
+def mnist_check(rng, errors):
+    from models import mnist_cnn
+    batch = rng.random((5, 1, 28, 28), dtype=np.float32)
+    expected = mnist_cnn.load()(engine.from_numpy(batch)).numpy()
+    actual = mnist_cnn.load(device="simd")(engine.from_numpy(batch, "simd")).numpy()
+    errors["mnist logits (atol 1e-4)"] = worst(actual, expected, 1e-4)
+
+
+def main(arg: str) -> str:
+    lib = library.get()
+    result = {"flavour": lib.flavour, "platform": sys.platform, "devices": engine.available_devices()}
+    if arg == "bench":
+        from engine.bench import bench_gemm
+        result["gemm"] = bench_gemm(repeat=5, device="simd")
+        return json.dumps(result)
+    rng, errors = np.random.default_rng(7), {}
+    gemm_checks(rng, errors)
+    conv_checks(rng, errors)
+    rowwise_checks(rng, errors)
+    convert_checks(errors)
+    mnist_check(rng, errors)
+    result["errors"] = errors
+    return json.dumps(result)
+
+
+main(globals().get("SCRIPT_ARG", ""))

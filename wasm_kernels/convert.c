@@ -1,0 +1,79 @@
+/* Half-type conversions, bit-exact with NumPy (float16) and engine.dtypes (bfloat16),
+ * and the library's identity (ABI version, build features). */
+#include "common.h"
+
+typedef uint32_t v4u __attribute__((vector_size(16)));
+
+static inline v4u widen4(const uint16_t *p, size_t count) {
+    v4u v = {0, 0, 0, 0};
+    for (size_t i = 0; i < count && i < 4; ++i) v[i] = p[i];
+    return v;
+}
+
+static inline void narrow4(uint16_t *p, v4u v, size_t count) {
+    for (size_t i = 0; i < count && i < 4; ++i) p[i] = (uint16_t)v[i];
+}
+
+static inline void store_bits(float *p, v4u bits, size_t count) {
+    v4f v = (v4f)bits;
+    if (count >= 4) {
+        store4(p, v);
+        return;
+    }
+    for (size_t i = 0; i < count; ++i) p[i] = v[i];
+}
+
+/* float16 bits -> float32: normal numbers rebias the exponent, subnormals are
+ * mantissa * 2^-24 (exact in float32), infinities and NaN keep their payload. */
+static inline v4u half_to_float_bits(v4u h) {
+    v4u sign = (h & 0x8000u) << 16, exponent = h & 0x7c00u, mantissa = h & 0x03ffu;
+    v4u normal = ((h & 0x7fffu) + 0x1c000u) << 13;
+    v4u special = 0x7f800000u | (mantissa << 13);
+    v4u subnormal = (v4u)(__builtin_convertvector((v4i)mantissa, v4f) * splat(5.9604644775390625e-8f));
+    v4u is_zero_exp = (v4u)(exponent == 0u), is_max_exp = (v4u)(exponent == 0x7c00u);
+    v4u bits = (subnormal & is_zero_exp) | (special & is_max_exp) | (normal & ~(is_zero_exp | is_max_exp));
+    return bits | sign;
+}
+
+EXPORT void f16_to_f32(size_t count, const uint16_t *src, float *dst) {
+    for (size_t i = 0; i < count; i += 4) {
+        size_t n = count - i < 4 ? count - i : 4;
+        store_bits(dst + i, half_to_float_bits(widen4(src + i, n)), n);
+    }
+}
+
+EXPORT void bf16_to_f32(size_t count, const uint16_t *src, float *dst) {
+    for (size_t i = 0; i < count; i += 4) {
+        size_t n = count - i < 4 ? count - i : 4;
+        store_bits(dst + i, widen4(src + i, n) << 16, n);
+    }
+}
+
+/* round to nearest even; NaN stays NaN (quiet bit set), as engine.dtypes.f32_to_bf16_bits */
+EXPORT void f32_to_bf16(size_t count, const float *src, uint16_t *dst) {
+    for (size_t i = 0; i < count; i += 4) {
+        size_t n = count - i < 4 ? count - i : 4;
+        v4u u = (v4u)gather4(src + i, 1, n);
+        v4u rounded = (u + (0x7fffu + ((u >> 16) & 1u))) >> 16;
+        v4u nan = (v4u)((u & 0x7fffffffu) > 0x7f800000u);
+        narrow4(dst + i, (((u >> 16) | 0x40u) & nan) | (rounded & ~nan), n);
+    }
+}
+
+/* ENGINE_KERNELS_ABI: the Python side checks it before using any other export */
+EXPORT int engine_kernels_abi(void) { return ENGINE_KERNELS_ABI; }
+
+/* bit 0: WebAssembly build, bit 1: SIMD128, bit 2: relaxed SIMD (fused multiply-add) */
+EXPORT int engine_kernels_features(void) {
+    int features = 0;
+#ifdef __wasm__
+    features |= 1;
+#endif
+#ifdef __wasm_simd128__
+    features |= 2;
+#endif
+#ifdef __wasm_relaxed_simd__
+    features |= 4;
+#endif
+    return features;
+}

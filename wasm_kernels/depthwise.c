@@ -1,0 +1,104 @@
+/* Direct depthwise convolution (groups == channels, one filter per channel), NCHW.
+ *
+ * Depthwise layers are memory-bound multiply-adds on planes that may be as small as 7x7,
+ * where bounds checks would dominate. So each plane is first copied into a zero-padded
+ * scratch plane (the padding, plus slack on the right so that the last vector of a row
+ * may run past the output's end); every output vector is then branch-free: 8 outputs
+ * at a time (two f32x4 accumulators sharing each weight), then 4, the last one stored in
+ * part. Stride 2 reads 8 neighbours and keeps the even lanes; other strides gather.
+ */
+#include "conv.h"
+
+static inline size_t round_up4(size_t n) { return (n + 3) & ~(size_t)3; }
+
+/* the padded plane: rows of h + pads, row pitch covering the input and every vector's reach */
+static size_t padded_pitch(size_t w, const geometry *g) {
+    size_t reach = (round_up4(g->wo) - 1) * g->sw + (g->kw - 1) * g->dw + 1 + (g->sw == 2);
+    return reach > g->pad_left + w ? reach : g->pad_left + w;
+}
+
+/* rows any output reads: the bottom padding past them is never touched */
+static size_t padded_rows(const geometry *g) { return (g->ho - 1) * g->sh + (g->kh - 1) * g->dh + 1; }
+
+size_t depthwise_scratch(size_t h, size_t w, const geometry *g) {
+    if (g->ho == 0 || g->wo == 0) return 0;
+    return padded_rows(g) * padded_pitch(w, g);
+}
+
+/* four outputs' inputs for one tap: contiguous, even lanes of eight, or gathered */
+static inline v4f tap4(const float *p, size_t sw) {
+    if (sw == 1) return load4(p);
+    if (sw == 2) return __builtin_shufflevector(load4(p), load4(p + 4), 0, 2, 4, 6);
+    return gather4(p, (ptrdiff_t)sw, 4);
+}
+
+/* one plane from the padded copy `pad` (pitch floats per row); sw is a constant where inlined */
+static inline void plane_rows(const float *pad, size_t pitch, const float *wk, float bias, const geometry *g,
+                              int act, float *yp, size_t sw) {
+    size_t kh = g->kh, kw = g->kw, dh = g->dh, dw = g->dw, wo = g->wo;
+    for (size_t oy = 0; oy < g->ho; ++oy) {
+        const float *base = pad + oy * g->sh * pitch;
+        float *yr = yp + oy * wo;
+        size_t ox = 0;
+        for (; ox + 8 <= wo; ox += 8) {
+            v4f a0 = splat(bias), a1 = splat(bias);
+            for (size_t i = 0; i < kh; ++i) {
+                const float *r = base + i * dh * pitch + ox * sw;
+                for (size_t j = 0; j < kw; ++j) {
+                    v4f wv = splat(wk[i * kw + j]);
+                    a0 = madd(wv, tap4(r + j * dw, sw), a0);
+                    a1 = madd(wv, tap4(r + j * dw + 4 * sw, sw), a1);
+                }
+            }
+            store4(yr + ox, activate4(a0, act));
+            store4(yr + ox + 4, activate4(a1, act));
+        }
+        for (; ox < wo; ox += 4) {
+            v4f a0 = splat(bias);
+            for (size_t i = 0; i < kh; ++i) {
+                const float *r = base + i * dh * pitch + ox * sw;
+                for (size_t j = 0; j < kw; ++j) a0 = madd(splat(wk[i * kw + j]), tap4(r + j * dw, sw), a0);
+            }
+            a0 = activate4(a0, act);
+            if (ox + 4 <= wo) store4(yr + ox, a0);
+            else
+                for (size_t q = 0; q < wo - ox; ++q) yr[ox + q] = a0[q];
+        }
+    }
+}
+
+void depthwise_run(size_t n, size_t c, size_t h, size_t w, const float *x, const float *weight, const geometry *g,
+                   const float *bias, int act, float *y, float *scratch) {
+    if (g->ho == 0 || g->wo == 0) return;
+    size_t rows = padded_rows(g), pitch = padded_pitch(w, g), total = rows * pitch;
+    for (size_t i = 0; i < total; ++i) scratch[i] = 0.0f;         /* the padding, zeroed once */
+    size_t first = g->pad_top, last = g->pad_top + h < rows ? g->pad_top + h : rows;
+    for (size_t plane = 0; plane < n * c; ++plane) {
+        const float *xp = x + plane * h * w;
+        for (size_t r = first; r < last; ++r) {
+            const float *src = xp + (r - g->pad_top) * w;
+            float *dst = scratch + r * pitch + g->pad_left;
+            size_t q = 0;
+            for (; q + 4 <= w; q += 4) store4(dst + q, load4(src + q));
+            for (; q < w; ++q) dst[q] = src[q];
+        }
+        size_t ch = plane % c;
+        const float *wk = weight + ch * g->kh * g->kw;
+        float b = bias ? bias[ch] : 0.0f;
+        float *yp = y + plane * g->ho * g->wo;
+        if (g->sw == 1) plane_rows(scratch, pitch, wk, b, g, act, yp, 1);
+        else if (g->sw == 2) plane_rows(scratch, pitch, wk, b, g, act, yp, 2);
+        else plane_rows(scratch, pitch, wk, b, g, act, yp, g->sw);
+    }
+}
+
+EXPORT size_t depthwise_conv2d_f32(size_t n, size_t c, size_t h, size_t w, const float *x, size_t kh, size_t kw,
+                                   const float *weight, size_t sh, size_t sw, size_t dh, size_t dw, size_t pad_top,
+                                   size_t pad_left, size_t pad_bottom, size_t pad_right, const float *bias, int act,
+                                   float *y, float *scratch, size_t scratch_size) {
+    geometry g = make_geometry(h, w, kh, kw, sh, sw, dh, dw, pad_top, pad_left, pad_bottom, pad_right);
+    size_t need = depthwise_scratch(h, w, &g);
+    if (scratch_size < need) return need;
+    depthwise_run(n, c, h, w, x, weight, &g, bias, act, y, scratch);
+    return 0;
+}

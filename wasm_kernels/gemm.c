@@ -1,0 +1,229 @@
+/* f32 GEMM: C = act(A B + bias), batched, with arbitrary strides on A and B.
+ *
+ * Blocked as in GotoBLAS/BLIS: for each NC-column, KC-deep block of B, B is packed into
+ * panels of NR columns (k-major, zero-padded), then for each MC-row block of A, A is
+ * packed into panels of MR rows, and an MR x NR register tile (2 * MR f32x4
+ * accumulators) runs over KC. Partial tiles compute in full on the zero padding and
+ * store only their valid part. Two paths skip packing for thin problems (few rows of
+ * A), where packing B would cost as much as the product itself:
+ *   - B with contiguous rows: the tile reads B in place (only a ragged last panel is packed);
+ *   - B with contiguous columns (a transposed weight, as in linear layers) and A with
+ *     contiguous rows: dot products along k.
+ */
+#include "gemm.h"
+
+#define SMALL_M_DIRECT 16          /* rows of A up to which B is read in place */
+#define SMALL_M_DOT 4              /* rows of A up to which the dot-product path runs */
+
+static inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+/* A[0:mc, 0:kc] -> panels of MR rows: ap[panel][p][r], rows past mc zero */
+static void pack_a(size_t mc, size_t kc, const float *a, ptrdiff_t rs, ptrdiff_t cs, float *ap) {
+    for (size_t i0 = 0; i0 < mc; i0 += MR) {
+        size_t mr = min_size(MR, mc - i0);
+        const float *src = a + (ptrdiff_t)i0 * rs;
+        if (mr == MR && cs == 1) {
+            for (size_t p = 0; p < kc; ++p, ap += MR)
+                for (size_t r = 0; r < MR; ++r) ap[r] = src[(ptrdiff_t)r * rs + (ptrdiff_t)p];
+        } else {
+            for (size_t p = 0; p < kc; ++p, ap += MR)
+                for (size_t r = 0; r < MR; ++r)
+                    ap[r] = r < mr ? src[(ptrdiff_t)r * rs + (ptrdiff_t)p * cs] : 0.0f;
+        }
+    }
+}
+
+/* 4x4 transpose of rows r0..r3 */
+#define TRANSPOSE4(r0, r1, r2, r3)                                         \
+    do {                                                                   \
+        v4f t0_ = __builtin_shufflevector(r0, r1, 0, 4, 1, 5);             \
+        v4f t1_ = __builtin_shufflevector(r0, r1, 2, 6, 3, 7);             \
+        v4f t2_ = __builtin_shufflevector(r2, r3, 0, 4, 1, 5);             \
+        v4f t3_ = __builtin_shufflevector(r2, r3, 2, 6, 3, 7);             \
+        r0 = __builtin_shufflevector(t0_, t2_, 0, 1, 4, 5);                \
+        r1 = __builtin_shufflevector(t0_, t2_, 2, 3, 6, 7);                \
+        r2 = __builtin_shufflevector(t1_, t3_, 0, 1, 4, 5);                \
+        r3 = __builtin_shufflevector(t1_, t3_, 2, 3, 6, 7);                \
+    } while (0)
+
+/* B[0:kc, 0:nc] -> panels of NR columns: bp[panel][p][c], columns past nc zero */
+static void pack_b(size_t kc, size_t nc, const float *b, ptrdiff_t rs, ptrdiff_t cs, float *bp) {
+    for (size_t j0 = 0; j0 < nc; j0 += NR) {
+        size_t nr = min_size(NR, nc - j0);
+        const float *src = b + (ptrdiff_t)j0 * cs;
+        size_t p = 0;
+        if (nr == NR && cs == 1) {                     /* rows contiguous: copy 8 at a time */
+            for (; p < kc; ++p, bp += NR) {
+                store4(bp, load4(src + (ptrdiff_t)p * rs));
+                store4(bp + 4, load4(src + (ptrdiff_t)p * rs + 4));
+            }
+        } else if (nr == NR && rs == 1) {              /* columns contiguous: 4x4 transposes */
+            for (; p + 4 <= kc; p += 4, bp += 4 * NR) {
+                for (size_t h = 0; h < NR; h += 4) {
+                    v4f c0 = load4(src + (ptrdiff_t)(h + 0) * cs + (ptrdiff_t)p);
+                    v4f c1 = load4(src + (ptrdiff_t)(h + 1) * cs + (ptrdiff_t)p);
+                    v4f c2 = load4(src + (ptrdiff_t)(h + 2) * cs + (ptrdiff_t)p);
+                    v4f c3 = load4(src + (ptrdiff_t)(h + 3) * cs + (ptrdiff_t)p);
+                    TRANSPOSE4(c0, c1, c2, c3);
+                    store4(bp + h, c0);
+                    store4(bp + NR + h, c1);
+                    store4(bp + 2 * NR + h, c2);
+                    store4(bp + 3 * NR + h, c3);
+                }
+            }
+        }
+        for (; p < kc; ++p, bp += NR)
+            for (size_t c = 0; c < NR; ++c)
+                bp[c] = c < nr ? src[(ptrdiff_t)p * rs + (ptrdiff_t)c * cs] : 0.0f;
+    }
+}
+
+/* bias (if any) and activation on a row of 8 results `lo`, `hi` at (i, j) */
+static inline void finish_row(v4f *lo, v4f *hi, const epilogue *ep, size_t i, size_t j, size_t nr) {
+    if (ep->bias) {
+        const float *bias = ep->bias + (ptrdiff_t)i * ep->bias_row + (ptrdiff_t)j * ep->bias_col;
+        *lo += gather4(bias, ep->bias_col, nr);
+        *hi += gather4(bias + 4 * ep->bias_col, ep->bias_col, nr > 4 ? nr - 4 : 0);
+    }
+    if (ep->act) {
+        *lo = activate4(*lo, ep->act);
+        *hi = activate4(*hi, ep->act);
+    }
+}
+
+/* Store an MR x NR tile at c: add what c holds (accumulate), apply the epilogue (ep, on the
+ * last k block only), write the valid mr x nr part. (i, j): the tile's place in C. */
+static void store_tile(v4f acc[MR][2], float *c, ptrdiff_t c_row, size_t mr, size_t nr, int accumulate,
+                       const epilogue *ep, size_t i, size_t j) {
+    for (size_t r = 0; r < mr; ++r) {
+        float *cr = c + (ptrdiff_t)r * c_row;
+        v4f lo = acc[r][0], hi = acc[r][1];
+        if (accumulate) {
+            lo += gather4(cr, 1, nr);
+            hi += gather4(cr + 4, 1, nr > 4 ? nr - 4 : 0);
+        }
+        if (ep) finish_row(&lo, &hi, ep, i + r, j, nr);
+        if (nr == NR) {
+            store4(cr, lo);
+            store4(cr + 4, hi);
+        } else {
+            for (size_t q = 0; q < nr; ++q) cr[q] = q < 4 ? lo[q] : hi[q - 4];
+        }
+    }
+}
+
+/* The register tile: MR rows of packed A times NR columns of B over kc, B rows b_step apart. */
+static void micro_tile(size_t kc, const float *ap, const float *bp, ptrdiff_t b_step, float *c, ptrdiff_t c_row,
+                       size_t mr, size_t nr, int accumulate, const epilogue *ep, size_t i, size_t j) {
+    v4f acc[MR][2];
+    for (size_t r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = splat(0.0f);
+    for (size_t p = 0; p < kc; ++p, ap += MR, bp += b_step) {
+        v4f b0 = load4(bp), b1 = load4(bp + 4);
+        for (size_t r = 0; r < MR; ++r) {
+            v4f a = splat(ap[r]);
+            acc[r][0] = madd(a, b0, acc[r][0]);
+            acc[r][1] = madd(a, b1, acc[r][1]);
+        }
+    }
+    store_tile(acc, c, c_row, mr, nr, accumulate, ep, i, j);
+}
+
+/* One row block of C through packed tiles: ap holds mc rows of A packed over kc. */
+static void tile_block(size_t mc, size_t nc, size_t kc, const float *ap, const float *bp, ptrdiff_t b_step,
+                       const float *b_tail, float *c, ptrdiff_t c_row, int accumulate, const epilogue *ep,
+                       size_t i0, size_t j0, int packed) {
+    for (size_t jr = 0; jr < nc; jr += NR) {
+        size_t nr = min_size(NR, nc - jr);
+        const float *panel = packed ? bp + jr * kc : (nr == NR ? bp + jr : b_tail);
+        ptrdiff_t step = packed || nr < NR ? NR : b_step;
+        for (size_t ir = 0; ir < mc; ir += MR)
+            micro_tile(kc, ap + ir * kc, panel, step, c + (ptrdiff_t)ir * c_row + (ptrdiff_t)jr, c_row,
+                       min_size(MR, mc - ir), nr, accumulate, ep, i0 + ir, j0 + jr);
+    }
+}
+
+/* Dot products along k for `rows` (1 or 2) rows of A against 4 columns of B at a time. */
+static inline void dot_rows(size_t rows, size_t n, size_t k, const float *a, ptrdiff_t a_row, matrix b,
+                            float *c, ptrdiff_t c_row, const epilogue *ep, size_t i) {
+    const float *a0 = a, *a1 = rows > 1 ? a + a_row : a;
+    for (size_t j = 0; j < n; j += 4) {
+        size_t cols = min_size(4, n - j);
+        const float *bc[4];
+        for (size_t q = 0; q < 4; ++q) bc[q] = b.p + (ptrdiff_t)(j + (q < cols ? q : 0)) * b.col;
+        v4f s0[4], s1[4];
+        for (size_t q = 0; q < 4; ++q) s0[q] = s1[q] = splat(0.0f);
+        size_t p = 0;
+        for (; p + 4 <= k; p += 4) {
+            v4f x0 = load4(a0 + p), x1 = load4(a1 + p);
+            for (size_t q = 0; q < 4; ++q) {
+                v4f y = load4(bc[q] + p);
+                s0[q] = madd(x0, y, s0[q]);
+                if (rows > 1) s1[q] = madd(x1, y, s1[q]);
+            }
+        }
+        v4f r0 = {hsum4(s0[0]), hsum4(s0[1]), hsum4(s0[2]), hsum4(s0[3])};
+        v4f r1 = {hsum4(s1[0]), hsum4(s1[1]), hsum4(s1[2]), hsum4(s1[3])};
+        for (; p < k; ++p) {
+            v4f y = {bc[0][p], bc[1][p], bc[2][p], bc[3][p]};
+            r0 += splat(a0[p]) * y;
+            r1 += splat(a1[p]) * y;
+        }
+        for (size_t r = 0; r < rows; ++r) {
+            v4f v = r ? r1 : r0, unused = splat(0.0f);
+            if (ep) finish_row(&v, &unused, ep, i + r, j, cols);
+            float *cr = c + (ptrdiff_t)r * c_row + (ptrdiff_t)j;
+            for (size_t q = 0; q < cols; ++q) cr[q] = v[q];
+        }
+    }
+}
+
+void gemm_run(size_t m, size_t n, size_t k, matrix a, matrix b, float *c, ptrdiff_t c_row,
+              const epilogue *ep, float *scratch) {
+    if (m == 0 || n == 0) return;
+    if (ep && !ep->bias && !ep->act) ep = 0;
+    if (m <= SMALL_M_DOT && a.col == 1 && b.row == 1 && k >= 4) {
+        size_t i = 0;                                    /* constant row counts: specialised */
+        for (; i + 2 <= m; i += 2)
+            dot_rows(2, n, k, a.p + (ptrdiff_t)i * a.row, a.row, b, c + (ptrdiff_t)i * c_row, c_row, ep, i);
+        if (i < m)
+            dot_rows(1, n, k, a.p + (ptrdiff_t)i * a.row, a.row, b, c + (ptrdiff_t)i * c_row, c_row, ep, i);
+        return;
+    }
+    int packed = !(m <= SMALL_M_DIRECT && b.col == 1);
+    float *bp = scratch, *ap = scratch + (size_t)KC * NC;
+    for (size_t jc = 0; jc < n; jc += NC) {
+        size_t nc = min_size(NC, n - jc);
+        size_t pc = 0;
+        do {                                             /* k == 0 still runs once: C = epilogue(0) */
+            size_t kc = min_size(KC, k - pc);
+            const float *bsrc = b.p + (ptrdiff_t)pc * b.row + (ptrdiff_t)jc * b.col;
+            size_t ragged = nc % NR;
+            if (packed) pack_b(kc, nc, bsrc, b.row, b.col, bp);
+            else if (ragged) pack_b(kc, ragged, bsrc + (ptrdiff_t)(nc - ragged), b.row, 1, bp);
+            for (size_t ic = 0; ic < m; ic += MC) {
+                size_t mc = min_size(MC, m - ic);
+                pack_a(mc, kc, a.p + (ptrdiff_t)ic * a.row + (ptrdiff_t)pc * a.col, a.row, a.col, ap);
+                tile_block(mc, nc, kc, ap, packed ? bp : bsrc, b.row, bp,
+                           c + (ptrdiff_t)ic * c_row + (ptrdiff_t)jc, c_row, pc > 0,
+                           pc + kc >= k ? ep : 0, ic, jc, packed);
+            }
+            pc += kc;
+        } while (pc < k);
+    }
+}
+
+EXPORT size_t gemm_f32(size_t batch, size_t m, size_t n, size_t k,
+                       const float *a, ptrdiff_t a_batch, ptrdiff_t a_row, ptrdiff_t a_col,
+                       const float *b, ptrdiff_t b_batch, ptrdiff_t b_row, ptrdiff_t b_col,
+                       float *c, ptrdiff_t c_batch, ptrdiff_t c_row,
+                       const float *bias, ptrdiff_t bias_row, ptrdiff_t bias_col, int act,
+                       float *scratch, size_t scratch_size) {
+    if (scratch_size < GEMM_SCRATCH) return GEMM_SCRATCH;
+    epilogue ep = {bias, bias_row, bias_col, act};
+    for (size_t q = 0; q < batch; ++q) {
+        matrix ma = {a + (ptrdiff_t)q * a_batch, a_row, a_col};
+        matrix mb = {b + (ptrdiff_t)q * b_batch, b_row, b_col};
+        gemm_run(m, n, k, ma, mb, c + (ptrdiff_t)q * c_batch, c_row, &ep, scratch);
+    }
+    return 0;
+}

@@ -1,0 +1,34 @@
+/* Internal interface between the GEMM and the convolution drivers (not exported). */
+#ifndef ENGINE_KERNELS_GEMM_H
+#define ENGINE_KERNELS_GEMM_H
+
+#include "common.h"
+
+/* Register tile MR x NR (NR = two f32x4) and cache blocks: the packed B block (KC x NC)
+ * stays in L2, the packed A block (MC x KC) in L1/L2, one B micro-panel (KC x NR) in L1. */
+#define MR 4
+#define NR 8
+#define KC 256
+#define MC 96
+#define NC 512
+#define GEMM_SCRATCH ((size_t)KC * NC + (size_t)MC * KC)   /* floats */
+
+/* a strided matrix view: element (i, j) at p[i * row + j * col], strides in elements */
+typedef struct {
+    const float *p;
+    ptrdiff_t row, col;
+} matrix;
+
+/* what happens to a finished tile: + bias[i * bias_row + j * bias_col], then activation */
+typedef struct {
+    const float *bias;
+    ptrdiff_t bias_row, bias_col;
+    int act;
+} epilogue;
+
+/* C (m x n, row stride c_row, columns contiguous) = A (m x k) B (k x n) + epilogue;
+ * scratch: GEMM_SCRATCH floats. */
+void gemm_run(size_t m, size_t n, size_t k, matrix a, matrix b, float *c, ptrdiff_t c_row,
+              const epilogue *ep, float *scratch);
+
+#endif
