@@ -42,8 +42,7 @@ def _compare(name: str, model, reference, shape, batches, repeat: int, device: s
             case.update(torch_ms=round(torch_ms, 3), ratio=round(engine_ms / torch_ms, 2))
         cases.append(case)
     info = {"model": name, "device": device or default_device(), "repeat": repeat,
-            "machine": f"{platform.machine()} {platform.python_implementation()} {platform.python_version()}",
-            "numpy": np.__version__, "cases": cases}
+            "machine": _machine(), "numpy": np.__version__, "cases": cases}
     if reference is not None:
         info["torch"] = f"{reference[0].__version__} ({reference[0].get_num_threads()} threads)"
     else:
@@ -63,6 +62,40 @@ def bench_effnet(repeat: int = 20, device: str | None = None, batches=(1, 8), we
     model = efficientnet_lite.load(weights, device)
     size = model.config.image_size
     return _compare("efficientnet_lite0", model, _torch_effnet(model), (3, size, size), batches, repeat, device)
+
+
+GEMM_SHAPES = ((128, 128, 128), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (128, 384, 1536))
+
+
+def bench_gemm(repeat: int = 20, device: str | None = None, shapes=None) -> dict:
+    """float32 matmul (M x K) @ (K x N) through the engine on `device` and on numpy (the
+    reference) in the same run; GFLOP/s = 2 M K N / median time. device=None: every available one."""
+    from .device import available
+    from .tensor import from_numpy
+
+    devices = list(dict.fromkeys(["numpy"] + ([device] if device else available())))
+    rng = np.random.default_rng(0)
+    warm = rng.standard_normal((256, 256), dtype=np.float32)
+    for name in devices:                            # past JIT tiering (wasm) and thread-pool start (BLAS)
+        t = from_numpy(warm, name)
+        for _ in range(5):
+            t @ t
+    cases = []
+    for m, k, n in shapes or GEMM_SHAPES:
+        a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+        case = {"m": m, "k": k, "n": n}
+        runs = max(3, min(repeat, int(4e9 / (2 * m * k * n))))   # fewer runs of the big products
+        for name in devices:
+            ta, tb = from_numpy(a, name), from_numpy(b, name)
+            ms = _median_ms(lambda: ta @ tb, runs)
+            case[name] = {"ms": round(ms, 4), "gflops": round(2 * m * k * n / ms / 1e6, 2)}
+        cases.append(case)
+    return {"model": "gemm", "devices": devices, "repeat": repeat, "machine": _machine(), "numpy": np.__version__,
+            "cases": cases}
+
+
+def _machine() -> str:
+    return f"{platform.machine()} {platform.python_implementation()} {platform.python_version()}"
 
 
 def _torch_mnist(model):
@@ -90,10 +123,23 @@ def _torch_effnet(model):
 
 
 def format_table(result: dict) -> str:
+    if result["model"] == "gemm":
+        return _format_gemm(result)
     lines = [f"{result['model']} on {result['device']} ({result['machine']}, NumPy {result['numpy']}); "
              f"torch {result['torch']}; median of {result['repeat']} runs",
              f"{'batch':>6} {'engine ms':>10} {'torch ms':>10} {'engine/torch':>13}"]
     for c in result["cases"]:
         lines.append(f"{c['batch']:>6} {c['engine_ms']:>10.3f} {c.get('torch_ms', float('nan')):>10.3f} "
                      f"{c.get('ratio', float('nan')):>12.2f}x")
+    return "\n".join(lines)
+
+
+def _format_gemm(result: dict) -> str:
+    devices = result["devices"]
+    lines = [f"float32 GEMM on {', '.join(devices)} ({result['machine']}, NumPy {result['numpy']}); "
+             f"median of up to {result['repeat']} runs; GFLOP/s = 2*M*K*N / time",
+             f"{'M x K x N':>18} " + " ".join(f"{d + ' ms':>11} {d + ' GFLOP/s':>14}" for d in devices)]
+    for c in result["cases"]:
+        lines.append(f"{c['m']:>5} x{c['k']:>5} x{c['n']:>5} " +
+                     " ".join(f"{c[d]['ms']:>11.3f} {c[d]['gflops']:>14.1f}" for d in devices))
     return "\n".join(lines)

@@ -1,5 +1,5 @@
 """Command line: `python -m engine digit IMAGE...`, `python -m engine classify IMAGE...`,
-`python -m engine bench mnist|effnet`.
+`python -m engine bench mnist|effnet|gemm`.
 
 Exit status: 0 on success, 2 on bad input or arguments (one line on stderr,
 no traceback).
@@ -19,8 +19,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_device(p: argparse.ArgumentParser) -> None:
-    from .device import available
-    p.add_argument("--device", default=None, help=f"backend to run on: {', '.join(available())} "
+    from .device import known                     # not available(): that would load (build) every backend
+    p.add_argument("--device", default=None, help=f"backend to run on: {', '.join(known())} "
                                                   "(default: numpy)")
 
 
@@ -47,8 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "(default: dist/models/efficientnet_lite0, built by build.py)")
     _add_device(c)
     b = sub.add_parser("bench", help="time the engine against PyTorch",
-                       description="Time a model on the engine and on PyTorch in the same run; prints ratios.")
-    b.add_argument("model", choices=["mnist", "effnet"])
+                       description="Time a model on the engine and on PyTorch in the same run; prints ratios. "
+                                   "`bench gemm` times float32 matmul on --device (default: every available "
+                                   "one) and on numpy, in GFLOP/s.")
+    b.add_argument("model", choices=["mnist", "effnet", "gemm"])
     b.add_argument("--repeat", type=int, default=20, help="timed runs per case (median is reported)")
     b.add_argument("--json", action="store_true", help="print the results as one JSON object")
     b.add_argument("--weights", default=None, help="the model's weights (default: the bundled or built ones)")
@@ -92,9 +94,14 @@ def _classify(args) -> int:
 
 
 def _bench(args) -> int:
-    from .bench import bench_effnet, bench_mnist, format_table
-    bench = {"mnist": bench_mnist, "effnet": bench_effnet}[args.model]
-    result = bench(repeat=args.repeat, device=args.device, weights=args.weights)
+    from .bench import bench_effnet, bench_gemm, bench_mnist, format_table
+    if args.model == "gemm":
+        if args.weights is not None:
+            raise EngineError("bench gemm takes no --weights")
+        result = bench_gemm(repeat=args.repeat, device=args.device)
+    else:
+        bench = {"mnist": bench_mnist, "effnet": bench_effnet}[args.model]
+        result = bench(repeat=args.repeat, device=args.device, weights=args.weights)
     print(json.dumps(result) if args.json else format_table(result))
     return 0
 
