@@ -175,6 +175,17 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
             "writer": b.files(writer_code, root), "code": _code(convert)},
             lambda out, model=model, sources=sources: convert.write_model(model, sources, out, max_shard_kb)))
 
+    from wasm_kernels import build as kernels
+    kernel_sources = {name: b.digest(kernels.HERE / name) for name in kernels.SOURCES + kernels.HEADERS + ("build.py",)}
+
+    def make_kernels(out: Path) -> None:
+        try:
+            for relaxed in (False, True):           # the worker picks one by feature detection
+                kernels.build_wasm(out / "kernels", relaxed)
+        except kernels.BuildError as e:
+            raise BuildError(f"{e} (./scripts/serve.sh and ./scripts/test.sh install it)") from None
+    b.run(Step("kernels", {"sources": kernel_sources}, make_kernels))
+
     skimage = fetched["scikit-image"]
     b.run(Step("samples", {"wheel": b.digest(skimage), "samples": SAMPLES, "code": _code(sys.modules[__name__])},
                lambda out: write_samples(out, skimage)))

@@ -113,8 +113,12 @@ class Tensor:
         """to(dtype), to(device) or both, like torch."""
         dtype, device = parse_to_args(args, dtype, device)
         out = self
-        if device is not None and get_backend(device) is not self._backend:
-            out = Tensor._from_raw_on(self._raw_numpy(), self.dtype, self.shape, get_backend(device))
+        target = None if device is None else get_backend(device)
+        if target is not None and target is not self._backend:
+            if getattr(target, "storage", None) == getattr(self._backend, "storage", False):
+                out = Tensor(self._buf, self._layout, self.dtype, target)      # same memory, no copy
+            else:
+                out = Tensor._from_raw_on(self._raw_numpy(), self.dtype, self.shape, target)
         if dtype is not None and D.as_dtype(dtype) is not out.dtype:
             out = _F.cast(out, D.as_dtype(dtype))
         return out

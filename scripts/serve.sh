@@ -3,6 +3,7 @@
 # on http://127.0.0.1:8000 (arguments go to `build.py serve`, e.g. --port 8080).
 source "$(dirname "$0")/setup.sh"
 ensure_base
+ensure_apt clang-19 lld-19          # the WebAssembly SIMD kernels the site ships
 ensure_venv image
 cd "$ROOT"
 exec "$VENV/bin/python" build.py serve "$@"

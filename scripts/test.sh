@@ -3,8 +3,9 @@
 source "$(dirname "$0")/setup.sh"
 ensure_base
 # nginx: a real static host for the built site; chromium: the browser Playwright drives
-# (Playwright's own browser download is never used)
-ensure_apt nginx chromium
+# (Playwright's own browser download is never used); clang-19 + lld-19: the WebAssembly
+# kernels (Debian's default clang 14 emits an outdated relaxed-SIMD opcode); gcc: native kernels
+ensure_apt nginx chromium clang-19 lld-19 gcc
 ensure_venv test
 cd "$ROOT"
 "$VENV/bin/python" -m pytest "$@"

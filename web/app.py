@@ -58,7 +58,10 @@ def became_ready(info):
     note = by_id("backend-note")
     requested = info.requested
     note.hidden = requested in ("auto", info.device)
-    note.textContent = f"backend {requested!r} is not available here; using {info.device}"
+    why = getattr(info.unavailable, requested, None) if requested not in info.devices else None
+    note.textContent = f"backend {requested!r} is not available here{f' ({why})' if why else ''}; using {info.device}"
+    by_id("backend-info").textContent = (f"wasm kernels: {'relaxed SIMD' if info.kernels == 'relaxed' else 'SIMD128'}"
+                                         if info.kernels else "no wasm SIMD kernels in this browser")
     by_id("isolation").textContent = ("cross-origin isolated: precise timers" if info.crossOriginIsolated
                                       else "not cross-origin isolated: coarse timers")
     document.body.dataset.ready = "true"
@@ -67,7 +70,8 @@ def became_ready(info):
 
 def retry(event=None):
     document.body.dataset.ready = "false"
-    client.restart(js.URLSearchParams.new(js.location.search).get("backend") or "auto")
+    seen["status"] = None
+    client.restart()
 
 
 # --- drawing ----------------------------------------------------------------------------
@@ -169,6 +173,7 @@ async def change_backend(event):
     url = js.URL.new(js.location.href)
     url.searchParams.set("backend", name)
     js.history.replaceState(None, "", url.href)
+    client.backendWanted = name                      # what a Retry restarts with
     await client.setBackend(name)
     schedule_prediction()
 

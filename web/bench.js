@@ -19,9 +19,11 @@ async function main() {
     cold_start_ms: { ...roundAll(info.timings), total: round(performance.now() - start) },
     weights: info.weights,
     worker_downloads: await client.call("resources"),
+    kernels: info.kernels,
     mnist: {},
     effnet: {},
   };
+  if (params.get("gemm") !== "0") results.gemm = (await client.benchGemm(Math.max(3, Math.round(repeat / 4)))).cases;
   for (const device of info.devices) {
     await client.setBackend(device);
     results.mnist[device] = await client.benchDigit(repeat);

@@ -48,11 +48,13 @@ class EngineClient {
     });
   }
 
-  async init(backend) {
+  async init(backend, kernels = null) {
     this.state = { status: "loading", error: null, info: null };
+    this.backendWanted = backend;
+    this.kernelsWanted = kernels;
     this.emit();
     try {
-      const info = await this.call("init", { backend });
+      const info = await this.call("init", { backend, kernels });
       this.state = { status: "ready", error: null, info };
     } catch (err) {
       this.state = { status: "error", error: err.message, info: null };
@@ -61,12 +63,12 @@ class EngineClient {
     return this.state;
   }
 
-  restart(backend) {
+  restart(backend = this.backendWanted) {
     this.tasks = new Map();
     this.worker.terminate();
     this.fail(new Error("restarted"));
     this.start();
-    return this.init(backend);
+    return this.init(backend, this.kernelsWanted);
   }
 
   predictDigit(imageData) {
@@ -95,6 +97,7 @@ class EngineClient {
   setBackend(backend) { return this.call("setBackend", { backend }); }
   benchDigit(repeat) { return this.call("benchDigit", { repeat }); }
   benchImage(repeat) { return this.call("benchImage", { repeat }); }
+  benchGemm(repeat) { return this.call("benchGemm", { repeat }); }
   run(source) { return this.call("run", { source }); }
 
   subscribe(fn) { this.listeners.add(fn); fn(this.snapshot()); return () => this.listeners.delete(fn); }

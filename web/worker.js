@@ -15,6 +15,7 @@ const STAGES = [
   [/\/pyodide\/(pyodide\.asm\.wasm|python_stdlib\.zip)$/, "pyodide"],
   [/\/pyodide\/numpy-[^/]*\.whl$/, "numpy"],
   [/\/pyodide\/engine-[^/]*\.whl$/, "engine"],
+  [/\/kernels\/[^/]*\.wasm$/, "engine"],
 ];
 const progress = {};
 function report(stage, url, loaded, total) {
@@ -48,7 +49,22 @@ self.fetch = async (input, init) => {
                                  headers: response.headers });
 };
 
-async function boot(backend) {
+// The SIMD kernels: the relaxed-SIMD build when this browser validates it, else plain SIMD128.
+// `want` ("relaxed" / "simd") forces a flavour (tests check both); none usable: no simd backend.
+async function loadKernels(want) {
+  const order = want ? [want] : ["relaxed", "simd"];
+  for (const flavour of order) {
+    const response = await fetch(`${BASE}kernels/engine_kernels.${flavour}.wasm`);
+    if (!response.ok) continue;
+    const bytes = new Uint8Array(await response.arrayBuffer());
+    if (!WebAssembly.validate(bytes)) continue;
+    pyodide.FS.writeFile("/lib/engine_kernels.so", bytes);
+    return flavour;
+  }
+  return null;
+}
+
+async function boot(backend, kernels) {
   let t = performance.now();
   pyodide = await loadPyodide({ indexURL: BASE + "pyodide/" });
   timings.pyodide_ms = performance.now() - t;
@@ -57,17 +73,18 @@ async function boot(backend) {
   timings.numpy_ms = performance.now() - t;
   t = performance.now();
   await pyodide.loadPackage("engine", { messageCallback: () => {} });
+  const flavour = await loadKernels(kernels);
   api = pyodide.pyimport("engine.web.worker");
   timings.engine_ms = performance.now() - t;
-  const devices = JSON.parse(api.devices());
-  const device = devices.includes(backend) ? backend : devices[0];
+  const { available: devices, best, unavailable } = JSON.parse(api.devices());
+  const device = devices.includes(backend) ? backend : best;
   t = performance.now();
   const weights = (loaded, total) =>
     self.postMessage({ type: "progress", stage: "weights", loaded, total });
   const info = JSON.parse(await api.load("digit-classification", device, BASE, weights));
   timings.weights_ms = performance.now() - t;
-  return { devices, requested: backend, device: info.device, weights: info.weights, timings,
-           crossOriginIsolated: self.crossOriginIsolated === true };
+  return { devices, requested: backend, device: info.device, weights: info.weights, timings, unavailable,
+           kernels: flavour, crossOriginIsolated: self.crossOriginIsolated === true };
 }
 
 async function loadTask(task) {
@@ -80,10 +97,11 @@ async function loadTask(task) {
 }
 
 const COMMANDS = {
-  init: (m) => boot(m.backend),
+  init: (m) => boot(m.backend, m.kernels),
   loadTask: (m) => loadTask(m.task),
   classifyImage: (m) => JSON.parse(api.classify_image(m.pixels, m.width, m.height, m.topK || 5)),
   benchImage: (m) => JSON.parse(api.bench_image(m.repeat || 5)),
+  benchGemm: (m) => JSON.parse(api.bench_gemm(m.repeat || 5)),
   predictDigit: (m) => JSON.parse(api.predict_digit(m.pixels, m.width, m.height)),
   setBackend: (m) => JSON.parse(api.set_device(m.backend)),
   benchDigit: (m) => JSON.parse(api.bench_digit(m.repeat || 20)),

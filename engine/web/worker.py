@@ -17,8 +17,11 @@ _state: dict = {"device": None, "pipelines": {}, "stats": {}, "namespace": None}
 
 
 def devices() -> str:
-    from engine import available_devices
-    return json.dumps(available_devices())
+    """{"available": [...], "best": name, "unavailable": {name: why}} for the backend select."""
+    from engine import device
+    return json.dumps({"available": device.available(), "best": device.best_available(),
+                       "unavailable": {name: device.unavailable_reason(name) for name in device.known()
+                                       if device.unavailable_reason(name) is not None}})
 
 
 async def load(task: str, device: str | None, base_url: str, progress=None) -> str:
@@ -101,6 +104,12 @@ def bench_image(repeat: int = 5, batches=(1,)) -> str:
             times.append((time.perf_counter() - t0) * 1e3)
         out[f"batch{batch}_ms"] = round(float(np.median(times)), 2)
     return json.dumps({"device": _state["device"], **out})
+
+
+def bench_gemm(repeat: int = 5) -> str:
+    """GEMM GFLOP/s on every available backend (engine.bench.bench_gemm), in this browser."""
+    from engine.bench import bench_gemm as run
+    return json.dumps(run(repeat=repeat))
 
 
 def bench_digit(repeat: int = 20, batches=(1, 16)) -> str:

@@ -16,8 +16,8 @@ from buildtools.fetch import FetchFailed, pip_download
 from buildtools.steps import STATE_NAME, BuildError
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = ["pyodide", "pyscript", "engine", "weights/mnist_cnn", "weights/efficientnet_lite0", "samples", "web",
-         "build-info"]
+STEPS = ["pyodide", "pyscript", "engine", "weights/mnist_cnn", "weights/efficientnet_lite0", "kernels", "samples",
+         "web", "build-info"]
 
 
 def build(project: Path, cache: Path, **options) -> tuple[list[str], list[str]]:

@@ -165,3 +165,11 @@ def test_library_refuses_a_foreign_library():
     from engine.backends.simd.library import Library
     with pytest.raises(OSError, match="lacks the exports"):
         Library(ctypes.util.find_library("m") or "libm.so.6")
+
+
+def test_moving_between_numpy_and_simd_shares_memory():
+    a = engine.ones(3, 4)
+    b = a.to("simd")
+    assert b.device == "simd" and b._buf is a._buf           # same NumPy storage: no copy
+    assert b.to("numpy")._buf is a._buf
+    assert (b @ b.T).device == "simd"

@@ -35,7 +35,7 @@ def test_draw_digits_and_see_predictions(server, session_factory):
     s = session_factory(server.url)
     page = s.open()
     assert page.evaluate("document.body.dataset.ready") == "true"
-    assert page.input_value("[data-testid=backend-select]") == "numpy"
+    assert page.input_value("[data-testid=backend-select]") == "simd"      # the best one is the default
     for digit in ["0", "1", "3", "7"]:
         page.click("[data-testid=digit-clear]")
         page.wait_for_function(f"document.querySelector('{PREDICTION}').textContent === '–'")
@@ -102,7 +102,7 @@ def test_engine_run_rejects_with_the_python_error(dev_server, session_factory):
     error = page.evaluate("() => window.engine.run('1/0').then(() => 'no error', e => e.message)")
     assert error.startswith("ZeroDivisionError: division by zero"), error
     assert s.run("engine.tensor([1.0, 2.0]).sum()") == 3.0
-    assert s.run("engine.available_devices()") == ["numpy"]
+    assert s.run("engine.available_devices()") == ["numpy", "simd"]
 
 
 def test_corrupt_shard_shows_an_integrity_error(site, tmp_path, session_factory):
@@ -164,7 +164,7 @@ def test_backend_from_the_url_and_fallback_note(dev_server, session_factory):
     assert page.is_hidden("#backend-note")
     s2 = session_factory(dev_server.url)
     page2 = s2.open("index.html?backend=webgpu")
-    assert page2.input_value("[data-testid=backend-select]") == "numpy"
+    assert page2.input_value("[data-testid=backend-select]") == "simd"
     assert "not available" in page2.text_content("#backend-note")
 
 
@@ -207,7 +207,10 @@ def test_bench_page_runs(dev_server, session_factory):
     assert set(results["cold_start_ms"]) >= {"pyodide_ms", "numpy_ms", "engine_ms", "weights_ms", "total"}
     assert results["mnist"]["numpy"]["batch1_ms"] > 0
     assert results["weights"]["network_bytes"] > 0
-    assert results["effnet"]["numpy"]["batch1_ms"] > 0
+    assert results["effnet"]["numpy"]["batch1_ms"] > 0 and results["effnet"]["simd"]["batch1_ms"] > 0
+    assert results["mnist"]["simd"]["batch1_ms"] > 0 and results["kernels"] == "relaxed"
+    assert {(c["m"], c["k"], c["n"]) for c in results["gemm"]} >= {(512, 512, 512), (128, 384, 1536)}
+    assert all(c["simd"]["gflops"] > 0 and c["numpy"]["gflops"] > 0 for c in results["gemm"])
     assert results["effnet_load"]["weights"]["network_bytes"] > 18_000_000
 
 

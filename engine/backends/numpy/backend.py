@@ -8,6 +8,7 @@ from .kernels import FUSED, KERNELS
 
 class NumpyBackend:
     name = "numpy"
+    storage = "numpy"          # backends with the same storage kind share buffers: moving is free
     kernels = KERNELS
     fused = FUSED
 
