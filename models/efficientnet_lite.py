@@ -98,7 +98,10 @@ class SameConv2d(nn.Conv2d):
         self.same = same_padding(size, kernel, stride)
 
     def forward(self, x):
-        return F.conv2d(F.pad(x, self.same), self.weight, None, self.stride, 0, 1, self.groups)
+        left, right, top, bottom = self.same
+        if left == right and top == bottom:          # symmetric: the conv pads (no extra pass)
+            return F.conv2d(x, self.weight, self.bias, self.stride, (top, left), 1, self.groups)
+        return F.conv2d(F.pad(x, self.same), self.weight, self.bias, self.stride, 0, 1, self.groups)
 
     def extra_repr(self):
         return super().extra_repr() + f", same={self.same}"
@@ -169,6 +172,38 @@ class EfficientNetLite(nn.Module):
         x = x.mean((2, 3))                                        # (N, 1280) global average pool
         x = F.dropout(x, self.config.dropout, self.training)
         return self._fc(x)                                        # (N, 1000) logits
+
+
+def fold_batchnorm(model: EfficientNetLite) -> EfficientNetLite:
+    """Inference only: fold every BatchNorm into the convolution before it (in place).
+
+    BN(conv(x)) = conv(x) * s + (beta - mean * s), s = gamma / sqrt(var + eps), so the conv
+    gets weight * s (per output channel) and bias beta - mean * s, and the BN becomes an
+    identity: one pass over the activations less per convolution. The state dict no longer
+    matches the checkpoint afterwards.
+    """
+    import numpy as np
+
+    import engine
+
+    def fold(owner: nn.Module, conv_name: str, bn_name: str) -> None:
+        conv, bn = getattr(owner, conv_name), getattr(owner, bn_name)
+        scale = bn.weight.numpy() / np.sqrt(bn.running_var.numpy() + bn.eps)        # (O,)
+        weight = conv.weight.numpy() * scale[:, None, None, None]                   # (O, C/g, kh, kw)
+        bias = bn.bias.numpy() - bn.running_mean.numpy() * scale                    # (O,)
+        device = conv.weight.device
+        conv.weight = engine.from_numpy(weight.astype(np.float32), device)
+        conv.bias = engine.from_numpy(bias.astype(np.float32), device)
+        setattr(owner, bn_name, nn.Identity())
+
+    fold(model, "_conv_stem", "_bn0")
+    for block in model._blocks:
+        if block.expand:
+            fold(block, "_expand_conv", "_bn0")
+        fold(block, "_depthwise_conv", "_bn1")
+        fold(block, "_project_conv", "_bn2")
+    fold(model, "_conv_head", "_bn1")
+    return model
 
 
 def load(weights=None, device: str | None = None, config: Config = Config()) -> EfficientNetLite:

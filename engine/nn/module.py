@@ -34,6 +34,8 @@ class Module:
         if "_parameters" not in self.__dict__:
             raise AttributeError("call Module.__init__() before assigning attributes")
         params, buffers, modules = self._parameters, self._buffers, self._modules
+        if isinstance(value, (Tensor, Module)):
+            self.__dict__.pop(name, None)        # e.g. a `bias = None` set before: the table wins
         if isinstance(value, Module):
             params.pop(name, None)
             buffers.pop(name, None)

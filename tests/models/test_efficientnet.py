@@ -199,12 +199,12 @@ def test_pipeline_inputs_and_output_format(classifier, sample_photos):
 
 
 def test_pipeline_with_a_mapping_and_labels(effnet_state, imagenet_labels, sample_photos):
-    clf = engine.pipeline("image-classification", weights={k: v.numpy() for k, v in effnet_state.items()},
-                          labels=imagenet_labels)
+    state = {k: v.numpy() for k, v in effnet_state.items()}
+    clf = engine.pipeline("image-classification", weights=state, labels=imagenet_labels)
     assert clf(sample_photos["coffee.png"], top_k=1) == [
         {"label": "espresso", "index": ESPRESSO, "score": pytest.approx(0.957, abs=0.01)}]
     with pytest.raises(InputError, match="class names"):
-        engine.pipeline("image-classification", weights=clf.model.state_dict(), labels=["cat", "dog"])
+        engine.pipeline("image-classification", weights=state, labels=["cat", "dog"])
 
 
 def test_pipeline_reads_pth_checkpoints(effnet_state, imagenet_labels, sample_photos, tmp_path):
@@ -236,3 +236,13 @@ def test_cmyk_jpeg_is_read_as_rgb(classifier, sample_photos, tmp_path):
     buffer = io.BytesIO()
     rgb.convert("CMYK").save(buffer, "TIFF")
     assert classifier(Image.open(buffer), top_k=1)[0]["index"] == ESPRESSO
+
+
+def test_folded_batchnorm_gives_the_same_logits(effnet_state):
+    from models import efficientnet_lite
+    state = {k: v.numpy() for k, v in effnet_state.items()}
+    plain = efficientnet_lite.load(state)
+    folded = efficientnet_lite.fold_batchnorm(efficientnet_lite.load(state))
+    assert not any("_bn" in name for name in folded.state_dict())          # every BN folded away
+    x = engine.from_numpy(np.random.default_rng(3).standard_normal((2, 3, 224, 224)).astype(np.float32))
+    assert np.abs(plain(x).numpy() - folded(x).numpy()).max() <= 1e-4

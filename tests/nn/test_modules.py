@@ -95,3 +95,11 @@ def test_module_to_dtype_and_repr():
     assert "Linear(in_features=3, out_features=2, bias=True)" in repr(m)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         m.nope
+
+
+def test_assigning_a_tensor_where_none_was_registers_it():
+    conv = nn.Conv2d(2, 3, 1, bias=False)
+    assert conv.bias is None and "bias" not in conv.state_dict()
+    conv.bias = engine.ones(3)
+    assert conv.bias is not None and list(conv.state_dict()) == ["weight", "bias"]
+    assert conv(engine.zeros(1, 2, 2, 2)).numpy().tolist() == np.ones((1, 3, 2, 2)).tolist()
