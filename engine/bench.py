@@ -60,8 +60,10 @@ def bench_effnet(repeat: int = 20, device: str | None = None, batches=(1, 8), we
     """EfficientNet-Lite0 at 224x224; torch runs efficientnet-lite-pytorch with the same weights."""
     from models import efficientnet_lite
     model = efficientnet_lite.load(weights, device)
+    reference = _torch_effnet(model)                 # from the checkpoint's own tensors
+    efficientnet_lite.fold_batchnorm(model)          # then as the pipeline runs it
     size = model.config.image_size
-    return _compare("efficientnet_lite0", model, _torch_effnet(model), (3, size, size), batches, repeat, device)
+    return _compare("efficientnet_lite0", model, reference, (3, size, size), batches, repeat, device)
 
 
 GEMM_SHAPES = ((128, 128, 128), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (128, 384, 1536))
