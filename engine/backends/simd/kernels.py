@@ -238,22 +238,20 @@ def _bits(a, dtype) -> np.ndarray:
     return a
 
 
-def f16_to_f32(a) -> np.ndarray:
-    a = _bits(a, np.float16)
-    y = np.empty(a.shape, np.float32)
-    library.get().f16_to_f32(a.size, _address(a), _address(y))
+def _convert(a, src, dst, kernel: str) -> np.ndarray:
+    a = _bits(a, src)
+    y = np.empty(a.shape, dst)
+    getattr(library.get(), kernel)(a.size, _address(a), _address(y))
     return y
+
+
+def f16_to_f32(a) -> np.ndarray:
+    return _convert(a, np.float16, np.float32, "f16_to_f32")
 
 
 def bf16_to_f32(bits) -> np.ndarray:
-    bits = _bits(bits, np.uint16)
-    y = np.empty(bits.shape, np.float32)
-    library.get().bf16_to_f32(bits.size, _address(bits), _address(y))
-    return y
+    return _convert(bits, np.uint16, np.float32, "bf16_to_f32")
 
 
 def f32_to_bf16(a) -> np.ndarray:
-    a = _bits(a, np.float32)
-    y = np.empty(a.shape, np.uint16)
-    library.get().f32_to_bf16(a.size, _address(a), _address(y))
-    return y
+    return _convert(a, np.float32, np.uint16, "f32_to_bf16")
