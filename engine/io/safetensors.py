@@ -156,9 +156,22 @@ def _to_tensor(info: TensorInfo, buffer) -> Tensor:
 
 
 class _LazyWeights(Mapping):
-    """Mapping plumbing shared by the single-file and sharded readers."""
+    """Mapping plumbing shared by the single-file and sharded readers.
+
+    Subclasses keep `_names`: a dict keyed by tensor name (known without reading data).
+    """
 
     name: str
+    _names: dict
+
+    def __contains__(self, name) -> bool:    # Mapping's default would read the tensor
+        return name in self._names
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
     def __enter__(self):
         return self
@@ -172,6 +185,10 @@ class _LazyWeights(Mapping):
 
 class SafetensorsFile(_LazyWeights):
     """One .safetensors file as a lazy Mapping[str, Tensor]; only the header is read."""
+
+    @property
+    def _names(self) -> dict:
+        return self._infos
 
     def __init__(self, source):
         self.source = open_source(source)
@@ -199,15 +216,6 @@ class SafetensorsFile(_LazyWeights):
         buffers = self.source.read_many([(i.offset, i.nbytes) for i in infos])
         return {i.name: _to_tensor(i, b) for i, b in zip(infos, buffers)}
 
-    def __contains__(self, name) -> bool:    # Mapping's default would read the tensor
-        return name in self._infos
-
-    def __iter__(self):
-        return iter(self._infos)
-
-    def __len__(self) -> int:
-        return len(self._infos)
-
     def close(self) -> None:
         self.source.close()
 
@@ -221,6 +229,10 @@ def _safe_shard_name(filename) -> bool:
 
 class ShardedSafetensors(_LazyWeights):
     """Shards listed by a HF-style index, as one lazy Mapping; shards open on first use."""
+
+    @property
+    def _names(self) -> dict:
+        return self.weight_map
 
     def __init__(self, index):
         self.source = open_source(index)
@@ -288,15 +300,6 @@ class ShardedSafetensors(_LazyWeights):
         for filename, members in groups.items():
             found.update(self.shard(filename).get_many(members))
         return {name: found[name] for name in names}
-
-    def __contains__(self, name) -> bool:
-        return name in self.weight_map
-
-    def __iter__(self):
-        return iter(self.weight_map)
-
-    def __len__(self) -> int:
-        return len(self.weight_map)
 
     def close(self) -> None:
         for shard in self._shards.values():
