@@ -13,7 +13,6 @@ from typing import NamedTuple
 import numpy as np
 
 from . import dtypes as D
-from .device import get_backend
 from .errors import BackendError
 from .layout import Layout, normalize_dim
 from .ops import Op
@@ -325,9 +324,8 @@ def topk(x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = 
 
 def softmax(x: Tensor, dim: int, dtype=None) -> Tensor:
     x = _floating(x if dtype is None else cast(x, D.as_dtype(dtype)))
-    fused = x._backend.fused.get("softmax")
-    if fused is not None:
-        return _run_fused(fused, "softmax", x, dim=normalize_dim(dim, x.ndim))
+    if "softmax" in x._backend.fused:
+        return _run_fused("softmax", [x], dim=normalize_dim(dim, x.ndim))
     e = exp(sub(x, amax(x, dim, keepdim=True)))
     return div(e, sum(e, dim, keepdim=True))
 
@@ -338,8 +336,10 @@ def log_softmax(x: Tensor, dim: int, dtype=None) -> Tensor:
     return sub(shifted, log(sum(exp(shifted), dim, keepdim=True)))
 
 
-def _run_fused(fn, name, x, **params):
-    buf, shape = x._backend.run_fused(name, [x], x.dtype, params)[0]
+def _run_fused(name: str, tensors, **params) -> Tensor:
+    """The backend's fused kernel `name` on `tensors`; the result has the first one's dtype."""
+    x = tensors[0]
+    buf, shape = x._backend.run_fused(name, list(tensors), x.dtype, params)[0]
     return Tensor(buf, Layout(shape), x.dtype, x._backend)
 
 

@@ -15,7 +15,6 @@ import argparse
 import math
 import time
 
-import numpy as np
 import torch
 import torch.nn as tnn
 import torch.nn.functional as tF

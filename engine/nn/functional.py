@@ -12,11 +12,9 @@ import numpy as np
 
 from .. import dtypes as D
 from ..functions import *  # noqa: F401,F403  (F.cat, F.softmax, ... as in one namespace)
-from ..functions import (_floating, _scalar, add, amax, cast, div, exp, erf, index_select, masked_fill, matmul,
-                         maximum, mean, minimum, mul, reciprocal, rsqrt, sigmoid, softmax, sqrt, sub, sum, tanh,
-                         where)
+from ..functions import (_floating, add, cast, div, erf, index_select, masked_fill, matmul, maximum, mean, minimum,
+                         mul, rsqrt, sigmoid, softmax, sqrt, sub, sum, tanh)
 from ..functions import _run, _run_fused
-from ..layout import Layout, normalize_dim
 from ..ops import Op
 from ..tensor import Tensor, _from_raw
 
@@ -38,8 +36,7 @@ def _fused_f32(name: str, tensors, **params) -> Tensor | None:
     if name not in x._backend.fused or _any(t.dtype is not D.float32 or t._backend is not x._backend
                                             for t in tensors):
         return None
-    buf, shape = x._backend.run_fused(name, list(tensors), x.dtype, params)[0]
-    return Tensor(buf, Layout(shape), x.dtype, x._backend)
+    return _run_fused(name, tensors, **params)
 
 
 def _const(a: np.ndarray, like: Tensor) -> Tensor:
@@ -258,9 +255,8 @@ def batch_norm(input: Tensor, running_mean: Tensor, running_var: Tensor, weight:
     shift = sub(bias, shift) if bias is not None else mul(shift, -1.0)
     x = _floating(input)
     scale, shift = scale.reshape(shape), shift.reshape(shape)
-    if x._backend.fused.get("mul_add") is not None and scale.dtype is x.dtype and shift.dtype is x.dtype:
-        buf, out_shape = x._backend.run_fused("mul_add", [x, scale, shift], x.dtype, {})[0]
-        return Tensor(buf, Layout(out_shape), x.dtype, x._backend)
+    if "mul_add" in x._backend.fused and scale.dtype is x.dtype and shift.dtype is x.dtype:
+        return _run_fused("mul_add", [x, scale, shift])
     return add(mul(x, scale), shift)
 
 
@@ -323,9 +319,8 @@ def relu6(input: Tensor) -> Tensor:  # noqa: A002
 
 
 def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:  # noqa: A002
-    fused = input._backend.fused.get("hardtanh")
-    if fused is not None and input.dtype.is_floating_point and input.dtype is input.dtype.compute:
-        return _run_fused(fused, "hardtanh", input, min_val=float(min_val), max_val=float(max_val))
+    if "hardtanh" in input._backend.fused and input.dtype.is_floating_point and input.dtype is input.dtype.compute:
+        return _run_fused("hardtanh", [input], min_val=float(min_val), max_val=float(max_val))
     return minimum(maximum(input, min_val), max_val)
 
 
