@@ -26,6 +26,12 @@ def _as_image(item) -> np.ndarray:
     raise InputError(f"expected an image path, bytes, a PIL image or a NumPy array, got {type(item).__name__}")
 
 
+def softmax_rows(logits: np.ndarray) -> np.ndarray:
+    """(N, classes) logits -> probabilities."""
+    shifted = np.exp(logits - logits.max(1, keepdims=True))
+    return shifted / shifted.sum(1, keepdims=True)
+
+
 class _ImageClassifier:
     """Shared by the classification pipelines: batches, backend, softmax, top-k."""
 
@@ -43,9 +49,7 @@ class _ImageClassifier:
     def probabilities(self, images) -> np.ndarray:
         """(N, classes) class probabilities for a list of images."""
         chunks = [images[i:i + self.batch_size] for i in range(0, len(images), self.batch_size)]
-        logits = np.concatenate([self.logits(self.preprocess(chunk)) for chunk in chunks])
-        shifted = np.exp(logits - logits.max(1, keepdims=True))
-        return shifted / shifted.sum(1, keepdims=True)
+        return softmax_rows(np.concatenate([self.logits(self.preprocess(chunk)) for chunk in chunks]))
 
     def to(self, device: str):
         """Move the model to another backend (weights are not downloaded again)."""

@@ -64,15 +64,22 @@ def set_device(device: str) -> str:
     return json.dumps({"device": device})
 
 
+def _rgba(pixels, width: int, height: int) -> np.ndarray:
+    """(H, W, 4) uint8 view of RGBA pixels from the page (a JS typed array, or bytes natively)."""
+    data = np.frombuffer(pixels.to_py() if hasattr(pixels, "to_py") else pixels, np.uint8)
+    return data.reshape(int(height), int(width), 4)
+
+
 def predict_digit(pixels, width: int, height: int) -> str:
     """RGBA canvas pixels (a JS Uint8ClampedArray) -> the 10 probabilities and timing."""
+    from engine.pipelines import softmax_rows
     pipe = _state["pipelines"]["digit-classification"]
-    image = np.frombuffer(pixels.to_py() if hasattr(pixels, "to_py") else pixels, np.uint8)
-    image = image.reshape(int(height), int(width), 4)
+    image = _rgba(pixels, width, height)
     t0 = time.perf_counter()
     batch = pipe.preprocess([image])                     # (1, 1, 28, 28)
     blank = not batch.any()
-    probs = pipe.probabilities([image])[0] if not blank else np.zeros(10)
+    # preprocess once: the same batch decides "blank" and feeds the model
+    probs = softmax_rows(pipe.logits(batch))[0] if not blank else np.zeros(10)
     ms = (time.perf_counter() - t0) * 1e3
     return json.dumps({"probs": [round(float(p), 6) for p in probs], "blank": blank,
                        "prediction": None if blank else str(int(np.argmax(probs))),
@@ -82,8 +89,7 @@ def predict_digit(pixels, width: int, height: int) -> str:
 def classify_image(pixels, width: int, height: int, top_k: int = 5) -> str:
     """RGBA pixels decoded by the browser -> the top-k ImageNet classes and timing."""
     pipe = _state["pipelines"]["image-classification"]
-    image = np.frombuffer(pixels.to_py() if hasattr(pixels, "to_py") else pixels, np.uint8)
-    image = image.reshape(int(height), int(width), 4)
+    image = _rgba(pixels, width, height)
     t0 = time.perf_counter()
     predictions = pipe(image, top_k=int(top_k))
     ms = (time.perf_counter() - t0) * 1e3
