@@ -81,6 +81,11 @@ drawing = {"active": False, "last": None}
 def clear_canvas(event=None):
     ctx.fillStyle = "#fff"
     ctx.fillRect(0, 0, canvas.width, canvas.height)
+    pending["drawing"] += 1                     # an answer still in flight is for the old drawing
+    if pending["timer"] is not None:
+        js.clearTimeout(pending["timer"])
+        pending["timer"] = None
+    pending["dirty"] = False
     show_result(None)
 
 
@@ -124,7 +129,7 @@ def on_pointer_up(event):
 
 
 # --- prediction (debounced, never two at once) --------------------------------------------
-pending = {"timer": None, "running": False, "dirty": False}
+pending = {"timer": None, "running": False, "dirty": False, "drawing": 0}
 
 
 def schedule_prediction():
@@ -142,9 +147,12 @@ def run_prediction():
 
 async def predict():
     pending["running"], pending["dirty"] = True, False
+    drawing_id = pending["drawing"]
     try:
         image = ctx.getImageData(0, 0, canvas.width, canvas.height)
-        show_result(await client.predictDigit(image))
+        result = await client.predictDigit(image)
+        if drawing_id == pending["drawing"]:     # not cleared meanwhile
+            show_result(result)
     except Exception as e:                      # the worker reports errors as JS Errors
         by_id("digit-prediction").textContent = "error"
         by_id("digit-time-ms").textContent = str(e)

@@ -81,6 +81,21 @@ def test_page_answers_while_a_long_inference_runs(dev_server, session_factory):
     assert answered_at < page.evaluate("window.longJobDoneAt")
 
 
+def test_clear_wins_over_an_answer_still_in_flight(dev_server, session_factory):
+    s = session_factory(dev_server.url)
+    page = s.open()
+    # Hold the worker busy so the prediction for the drawing is queued behind it, then clear.
+    page.evaluate("""() => { window.busy = window.engine.run(
+        "import time\\nt = time.time()\\nwhile time.time() - t < 1.5: pass\\n'done'"); }""")
+    draw(page, "7")
+    page.wait_for_timeout(300)                                  # past the debounce: the request is sent
+    page.click("[data-testid=digit-clear]")
+    assert page.evaluate("window.busy") == "done"
+    page.wait_for_timeout(500)                                  # the stale answer has arrived by now
+    assert page.text_content(PREDICTION) == "–"
+    assert page.text_content("[data-testid=digit-time-ms]") == "–"
+
+
 def test_browser_logits_equal_native(dev_server, session_factory, mnist):
     import engine
     from models import mnist_cnn
