@@ -90,21 +90,21 @@ def same_padding(size: tuple[int, int], kernel: int, stride: int) -> tuple[int, 
 
 
 class SameConv2d(nn.Conv2d):
-    """A bias-free conv with TF "SAME" padding fixed for one input size (state dict: `weight`)."""
+    """A bias-free conv with TF "SAME" padding fixed for one input size (state dict: `weight`).
+    `activation` is "none" until fold_batchnorm moves the following ReLU6 into it."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel: int, stride: int, size: tuple[int, int],
                  groups: int = 1):
         super().__init__(in_channels, out_channels, kernel, stride, groups=groups, bias=False)
-        self.same = same_padding(size, kernel, stride)
+        self.same = left, right, top, bottom = same_padding(size, kernel, stride)
+        self.pads = (top, bottom), (left, right)              # per side: the conv pads, no F.pad pass
+        self.activation = "none"
 
     def forward(self, x):
-        left, right, top, bottom = self.same
-        if left == right and top == bottom:          # symmetric: the conv pads (no extra pass)
-            return F.conv2d(x, self.weight, self.bias, self.stride, (top, left), 1, self.groups)
-        return F.conv2d(F.pad(x, self.same), self.weight, self.bias, self.stride, 0, 1, self.groups)
+        return F.conv2d_act(x, self.weight, self.bias, self.stride, self.pads, 1, self.groups, self.activation)
 
     def extra_repr(self):
-        return super().extra_repr() + f", same={self.same}"
+        return super().extra_repr() + f", same={self.same}, activation={self.activation}"
 
 
 class MBConvBlock(nn.Module):
@@ -117,16 +117,18 @@ class MBConvBlock(nn.Module):
         if expand_ratio != 1:
             self._expand_conv = SameConv2d(in_channels, mid, 1, 1, size)
             self._bn0 = nn.BatchNorm2d(mid, eps=eps)
+            self._act0 = nn.ReLU6()
         self._depthwise_conv = SameConv2d(mid, mid, kernel, stride, size, groups=mid)
         self._bn1 = nn.BatchNorm2d(mid, eps=eps)
+        self._act1 = nn.ReLU6()
         self._project_conv = SameConv2d(mid, out_channels, 1, 1, _strided(size, stride))
         self._bn2 = nn.BatchNorm2d(out_channels, eps=eps)
         self.expand = expand_ratio != 1
         self.residual = stride == 1 and in_channels == out_channels
 
     def forward(self, inputs):                                    # (N, C, H, W)
-        x = F.relu6(self._bn0(self._expand_conv(inputs))) if self.expand else inputs   # (N, C*e, H, W)
-        x = F.relu6(self._bn1(self._depthwise_conv(x)))           # (N, C*e, H/s, W/s)
+        x = self._act0(self._bn0(self._expand_conv(inputs))) if self.expand else inputs   # (N, C*e, H, W)
+        x = self._act1(self._bn1(self._depthwise_conv(x)))        # (N, C*e, H/s, W/s)
         x = self._bn2(self._project_conv(x))                      # (N, C_out, H/s, W/s)
         return x + inputs if self.residual else x
 
@@ -155,6 +157,7 @@ class EfficientNetLite(nn.Module):
         eps, size = config.bn_eps, (config.image_size, config.image_size)
         self._conv_stem = SameConv2d(3, config.stem, 3, 2, size)
         self._bn0 = nn.BatchNorm2d(config.stem, eps=eps)
+        self._act0 = nn.ReLU6()
         size = _strided(size, 2)
         self._blocks = nn.ModuleList()
         for cin, cout, kernel, stride, expand in block_specs(config):
@@ -162,31 +165,34 @@ class EfficientNetLite(nn.Module):
             size = _strided(size, stride)
         self._conv_head = SameConv2d(cout, config.head, 1, 1, size)
         self._bn1 = nn.BatchNorm2d(config.head, eps=eps)
+        self._act1 = nn.ReLU6()
         self._fc = nn.Linear(config.head, config.num_classes)
 
     def forward(self, x):                                         # x: (N, 3, 224, 224), (pixel - 127) / 128
-        x = F.relu6(self._bn0(self._conv_stem(x)))                # (N, 32, 112, 112)
+        x = self._act0(self._bn0(self._conv_stem(x)))             # (N, 32, 112, 112)
         for block in self._blocks:
             x = block(x)                                          # ... (N, 320, 7, 7)
-        x = F.relu6(self._bn1(self._conv_head(x)))                # (N, 1280, 7, 7)
+        x = self._act1(self._bn1(self._conv_head(x)))             # (N, 1280, 7, 7)
         x = x.mean((2, 3))                                        # (N, 1280) global average pool
         x = F.dropout(x, self.config.dropout, self.training)
         return self._fc(x)                                        # (N, 1000) logits
 
 
 def fold_batchnorm(model: EfficientNetLite) -> EfficientNetLite:
-    """Inference only: fold every BatchNorm into the convolution before it (in place).
+    """Inference only: fold every BatchNorm, and the ReLU6 after it, into the convolution
+    before it (in place).
 
     BN(conv(x)) = conv(x) * s + (beta - mean * s), s = gamma / sqrt(var + eps), so the conv
     gets weight * s (per output channel) and bias beta - mean * s, and the BN becomes an
-    identity: one pass over the activations less per convolution. The state dict no longer
-    matches the checkpoint afterwards.
+    identity; the ReLU6 becomes the conv's activation (F.conv2d_act) and an identity too:
+    two passes over the activations less per convolution. The state dict no longer matches
+    the checkpoint afterwards.
     """
     import numpy as np
 
     import engine
 
-    def fold(owner: nn.Module, conv_name: str, bn_name: str) -> None:
+    def fold(owner: nn.Module, conv_name: str, bn_name: str, act_name: str | None = None) -> None:
         conv, bn = getattr(owner, conv_name), getattr(owner, bn_name)
         scale = bn.weight.numpy() / np.sqrt(bn.running_var.numpy() + bn.eps)        # (O,)
         weight = conv.weight.numpy() * scale[:, None, None, None]                   # (O, C/g, kh, kw)
@@ -195,14 +201,18 @@ def fold_batchnorm(model: EfficientNetLite) -> EfficientNetLite:
         conv.weight = engine.from_numpy(weight.astype(np.float32), device)
         conv.bias = engine.from_numpy(bias.astype(np.float32), device)
         setattr(owner, bn_name, nn.Identity())
+        if act_name is not None:
+            assert isinstance(getattr(owner, act_name), nn.ReLU6)
+            conv.activation = "relu6"
+            setattr(owner, act_name, nn.Identity())
 
-    fold(model, "_conv_stem", "_bn0")
+    fold(model, "_conv_stem", "_bn0", "_act0")
     for block in model._blocks:
         if block.expand:
-            fold(block, "_expand_conv", "_bn0")
-        fold(block, "_depthwise_conv", "_bn1")
+            fold(block, "_expand_conv", "_bn0", "_act0")
+        fold(block, "_depthwise_conv", "_bn1", "_act1")
         fold(block, "_project_conv", "_bn2")
-    fold(model, "_conv_head", "_bn1")
+    fold(model, "_conv_head", "_bn1", "_act1")
     return model
 
 

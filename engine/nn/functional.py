@@ -98,6 +98,17 @@ def _pad_index(n: int, lo: int, hi: int, mode: str) -> np.ndarray:
 
 def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,  # noqa: A002
            dilation=1, groups: int = 1) -> Tensor:
+    return conv2d_act(input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv2d_act(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,  # noqa: A002
+               dilation=1, groups: int = 1, activation: str = "none") -> Tensor:
+    """activation(conv2d(...)): an engine extension (like torch.ao's fused ConvReLU2d) that a
+    backend runs as one kernel with the activation in its epilogue. `padding` may also be per
+    side, ((top, bottom), (left, right)), as TensorFlow's "SAME" needs; `activation` is one of
+    CONV_ACTIVATIONS."""
+    if activation not in CONV_ACTIVATIONS:
+        raise ValueError(f"activation must be one of {', '.join(CONV_ACTIVATIONS)}, got {activation!r}")
     unbatched = input.ndim == 3
     x = input.unsqueeze(0) if unbatched else input
     if x.ndim != 4 or weight.ndim != 4:
@@ -110,24 +121,12 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
                          f"expects {cg * groups} (and out channels divisible by groups)")
     sh, sw = _pair(stride, "stride")
     dh, dw = _pair(dilation, "dilation")
-    if isinstance(padding, str):
-        if padding == "valid":
-            pads = ((0, 0), (0, 0))
-        elif padding == "same":
-            if (sh, sw) != (1, 1):
-                raise ValueError("padding='same' is not supported for strided convolutions")
-            th, tw = dh * (kh - 1), dw * (kw - 1)     # extra pixel goes after, as in torch
-            pads = ((th // 2, th - th // 2), (tw // 2, tw - tw // 2))
-        else:
-            raise ValueError(f"padding must be 'valid', 'same', an int or a pair, got {padding!r}")
-    else:
-        ph, pw = _pair(padding, "padding")
-        pads = ((ph, ph), (pw, pw))
+    pads = _conv_pads(padding, (sh, sw), (dh * (kh - 1), dw * (kw - 1)))
     if h + _sum(pads[0]) < dh * (kh - 1) + 1 or w + _sum(pads[1]) < dw * (kw - 1) + 1:
         raise ValueError(f"conv2d: input {input.shape} (padded) is smaller than the kernel {weight.shape[2:]}")
-    if bias is None or bias.shape == (o,):            # padding and bias inside the kernel
+    if bias is None or bias.shape == (o,):            # padding, bias and activation inside the kernel
         fused = _fused_f32("conv2d", [x, weight] + ([bias] if bias is not None else []), stride=(sh, sw),
-                           pads=pads, dilation=(dh, dw), groups=groups)
+                           pads=pads, dilation=(dh, dw), groups=groups, activation=activation)
         if fused is not None:
             return fused.squeeze(0) if unbatched else fused
     dt = x.dtype.compute if x.dtype.is_floating_point else D.float32
@@ -137,7 +136,28 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     out = _run(Op.CONV2D, [x, cast(weight, dt)], dt, stride=(sh, sw), dilation=(dh, dw), groups=groups)
     if bias is not None:
         out = add(out, bias.reshape(o, 1, 1))
+    out = CONV_ACTIVATIONS[activation](out)
     return out.squeeze(0) if unbatched else out
+
+
+def _conv_pads(padding, stride: tuple[int, int], reach: tuple[int, int]) -> tuple[tuple[int, int], ...]:
+    """((top, bottom), (left, right)) from conv2d's padding; reach: dilation * (kernel - 1) per dim."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return (0, 0), (0, 0)
+        if padding == "same":
+            if stride != (1, 1):
+                raise ValueError("padding='same' is not supported for strided convolutions")
+            return tuple((r // 2, r - r // 2) for r in reach)    # the extra pixel goes after, as in torch
+        raise ValueError(f"padding must be 'valid', 'same', an int or a pair, got {padding!r}")
+    if isinstance(padding, (tuple, list)) and len(padding) == 2 and \
+            _all(isinstance(p, (tuple, list)) for p in padding):
+        pads = tuple(_pair(p, "padding") for p in padding)
+        if _any(p < 0 for pair in pads for p in pair):
+            raise ValueError(f"padding must not be negative, got {padding!r}")
+        return pads
+    ph, pw = _pair(padding, "padding")
+    return (ph, ph), (pw, pw)
 
 
 def _pool_geometry(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> tuple[int, int]:
@@ -389,3 +409,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
 def _repeat_heads(x: Tensor, rep: int) -> Tensor:
     *lead, h, s, e = x.shape
     return x.unsqueeze(-3).expand(*lead, h, rep, s, e).reshape(*lead, h * rep, s, e)
+
+
+# conv2d_act's activations: the names the simd kernels' epilogue knows, each with its composite
+CONV_ACTIVATIONS = {"none": lambda x: x, "relu": relu, "relu6": relu6, "gelu": gelu,
+                    "gelu_tanh": lambda x: gelu(x, approximate="tanh"), "silu": silu}

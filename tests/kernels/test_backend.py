@@ -89,6 +89,15 @@ def test_conv2d_with_bias(rng, kwargs):
     agree(lambda x, w, b: F.conv2d(x[0], w, b, **kwargs), x, w, b, atol=1e-5)       # unbatched
 
 
+@pytest.mark.parametrize("activation", ["relu", "relu6", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("groups", [1, 6])
+def test_conv2d_act_fuses_the_activation(rng, activation, groups):
+    x = rng.standard_normal((2, 6, 9, 10), dtype=np.float32) * 4
+    w = rng.standard_normal((6, 6 // groups, 3, 3), dtype=np.float32)
+    b = rng.standard_normal(6, dtype=np.float32)
+    agree(lambda x, w, b: F.conv2d_act(x, w, b, 2, ((0, 1), (1, 0)), 1, groups, activation), x, w, b, atol=2e-5)
+
+
 def test_conv2d_half_weights_take_the_composite(rng):
     x = rng.standard_normal((1, 2, 5, 5), dtype=np.float32)
     w = rng.standard_normal((3, 2, 3, 3)).astype(np.float16)

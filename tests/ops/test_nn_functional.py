@@ -59,6 +59,27 @@ def test_conv2d_non_contiguous_unbatched_and_errors():
         F.conv2d(engine.ones(1, 3, 5, 5), w, stride=2, padding="same")
 
 
+@pytest.mark.parametrize("activation", ["none", "relu", "relu6", "gelu", "gelu_tanh", "silu"])
+def test_conv2d_act_per_side_padding(activation):
+    x, tx = pair(2, 6, 9, 10)
+    w, tw = pair(6, 1, 5, 5)
+    b, tb = pair(6)
+    acts = {"none": lambda t: t, "relu": torch.relu, "relu6": TF.relu6, "gelu": TF.gelu,
+            "gelu_tanh": lambda t: TF.gelu(t, approximate="tanh"), "silu": TF.silu}
+    # TF "SAME" for a stride-2 5x5: one pixel before, two after
+    expected = acts[activation](TF.conv2d(TF.pad(tx, (1, 2, 0, 1)), tw, tb, stride=2, groups=6))
+    got = F.conv2d_act(x, w, b, stride=2, padding=((0, 1), (1, 2)), groups=6, activation=activation)
+    assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_conv2d_act_errors():
+    w = engine.ones(4, 3, 3, 3)
+    with pytest.raises(ValueError, match="activation must be one of"):
+        F.conv2d_act(engine.ones(1, 3, 5, 5), w, activation="swish")
+    with pytest.raises(ValueError, match="negative"):
+        F.conv2d_act(engine.ones(1, 3, 5, 5), w, padding=((1, -1), (0, 0)))
+
+
 POOL_CASES = [
     ((1, 2, 8, 8), 2, None, 0, False),
     ((2, 3, 7, 9), 3, 2, 1, False),

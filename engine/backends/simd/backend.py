@@ -69,8 +69,8 @@ def _linear(x, weight, *bias):                      # x (..., K) @ weight (N, K)
     return out.reshape(x.shape[:-1] + weight.shape[:1])
 
 
-def _conv2d_bias(x, weight, *bias, stride, pads, dilation, groups):
-    return C.conv2d(x, weight, bias[0] if bias else None, stride, pads, dilation, groups)
+def _conv2d_bias(x, weight, *bias, stride, pads, dilation, groups, activation):
+    return C.conv2d(x, weight, bias[0] if bias else None, stride, pads, dilation, groups, activation)
 
 
 def _per_channel(x, a) -> bool:
