@@ -32,10 +32,12 @@ static inline v4f tap4(const float *p, size_t sw) {
     return gather4(p, (ptrdiff_t)sw, 4);
 }
 
-/* one plane from the padded copy `pad` (pitch floats per row); sw is a constant where inlined */
-static inline void plane_rows(const float *pad, size_t pitch, const float *wk, float bias, const geometry *g,
-                              int act, float *yp, size_t sw) {
-    size_t kh = g->kh, kw = g->kw, dh = g->dh, dw = g->dw, wo = g->wo;
+/* one plane from the padded copy `pad` (pitch floats per row); the kernel size, stride and
+ * dilation are constants where inlined (the common 3x3 and 5x5 cases), so the tap loops unroll */
+static inline __attribute__((always_inline)) void plane_rows(const float *pad, size_t pitch, const float *wk,
+                                                             float bias, const geometry *g, int act, float *yp,
+                                                             size_t kh, size_t kw, size_t sw, size_t dh, size_t dw) {
+    size_t wo = g->wo;
     for (size_t oy = 0; oy < g->ho; ++oy) {
         const float *base = pad + oy * g->sh * pitch;
         float *yr = yp + oy * wo;
@@ -67,11 +69,39 @@ static inline void plane_rows(const float *pad, size_t pitch, const float *wk, f
     }
 }
 
+typedef void (*plane_fn)(const float *, size_t, const float *, float, const geometry *, int, float *);
+
+#define PLANE_VARIANT(K, S)                                                                            \
+    static void plane_##K##x##K##_s##S(const float *pad, size_t pitch, const float *wk, float bias,      \
+                                       const geometry *g, int act, float *yp) {                          \
+        plane_rows(pad, pitch, wk, bias, g, act, yp, K, K, S, 1, 1);                                  \
+    }
+PLANE_VARIANT(3, 1)
+PLANE_VARIANT(3, 2)
+PLANE_VARIANT(5, 1)
+PLANE_VARIANT(5, 2)
+
+static void plane_any(const float *pad, size_t pitch, const float *wk, float bias, const geometry *g, int act,
+                      float *yp) {
+    plane_rows(pad, pitch, wk, bias, g, act, yp, g->kh, g->kw, g->sw, g->dh, g->dw);
+}
+
+/* the specialised variant for this geometry, else the general one */
+static plane_fn pick_plane(const geometry *g) {
+    if (g->kh != g->kw || g->dh != 1 || g->dw != 1 || g->sh != g->sw) return plane_any;
+    if (g->kh == 3 && g->sw == 1) return plane_3x3_s1;
+    if (g->kh == 3 && g->sw == 2) return plane_3x3_s2;
+    if (g->kh == 5 && g->sw == 1) return plane_5x5_s1;
+    if (g->kh == 5 && g->sw == 2) return plane_5x5_s2;
+    return plane_any;
+}
+
 void depthwise_run(size_t n, size_t c, size_t h, size_t w, const float *x, const float *weight, const geometry *g,
                    const float *bias, int act, float *y, float *scratch) {
     if (g->ho == 0 || g->wo == 0) return;
     size_t rows = padded_rows(g), pitch = padded_pitch(w, g), total = rows * pitch;
     for (size_t i = 0; i < total; ++i) scratch[i] = 0.0f;         /* the padding, zeroed once */
+    plane_fn run_plane = pick_plane(g);
     size_t first = g->pad_top, last = g->pad_top + h < rows ? g->pad_top + h : rows;
     for (size_t plane = 0; plane < n * c; ++plane) {
         const float *xp = x + plane * h * w;
@@ -86,9 +116,7 @@ void depthwise_run(size_t n, size_t c, size_t h, size_t w, const float *x, const
         const float *wk = weight + ch * g->kh * g->kw;
         float b = bias ? bias[ch] : 0.0f;
         float *yp = y + plane * g->ho * g->wo;
-        if (g->sw == 1) plane_rows(scratch, pitch, wk, b, g, act, yp, 1);
-        else if (g->sw == 2) plane_rows(scratch, pitch, wk, b, g, act, yp, 2);
-        else plane_rows(scratch, pitch, wk, b, g, act, yp, g->sw);
+        run_plane(scratch, pitch, wk, b, g, act, yp);
     }
 }
 
