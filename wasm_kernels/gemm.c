@@ -82,8 +82,14 @@ static void pack_b(size_t kc, size_t nc, const float *b, ptrdiff_t rs, ptrdiff_t
 static inline void finish_row(v4f *lo, v4f *hi, const epilogue *ep, size_t i, size_t j, size_t nr) {
     if (ep->bias) {
         const float *bias = ep->bias + (ptrdiff_t)i * ep->bias_row + (ptrdiff_t)j * ep->bias_col;
-        *lo += gather4(bias, ep->bias_col, nr);
-        *hi += gather4(bias + 4 * ep->bias_col, ep->bias_col, nr > 4 ? nr - 4 : 0);
+        if (ep->bias_col == 0) {                     /* one value per row (a conv's channel bias) */
+            v4f v = splat(*bias);
+            *lo += v;
+            *hi += v;
+        } else {
+            *lo += gather4(bias, ep->bias_col, nr);
+            *hi += gather4(bias + 4 * ep->bias_col, ep->bias_col, nr > 4 ? nr - 4 : 0);
+        }
     }
     if (ep->act) {
         *lo = activate4(*lo, ep->act);
@@ -132,14 +138,14 @@ static void micro_tile(size_t kc, const float *ap, const float *bp, ptrdiff_t b_
 static void tile_block(size_t mc, size_t nc, size_t kc, const float *ap, const float *bp, ptrdiff_t b_step,
                        const float *b_tail, float *c, ptrdiff_t c_row, int accumulate, const epilogue *ep,
                        size_t i0, size_t j0, int packed) {
-    for (size_t jr = 0; jr < nc; jr += NR) {
-        size_t nr = min_size(NR, nc - jr);
-        const float *panel = packed ? bp + jr * kc : (nr == NR ? bp + jr : b_tail);
-        ptrdiff_t step = packed || nr < NR ? NR : b_step;
-        for (size_t ir = 0; ir < mc; ir += MR)
+    for (size_t ir = 0; ir < mc; ir += MR)                /* row tiles outside: C is written row by row */
+        for (size_t jr = 0; jr < nc; jr += NR) {
+            size_t nr = min_size(NR, nc - jr);
+            const float *panel = packed ? bp + jr * kc : (nr == NR ? bp + jr : b_tail);
+            ptrdiff_t step = packed || nr < NR ? NR : b_step;
             micro_tile(kc, ap + ir * kc, panel, step, c + (ptrdiff_t)ir * c_row + (ptrdiff_t)jr, c_row,
                        min_size(MR, mc - ir), nr, accumulate, ep, i0 + ir, j0 + jr);
-    }
+        }
 }
 
 /* Dot products along k for `rows` (1 or 2) rows of A against 4 columns of B at a time. */
