@@ -69,31 +69,18 @@ static inline __attribute__((always_inline)) void plane_rows(const float *pad, s
     }
 }
 
-typedef void (*plane_fn)(const float *, size_t, const float *, float, const geometry *, int, float *);
-
-#define PLANE_VARIANT(K, S)                                                                            \
-    static void plane_##K##x##K##_s##S(const float *pad, size_t pitch, const float *wk, float bias,      \
-                                       const geometry *g, int act, float *yp) {                          \
-        plane_rows(pad, pitch, wk, bias, g, act, yp, K, K, S, 1, 1);                                  \
+/* one plane through the specialised loop for its geometry, else the general one (a switch, not
+ * function pointers: the side module then needs no indirect-call table) */
+static void depthwise_plane(const float *pad, size_t pitch, const float *wk, float bias, const geometry *g, int act,
+                            float *yp) {
+    int square = g->kh == g->kw && g->dh == 1 && g->dw == 1 && g->sh == g->sw;
+    switch (square ? g->kh * 10 + g->sw : 0) {
+    case 31: plane_rows(pad, pitch, wk, bias, g, act, yp, 3, 3, 1, 1, 1); break;
+    case 32: plane_rows(pad, pitch, wk, bias, g, act, yp, 3, 3, 2, 1, 1); break;
+    case 51: plane_rows(pad, pitch, wk, bias, g, act, yp, 5, 5, 1, 1, 1); break;
+    case 52: plane_rows(pad, pitch, wk, bias, g, act, yp, 5, 5, 2, 1, 1); break;
+    default: plane_rows(pad, pitch, wk, bias, g, act, yp, g->kh, g->kw, g->sw, g->dh, g->dw);
     }
-PLANE_VARIANT(3, 1)
-PLANE_VARIANT(3, 2)
-PLANE_VARIANT(5, 1)
-PLANE_VARIANT(5, 2)
-
-static void plane_any(const float *pad, size_t pitch, const float *wk, float bias, const geometry *g, int act,
-                      float *yp) {
-    plane_rows(pad, pitch, wk, bias, g, act, yp, g->kh, g->kw, g->sw, g->dh, g->dw);
-}
-
-/* the specialised variant for this geometry, else the general one */
-static plane_fn pick_plane(const geometry *g) {
-    if (g->kh != g->kw || g->dh != 1 || g->dw != 1 || g->sh != g->sw) return plane_any;
-    if (g->kh == 3 && g->sw == 1) return plane_3x3_s1;
-    if (g->kh == 3 && g->sw == 2) return plane_3x3_s2;
-    if (g->kh == 5 && g->sw == 1) return plane_5x5_s1;
-    if (g->kh == 5 && g->sw == 2) return plane_5x5_s2;
-    return plane_any;
 }
 
 void depthwise_run(size_t n, size_t c, size_t h, size_t w, const float *x, const float *weight, const geometry *g,
@@ -101,7 +88,6 @@ void depthwise_run(size_t n, size_t c, size_t h, size_t w, const float *x, const
     if (g->ho == 0 || g->wo == 0) return;
     size_t rows = padded_rows(g), pitch = padded_pitch(w, g), total = rows * pitch;
     for (size_t i = 0; i < total; ++i) scratch[i] = 0.0f;         /* the padding, zeroed once */
-    plane_fn run_plane = pick_plane(g);
     size_t first = g->pad_top, last = g->pad_top + h < rows ? g->pad_top + h : rows;
     for (size_t plane = 0; plane < n * c; ++plane) {
         const float *xp = x + plane * h * w;
@@ -116,7 +102,7 @@ void depthwise_run(size_t n, size_t c, size_t h, size_t w, const float *x, const
         const float *wk = weight + ch * g->kh * g->kw;
         float b = bias ? bias[ch] : 0.0f;
         float *yp = y + plane * g->ho * g->wo;
-        run_plane(scratch, pitch, wk, b, g, act, yp);
+        depthwise_plane(scratch, pitch, wk, b, g, act, yp);
     }
 }
 
