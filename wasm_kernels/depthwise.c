@@ -32,41 +32,59 @@ static inline v4f tap4(const float *p, size_t sw) {
     return gather4(p, (ptrdiff_t)sw, 4);
 }
 
-/* one plane from the padded copy `pad` (pitch floats per row); the kernel size, stride and
- * dilation are constants where inlined (the common 3x3 and 5x5 cases), so the tap loops unroll */
+/* `rows` (1 or 2) output rows at yr from the padded rows at base (the next output row's inputs
+ * `row_step` floats further): two rows share each weight splat and, at stride 1, the loads of
+ * the input rows they both read (the taps unroll, so the compiler sees equal addresses) */
+static inline __attribute__((always_inline)) void row_block(const float *base, size_t pitch, size_t row_step,
+                                                            const float *wk, float bias, size_t wo, int act,
+                                                            float *yr, size_t rows, size_t kh, size_t kw, size_t sw,
+                                                            size_t dh, size_t dw) {
+    size_t ox = 0;
+    for (; ox + 8 <= wo; ox += 8) {
+        v4f acc[2][2] = {{splat(bias), splat(bias)}, {splat(bias), splat(bias)}};
+        for (size_t i = 0; i < kh; ++i)
+            for (size_t j = 0; j < kw; ++j) {
+                v4f wv = splat(wk[i * kw + j]);
+                for (size_t r = 0; r < rows; ++r) {
+                    const float *p = base + r * row_step + i * dh * pitch + ox * sw + j * dw;
+                    acc[r][0] = madd(wv, tap4(p, sw), acc[r][0]);
+                    acc[r][1] = madd(wv, tap4(p + 4 * sw, sw), acc[r][1]);
+                }
+            }
+        for (size_t r = 0; r < rows; ++r) {
+            store4(yr + r * wo + ox, activate4(acc[r][0], act));
+            store4(yr + r * wo + ox + 4, activate4(acc[r][1], act));
+        }
+    }
+    for (; ox < wo; ox += 4) {
+        v4f acc[2] = {splat(bias), splat(bias)};
+        for (size_t i = 0; i < kh; ++i)
+            for (size_t j = 0; j < kw; ++j) {
+                v4f wv = splat(wk[i * kw + j]);
+                for (size_t r = 0; r < rows; ++r)
+                    acc[r] = madd(wv, tap4(base + r * row_step + i * dh * pitch + ox * sw + j * dw, sw), acc[r]);
+            }
+        for (size_t r = 0; r < rows; ++r) {
+            v4f v = activate4(acc[r], act);
+            float *y = yr + r * wo + ox;
+            if (ox + 4 <= wo) store4(y, v);
+            else
+                for (size_t q = 0; q < wo - ox; ++q) y[q] = v[q];
+        }
+    }
+}
+
+/* one plane from the padded copy `pad` (pitch floats per row), two output rows at a time; the
+ * kernel size, stride and dilation are constants where inlined (the common 3x3 and 5x5 cases),
+ * so the tap loops unroll */
 static inline __attribute__((always_inline)) void plane_rows(const float *pad, size_t pitch, const float *wk,
                                                              float bias, const geometry *g, int act, float *yp,
                                                              size_t kh, size_t kw, size_t sw, size_t dh, size_t dw) {
-    size_t wo = g->wo;
-    for (size_t oy = 0; oy < g->ho; ++oy) {
-        const float *base = pad + oy * g->sh * pitch;
-        float *yr = yp + oy * wo;
-        size_t ox = 0;
-        for (; ox + 8 <= wo; ox += 8) {
-            v4f a0 = splat(bias), a1 = splat(bias);
-            for (size_t i = 0; i < kh; ++i) {
-                const float *r = base + i * dh * pitch + ox * sw;
-                for (size_t j = 0; j < kw; ++j) {
-                    v4f wv = splat(wk[i * kw + j]);
-                    a0 = madd(wv, tap4(r + j * dw, sw), a0);
-                    a1 = madd(wv, tap4(r + j * dw + 4 * sw, sw), a1);
-                }
-            }
-            store4(yr + ox, activate4(a0, act));
-            store4(yr + ox + 4, activate4(a1, act));
-        }
-        for (; ox < wo; ox += 4) {
-            v4f a0 = splat(bias);
-            for (size_t i = 0; i < kh; ++i) {
-                const float *r = base + i * dh * pitch + ox * sw;
-                for (size_t j = 0; j < kw; ++j) a0 = madd(splat(wk[i * kw + j]), tap4(r + j * dw, sw), a0);
-            }
-            a0 = activate4(a0, act);
-            if (ox + 4 <= wo) store4(yr + ox, a0);
-            else
-                for (size_t q = 0; q < wo - ox; ++q) yr[ox + q] = a0[q];
-        }
-    }
+    size_t wo = g->wo, step = g->sh * pitch, oy = 0;
+    for (; oy + 2 <= g->ho; oy += 2)
+        row_block(pad + oy * step, pitch, step, wk, bias, wo, act, yp + oy * wo, 2, kh, kw, sw, dh, dw);
+    if (oy < g->ho)
+        row_block(pad + oy * step, pitch, step, wk, bias, wo, act, yp + oy * wo, 1, kh, kw, sw, dh, dw);
 }
 
 /* one plane through the specialised loop for its geometry, else the general one (a switch, not
