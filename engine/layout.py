@@ -24,12 +24,14 @@ def normalize_dim(dim: int, ndim: int) -> int:
 
 
 class Layout:
-    __slots__ = ("shape", "strides", "offset")
+    """Immutable once made (views make new ones), so is_contiguous is computed at most once."""
+    __slots__ = ("shape", "strides", "offset", "_contiguous")
 
     def __init__(self, shape, strides=None, offset: int = 0):
         self.shape = tuple(int(n) for n in shape)
         self.strides = contiguous_strides(self.shape) if strides is None else tuple(strides)
         self.offset = offset
+        self._contiguous = True if strides is None else None
 
     def __repr__(self) -> str:
         return f"Layout(shape={self.shape}, strides={self.strides}, offset={self.offset})"
@@ -40,8 +42,10 @@ class Layout:
 
     @property
     def is_contiguous(self) -> bool:
-        expected = contiguous_strides(self.shape)
-        return all(n == 1 or s == e for n, s, e in zip(self.shape, self.strides, expected))
+        if self._contiguous is None:
+            expected = contiguous_strides(self.shape)
+            self._contiguous = all(n == 1 or s == e for n, s, e in zip(self.shape, self.strides, expected))
+        return self._contiguous
 
     def span(self) -> tuple[int, int]:
         """(lowest, highest + 1) storage index this view touches."""

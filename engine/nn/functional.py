@@ -23,6 +23,10 @@ _all, _any, _max, _min, _sum = builtins.all, builtins.any, builtins.max, builtin
 
 
 def _pair(v, name: str) -> tuple[int, int]:
+    if type(v) is int:                                # the hot case, checked cheaply
+        return v, v
+    if type(v) is tuple and len(v) == 2 and type(v[0]) is int and type(v[1]) is int:
+        return v
     v = tuple(v) if isinstance(v, (tuple, list)) else (v, v)
     if len(v) != 2 or not _all(isinstance(i, (int, np.integer)) for i in v):
         raise ValueError(f"{name} must be an int or a pair of ints, got {v!r}")

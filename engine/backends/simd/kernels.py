@@ -32,7 +32,9 @@ def _elements(a: np.ndarray) -> np.ndarray:
     a = np.asarray(a)
     if a.dtype != _F32:
         raise TypeError(f"the simd kernels compute in float32, got {a.dtype}")
-    return a if all(s % 4 == 0 for s in a.strides) else np.ascontiguousarray(a)
+    if a.flags.c_contiguous or all(s % 4 == 0 for s in a.strides):
+        return a
+    return np.ascontiguousarray(a)
 
 
 def _strides(a: np.ndarray) -> tuple[int, ...]:
