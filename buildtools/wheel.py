@@ -2,7 +2,7 @@
 
 The wheel is a zip written here directly (no network, no build backend) and is
 deterministic: sorted entries, every timestamp 1980-01-01, fixed permissions.
-It holds `engine/**.py` and the model definitions (`models/*.py` except the
+It holds `engine/**.py` (and `**.wgsl`) and the model definitions (`models/*.py` except the
 `train_*.py` scripts, which need torch); weights are served separately.
 
 The generated `pyodide-lock.json` is the official one plus an `engine` entry
@@ -40,10 +40,11 @@ def project(root: Path) -> dict:
 
 
 def sources(root: Path) -> list[Path]:
-    """The .py files the wheel ships, sorted."""
+    """The files the wheel ships (.py, and the .wgsl shaders the webgpu backend reads), sorted."""
     files = []
     for package in PACKAGES:
-        files += [p for p in (root / package).rglob("*.py") if "__pycache__" not in p.parts]
+        files += [p for p in (root / package).rglob("*") if p.suffix in (".py", ".wgsl")
+                  and "__pycache__" not in p.parts]
     files += [p for p in (root / MODEL_FOLDER).glob("*.py") if not p.name.startswith("train_")]
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 

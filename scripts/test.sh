@@ -4,8 +4,9 @@ source "$(dirname "$0")/setup.sh"
 ensure_base
 # nginx: a real static host for the built site; chromium: the browser Playwright drives
 # (Playwright's own browser download is never used); clang-19 + lld-19: the WebAssembly
-# kernels (Debian's default clang 14 emits an outdated relaxed-SIMD opcode); gcc: native kernels
-ensure_apt nginx chromium clang-19 lld-19 gcc
+# kernels (Debian's default clang 14 emits an outdated relaxed-SIMD opcode); gcc: native kernels;
+# mesa-vulkan-drivers: lavapipe, a Vulkan device on the CPU for the WebGPU shaders natively
+ensure_apt nginx chromium clang-19 lld-19 gcc mesa-vulkan-drivers
 ensure_venv test
 cd "$ROOT"
 "$VENV/bin/python" -m pytest "$@"

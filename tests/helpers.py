@@ -36,3 +36,16 @@ def assert_close(actual, expected, *, rtol=None, atol=None, dtype=None):
         np.testing.assert_array_equal(a, e)
     else:
         np.testing.assert_allclose(a.astype(np.float64), e.astype(np.float64), rtol=r, atol=t, equal_nan=True)
+
+
+def need(condition: bool, why: str) -> None:
+    """Skip (saying why) when a tool the test needs is missing; under CI=true fail instead,
+    since CI must install everything (scripts/test.sh)."""
+    import os
+
+    import pytest
+    if condition:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{why} (CI must provide it: see scripts/test.sh)")
+    pytest.skip(why)

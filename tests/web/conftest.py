@@ -15,18 +15,12 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.helpers import need
+
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]
-
-
-def need(condition: bool, why: str) -> None:
-    if condition:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"{why} (CI must provide it: see scripts/test.sh)")
-    pytest.skip(why)
 
 
 @pytest.fixture(scope="session")
