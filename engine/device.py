@@ -7,7 +7,7 @@ from .errors import BackendError
 
 # name -> module implementing it (a module with a `BACKEND` object and, when the backend
 # depends on something that may be missing here, `unavailable_reason()`)
-BACKENDS = {"numpy": "engine.backends.numpy", "simd": "engine.backends.simd"}
+BACKENDS = {"numpy": "engine.backends.numpy", "simd": "engine.backends.simd", "webgpu": "engine.backends.webgpu"}
 _loaded: dict = {}
 _default = "numpy"
 
@@ -30,17 +30,25 @@ def available() -> list[str]:
     return [name for name in BACKENDS if unavailable_reason(name) is None]
 
 
-# Fastest first. In Pyodide NumPy has no BLAS, so the wasm kernels win by 10x and more;
-# natively NumPy's BLAS (multi-threaded, AVX) beats our portable single-thread kernels.
-PREFERENCE = {"emscripten": ["simd", "numpy"], "native": ["numpy", "simd"]}
+# Fastest first. A GPU beats the CPU; in Pyodide NumPy has no BLAS, so the wasm kernels win
+# by 10x and more; natively NumPy's BLAS (multi-threaded, AVX) beats our portable kernels.
+PREFERENCE = {"emscripten": ["webgpu", "simd", "numpy"], "native": ["webgpu", "numpy", "simd"]}
+
+
+def auto_selectable(name: str) -> bool:
+    """Usable and worth picking automatically: a backend module may say no (webgpu on an
+    adapter that emulates a GPU on the CPU, which only an explicit device= gets)."""
+    if unavailable_reason(name) is not None:
+        return False
+    check = getattr(importlib.import_module(BACKENDS[name]), "auto_selectable", None)
+    return check() if check is not None else True
 
 
 def best_available() -> str:
-    """The fastest backend usable here (what the page's "auto" picks)."""
+    """The fastest backend worth using here (what the page's "auto" picks)."""
     import sys
     order = PREFERENCE["emscripten" if sys.platform == "emscripten" else "native"]
-    usable = available()
-    return next(name for name in order if name in usable)
+    return next(name for name in order if auto_selectable(name))
 
 
 def get_backend(name: str | None = None):
@@ -55,6 +63,18 @@ def get_backend(name: str | None = None):
             raise BackendError(f"device {name!r} is not available here: {reason}")
         backend = _loaded[name] = importlib.import_module(BACKENDS[name]).BACKEND
     return backend
+
+
+def synchronize(name: str | None = None) -> None:
+    """Wait until the work queued on device `name` has run (GPU work is asynchronous); like
+    torch.cuda.synchronize, for timing."""
+    get_backend(name).sync()
+
+
+def describe(name: str | None = None) -> str:
+    """A human-readable name for the device, e.g. the GPU adapter behind webgpu."""
+    backend = get_backend(name)
+    return backend.describe() if hasattr(backend, "describe") else backend.name
 
 
 def default_device() -> str:

@@ -71,3 +71,29 @@ def effnet_weights(tmp_path_factory, effnet_state, imagenet_labels):
     engine.save_safetensors({k: v.numpy() for k, v in effnet_state.items()}, folder / "model.safetensors")
     (folder / "labels.json").write_text(json.dumps(imagenet_labels))
     return folder / "model.safetensors"
+
+
+def pytest_configure(config):
+    """ENGINE_TEST_DEVICE=webgpu (or simd) runs the suite with that default device: the op tests
+    then check that backend's kernels against torch and NumPy (tests/webgpu does this for webgpu)."""
+    import os
+    device = os.environ.get("ENGINE_TEST_DEVICE")
+    if device:
+        import engine
+        engine.set_default_device(device)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under ENGINE_TEST_DEVICE=webgpu, cases in float64 (a float64 parameter, or marked
+    @pytest.mark.float64) are skipped: WebGPU has no 64-bit floats
+    (the backend refuses them with a clear error, tested in tests/webgpu)."""
+    import os
+    if os.environ.get("ENGINE_TEST_DEVICE") != "webgpu":
+        return
+    from engine import dtypes as D
+    skip = pytest.mark.skip(reason="WebGPU has no float64")
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if item.get_closest_marker("float64") or any(v is D.float64 or (isinstance(v, (type, np.dtype)) and np.dtype(v) == np.float64)
+               for v in params.values() if not isinstance(v, (list, dict))):
+            item.add_marker(skip)

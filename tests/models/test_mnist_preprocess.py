@@ -86,4 +86,4 @@ def test_pipeline_inputs_and_batching(clf):
     with pytest.raises(engine.EngineError, match="unknown task"):
         engine.pipeline("translation")
     with pytest.raises(engine.EngineError, match="available: numpy"):
-        engine.pipeline("digit-classification", device="webgpu")
+        engine.pipeline("digit-classification", device="metal")

@@ -13,8 +13,8 @@ def gpu():
         import wgpu  # noqa: F401
     except ImportError:
         need(False, "the wgpu package is not installed (pip install -e .[test])")
-    from engine.backends.webgpu.gpu import Gpu, NativeApi
+    from engine.backends import webgpu
     try:
-        return Gpu(NativeApi())
+        return webgpu.device()                       # the engine's own device
     except RuntimeError as e:
         need(False, str(e))

@@ -55,15 +55,15 @@ def test_gemm_bias_and_activation(gpu, rng, activation, along):
     np.testing.assert_allclose(download(gpu, out, (m, n)), expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("op,fn", [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
-                                   ("div", np.divide), ("maximum", np.maximum), ("minimum", np.minimum)])
+@pytest.mark.parametrize("op,fn", [("a + b", np.add), ("a - b", np.subtract), ("a * b", np.multiply),
+                                   ("div_(a, b)", np.divide), ("max_(a, b)", np.maximum), ("min_(a, b)", np.minimum)])
 def test_binary_broadcast_and_strides(gpu, rng, op, fn):
     x = rng.standard_normal((4, 1, 6), dtype=np.float32)
     y = rng.standard_normal((6, 5), dtype=np.float32)                 # used transposed: (5, 6) view
     y[1, 2] = np.nan
     x_view = strided(upload(gpu, x), (4, 5, 6), (6, 0, 1))
     y_view = strided(upload(gpu, y), (4, 5, 6), (0, 1, 5))
-    got = download(gpu, K.binary(gpu, op, x_view, y_view), (4, 5, 6))
+    got = download(gpu, K.elementwise(gpu, op, [x_view, y_view], "f32"), (4, 5, 6))
     with np.errstate(all="ignore"):
         np.testing.assert_array_equal(np.isnan(got), np.isnan(fn(x, y.T)))     # NaN propagates as in NumPy
         np.testing.assert_allclose(got, fn(x, y.T), rtol=1e-6, atol=0)
@@ -72,7 +72,7 @@ def test_binary_broadcast_and_strides(gpu, rng, op, fn):
 def test_elementwise_beyond_one_dispatch_dimension(gpu, rng):
     n = 256 * gpu.limits["max_workgroups"] + 5                       # needs a second row of workgroups
     x = rng.standard_normal(n, dtype=np.float32)
-    got = download(gpu, K.unary(gpu, "a * 2.0 - 1.0", upload(gpu, x)), (n,))
+    got = download(gpu, K.elementwise(gpu, "a * 2.0 - 1.0", [upload(gpu, x)], "f32"), (n,))
     np.testing.assert_array_equal(got, x * 2 - 1)
 
 
@@ -82,7 +82,7 @@ def test_dispatches_wait_for_one_read(gpu, rng):
     before = dict(gpu.stats)
     y = x
     for _ in range(5):
-        y = K.View.contiguous(K.binary(gpu, "mul", y, x), (33, 47))
+        y = K.View.contiguous(K.elementwise(gpu, "a * b", [y, x], "f32"), (33, 47))
     assert gpu.stats["reads"] == before["reads"] and gpu.stats["dispatches"] == before["dispatches"] + 5
     download(gpu, y.buf, (33, 47))
     assert gpu.stats["reads"] == before["reads"] + 1
@@ -90,11 +90,11 @@ def test_dispatches_wait_for_one_read(gpu, rng):
 
 def test_buffers_are_pooled_and_pipelines_cached(gpu, rng):
     x = upload(gpu, rng.standard_normal(1000, dtype=np.float32))
-    K.unary(gpu, "a + 1.0", x)                                          # warm: pipeline and buffers exist
+    K.elementwise(gpu, "a + 1.0", [x], "f32")                          # warm: pipeline and buffers exist
     gpu.flush()
     created, pipelines = gpu.stats["buffers_created"], gpu.stats["pipelines"]
     for _ in range(10):
-        K.unary(gpu, "a + 1.0", x)                                      # each result dropped at once
+        K.elementwise(gpu, "a + 1.0", [x], "f32")                      # each result dropped at once
         gpu.flush()
     assert gpu.stats["pipelines"] == pipelines
     assert gpu.stats["buffers_created"] <= created + 2

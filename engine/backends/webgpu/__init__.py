@@ -1,3 +1,42 @@
-"""The webgpu backend (in progress): WGSL compute shaders on a WebGPU device, natively through
-PyPI `wgpu` and in the browser through navigator.gpu. See gpu.py (device layer) and
-kernels.py (shaders as functions on device buffers)."""
+"""The webgpu backend: WGSL compute shaders on a WebGPU device, natively through PyPI `wgpu`
+and in the browser through navigator.gpu (gpu.py: the device layer; kernels.py: the shaders
+as functions; backend.py: the kernel table)."""
+from __future__ import annotations
+
+_state: dict = {}
+
+
+def device():
+    """The process's Gpu, created on first use (raises RuntimeError when there is none)."""
+    if "gpu" not in _state:
+        try:
+            from .gpu import Gpu, default_api
+            _state["gpu"] = Gpu(default_api())
+        except Exception as e:                      # no wgpu, no adapter, no navigator.gpu
+            _state["gpu"], _state["reason"] = None, f"{type(e).__name__}: {e}" if not isinstance(
+                e, RuntimeError) else str(e)
+    if _state["gpu"] is None:
+        raise RuntimeError(_state["reason"])
+    return _state["gpu"]
+
+
+def unavailable_reason() -> str | None:
+    try:
+        device()
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
+def auto_selectable() -> bool:
+    """Automatic selection skips adapters that emulate a GPU on the CPU (far slower than simd)."""
+    return unavailable_reason() is None and not device().info.software
+
+
+def __getattr__(name):
+    if name == "BACKEND":
+        if "backend" not in _state:
+            from .backend import WebGPUBackend
+            _state["backend"] = WebGPUBackend(device())
+        return _state["backend"]
+    raise AttributeError(name)

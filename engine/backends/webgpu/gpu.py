@@ -114,6 +114,11 @@ class Gpu:
         if len(self._pending) >= 256:                      # bound the encoder's size
             self.flush()
 
+    def synchronize(self) -> None:
+        """Submit what is recorded and wait until the device has finished it (for timing)."""
+        self.flush()
+        self.api.wait()
+
     def flush(self) -> None:
         if self._pending:
             self.api.submit([(pipe, [b.raw for b in bufs], wg) for pipe, bufs, wg in self._pending])
@@ -138,11 +143,23 @@ def _padded_bytes(data: np.ndarray) -> bytes | memoryview:
     return raw if data.nbytes % 4 == 0 else bytes(raw) + b"\0" * (_round4(data.nbytes) - data.nbytes)
 
 
+def default_api():
+    """The device layer's implementation for this platform: navigator.gpu in Pyodide, wgpu natively."""
+    import sys
+    if sys.platform == "emscripten":
+        from .browser import BrowserApi
+        return BrowserApi()
+    return NativeApi()
+
+
 # --- native: PyPI wgpu (Vulkan/Metal/D3D12; Mesa lavapipe on a machine without a GPU) -----------
 class NativeApi:
     def __init__(self, power_preference: str = "high-performance"):
         os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")   # Mesa's WSI probing warns without one
-        import wgpu
+        try:
+            import wgpu
+        except ImportError:
+            raise RuntimeError("the wgpu package is not installed (pip install wgpu)") from None
         self.wgpu = wgpu
         adapter = wgpu.gpu.request_adapter_sync(power_preference=power_preference)
         if adapter is None:
@@ -166,6 +183,9 @@ class NativeApi:
 
     def read(self, raw, nbytes: int) -> bytes:
         return bytes(self.device.queue.read_buffer(raw, 0, nbytes))
+
+    def wait(self) -> None:
+        self.device.queue.on_submitted_work_done_sync()
 
     def create_pipeline(self, source: str):
         module = self.device.create_shader_module(code=source)

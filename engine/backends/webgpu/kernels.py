@@ -1,12 +1,15 @@
 """WGSL shaders as functions on device buffers: each fills a template, records one dispatch
-and returns the contiguous float32 output buffer; nothing is read back here.
+and returns a contiguous output buffer; nothing is read back here.
 
-A `View` is how the engine's Layout sits in a buffer (shape, element strides, offset), so
-transposed, sliced and broadcast (stride 0) inputs run without copies.
+A `View` is how the engine's Layout sits in a buffer (shape, element strides, offset) plus
+the WGSL element type, so transposed, sliced and broadcast (stride 0) inputs run without
+copies. Every element on the device is 32 bits: f32 (float32, and float16/bfloat16 values
+held exactly in f32), i32 (the signed integers) or u32 (uint8, bool).
 """
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -16,15 +19,8 @@ import numpy as np
 from .gpu import Gpu, GpuBuffer
 
 SHADERS = Path(__file__).resolve().parent / "shaders"
-WORKGROUP = 256                                     # elementwise shaders' workgroup size
-
-# elementwise expressions in `a` (and `b`), f32; NaN propagates as in NumPy where WGSL's
-# min/max would not
-BINARY = {"add": "a + b", "sub": "a - b", "mul": "a * b", "div": "a / b",
-          "maximum": "select(max(a, b), a + b, is_nan(a) || is_nan(b))",
-          "minimum": "select(min(a, b), a + b, is_nan(a) || is_nan(b))"}
-ACTIVATIONS = {"none": "v", "relu": "select(max(v, 0.0), v, is_nan(v))",
-               "relu6": "select(clamp(v, 0.0, 6.0), v, is_nan(v))"}
+ACTIVATIONS = {"none": 0, "relu": 1, "relu6": 2, "gelu": 3, "gelu_tanh": 4, "silu": 5}
+NAN_TEST = {"f32": "is_nan(x)", "i32": "false", "u32": "false"}
 
 
 @dataclass(frozen=True)
@@ -33,86 +29,235 @@ class View:
     shape: tuple[int, ...]
     strides: tuple[int, ...]
     offset: int = 0
+    type: str = "f32"                      # WGSL element type: f32, i32 or u32
 
     @classmethod
-    def contiguous(cls, buf: GpuBuffer, shape) -> "View":
+    def contiguous(cls, buf: GpuBuffer, shape, type: str = "f32") -> "View":  # noqa: A002
+        return cls(buf, tuple(shape), contiguous_strides(shape), 0, type)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def is_contiguous(self) -> bool:
+        return all(n == 1 or s == e for n, s, e in zip(self.shape, self.strides, contiguous_strides(self.shape)))
+
+    def permute(self, dims) -> "View":
+        return View(self.buf, tuple(self.shape[d] for d in dims), tuple(self.strides[d] for d in dims),
+                    self.offset, self.type)
+
+    def expand(self, shape) -> "View":
+        """Broadcast to `shape` (NumPy rules): new and size-1 dims get stride 0."""
         shape = tuple(shape)
-        strides, acc = [], 1
-        for n in reversed(shape):
-            strides.append(acc)
-            acc *= max(n, 1)
-        return cls(buf, shape, tuple(reversed(strides)))
+        pad = len(shape) - len(self.shape)
+        strides = []
+        for d, n in enumerate(shape):
+            own = self.shape[d - pad] if d >= pad else 1
+            if own not in (1, n):
+                raise ValueError(f"cannot broadcast {self.shape} to {shape}")
+            strides.append(self.strides[d - pad] if d >= pad and own == n else 0)
+        return View(self.buf, shape, tuple(strides), self.offset, self.type)
+
+
+def contiguous_strides(shape) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for n in reversed(tuple(shape)):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+@lru_cache(maxsize=None)
+def _source(name: str) -> str:
+    return (SHADERS / f"{name}.wgsl").read_text()
 
 
 @lru_cache(maxsize=None)
 def shader(name: str, **fill) -> str:
-    source = (SHADERS / "common.wgsl").read_text() + (SHADERS / f"{name}.wgsl").read_text()
+    """common.wgsl + name.wgsl with the template fields filled: one shader variant."""
+    source = _source(name)
     for key, value in fill.items():
         source = source.replace("{{" + key + "}}", str(value))
     if "{{" in source:
         raise ValueError(f"shader {name}.wgsl has unfilled template fields")
-    return source
+    return _source("common") + source
+
+
+def _words(*values) -> np.ndarray:
+    return np.array(values, np.uint32)
+
+
+def _f32_bits(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
 
 
 def _placeholder(gpu: Gpu) -> GpuBuffer:
-    """A small buffer for a binding the shader variant never reads (WebGPU still wants one,
+    """A small buffer for a binding a shader variant never reads (WebGPU still wants one,
     and it may not alias the output)."""
-    if not hasattr(gpu, "_placeholder"):
-        gpu._placeholder = gpu.buffer(16)
+    if getattr(gpu, "_placeholder", None) is None:
+        gpu._placeholder = gpu.upload(np.zeros(4, np.uint32))
     return gpu._placeholder
 
 
-def _grid(count: int, per_group: int, limit: int) -> tuple[int, int, int]:
-    """Workgroups covering `count` invocations, folded into y past the per-dimension limit."""
-    groups = math.ceil(count / per_group)
-    if groups <= limit:
-        return groups, 1, 1
-    return limit, math.ceil(groups / limit), 1
+def _grid(count: int, per_group: int, gpu: Gpu) -> tuple[int, int, int]:
+    """Workgroups covering `count` items, folded into y past the per-dimension limit."""
+    groups, limit = math.ceil(count / per_group), gpu.limits["max_workgroups"]
+    return (groups, 1, 1) if groups <= limit else (limit, math.ceil(groups / limit), 1)
 
 
-def _meta(gpu: Gpu, numel: int, shape, views) -> GpuBuffer:
-    offsets = [v.offset for v in views] + [0] * (2 - len(views))
-    words = [numel, len(shape), *offsets, *shape]
+def _check_strides(*views: View) -> None:
     for v in views:
         if any(s < 0 for s in v.strides):
             raise ValueError(f"negative strides {v.strides} are not supported on webgpu")
-        words += list(v.strides)
-    return gpu.upload(np.array(words, np.uint32))
 
 
-def binary(gpu: Gpu, op: str, x: View, y: View) -> GpuBuffer:
-    """op(x, y) with x and y already broadcast to one shape (stride-0 dims)."""
-    if x.shape != y.shape:
-        raise ValueError(f"binary {op}: shapes {x.shape} and {y.shape} must be broadcast first")
-    numel = math.prod(x.shape)
+# --- elementwise ------------------------------------------------------------------------------
+def elementwise(gpu: Gpu, expr: str, inputs: list[View], out_type: str) -> GpuBuffer:
+    """Z = expr(a, b, c) over 1-3 inputs of one shape (broadcast already); Z contiguous."""
+    shape = inputs[0].shape
+    if any(v.shape != shape for v in inputs):
+        raise ValueError(f"elementwise: shapes {[v.shape for v in inputs]} must be broadcast first")
+    _check_strides(*inputs)
+    numel = math.prod(shape)
     out = gpu.buffer(4 * numel)
-    gpu.dispatch(shader("binary", EXPR=BINARY[op]), [x.buf, y.buf, out, _meta(gpu, numel, x.shape, [x, y])],
-                 _grid(numel, WORKGROUP, gpu.limits["max_workgroups"]))
+    if numel == 0:
+        return out
+    views = list(inputs) + [None] * (3 - len(inputs))
+    info = [numel, len(shape), *[v.offset if v else 0 for v in views], *shape]
+    for v in views:
+        info += list(v.strides) if v else [0] * len(shape)
+    types = {f"T{i}": v.type if v else "u32" for i, v in enumerate(views)}
+    buffers = [v.buf if v else _placeholder(gpu) for v in views]
+    gpu.dispatch(shader("elementwise", EXPR=expr, TZ=out_type, **types),
+                 buffers + [out, gpu.upload(_words(*info))], _grid(numel, 256, gpu))
     return out
 
 
-def unary(gpu: Gpu, expr: str, x: View) -> GpuBuffer:
-    """`expr` in `a` over every element of x, into a contiguous buffer."""
-    numel = math.prod(x.shape)
+def scatter(gpu: Gpu, x: View, z: View) -> None:
+    """z[...] = x[...] for two views of one shape (z a view into an output buffer)."""
+    _check_strides(x, z)
+    numel = x.numel
+    if numel:
+        info = _words(numel, len(x.shape), x.offset, z.offset, *x.shape, *x.strides, *z.strides)
+        gpu.dispatch(shader("scatter", T=x.type), [x.buf, z.buf, gpu.upload(info)], _grid(numel, 256, gpu))
+
+
+def fill(gpu: Gpu, numel: int, bits: int) -> GpuBuffer:
     out = gpu.buffer(4 * numel)
-    gpu.dispatch(shader("unary", EXPR=expr), [x.buf, out, _meta(gpu, numel, x.shape, [x])],
-                 _grid(numel, WORKGROUP, gpu.limits["max_workgroups"]))
+    if numel:
+        gpu.dispatch(shader("fill"), [out, gpu.upload(_words(numel, bits))], _grid(numel, 256, gpu))
     return out
 
 
+# --- reductions, top-k, gather -------------------------------------------------------------------
+REDUCE_OPS = {"sum": 0, "max": 1, "min": 2, "argmax": 3, "argmin": 4}
+
+
+def reduce(gpu: Gpu, op: str, x: View, axes: tuple[int, ...], acc_type: str, out_type: str) -> GpuBuffer:
+    """op over `axes` of x: one output per combination of the other dims, in their order."""
+    _check_strides(x)
+    keep = [d for d in range(len(x.shape)) if d not in axes]
+    v = x.permute(keep + list(axes))
+    nk = len(keep)
+    n_out, n_red = math.prod(v.shape[:nk]), math.prod(v.shape[nk:])
+    out = gpu.buffer(4 * n_out)
+    if n_out:
+        info = _words(n_out, n_red, nk, len(axes), v.offset, *v.shape[:nk], *v.strides[:nk], *v.shape[nk:],
+                      *v.strides[nk:])
+        source = shader("reduce", TX=x.type, TA=acc_type, TZ=out_type, OP=REDUCE_OPS[op], NAN=NAN_TEST[acc_type])
+        gpu.dispatch(source, [x.buf, out, gpu.upload(info)], _grid(n_out, 1, gpu))
+    return out
+
+
+def topk(gpu: Gpu, x: View, axis: int, k: int, largest: bool) -> tuple[GpuBuffer, GpuBuffer, tuple]:
+    """(values, int indices) of the k first along `axis` in order; shape of x with axis -> k."""
+    _check_strides(x)
+    others = [d for d in range(len(x.shape)) if d != axis]
+    out_shape = x.shape[:axis] + (k,) + x.shape[axis + 1:]
+    out_strides = contiguous_strides(out_shape)
+    rows = math.prod(x.shape[d] for d in others)
+    values, indices = gpu.buffer(4 * rows * k), gpu.buffer(4 * rows * k)
+    if rows and k:
+        info = _words(rows, x.shape[axis], k, int(largest), len(others), x.offset, x.strides[axis],
+                      out_strides[axis], *[x.shape[d] for d in others], *[x.strides[d] for d in others],
+                      *[out_strides[d] for d in others])
+        gpu.dispatch(shader("topk", T=x.type, NAN=NAN_TEST[x.type].replace("x", "x")),
+                     [x.buf, values, indices, gpu.upload(info)], _grid(rows, 64, gpu))
+    return values, indices, out_shape
+
+
+def gather(gpu: Gpu, x: View, axis: int, index: View) -> tuple[GpuBuffer, tuple]:
+    """x gathered along `axis` by a 1-D i32 index view (in range, negatives from the end)."""
+    _check_strides(x, index)
+    out_shape = x.shape[:axis] + (index.numel,) + x.shape[axis + 1:]
+    numel = math.prod(out_shape)
+    out = gpu.buffer(4 * numel)
+    if numel:
+        info = _words(numel, len(out_shape), x.offset, axis, x.shape[axis], index.offset,
+                      index.strides[0] if index.strides else 0, *out_shape, *x.strides)
+        gpu.dispatch(shader("gather", T=x.type), [x.buf, index.buf, out, gpu.upload(info)], _grid(numel, 256, gpu))
+    return out, out_shape
+
+
+# --- GEMM and convolution -------------------------------------------------------------------------
 def gemm(gpu: Gpu, a: View, b: View, bias: View | None = None, bias_along: str = "n",
          activation: str = "none") -> GpuBuffer:
     """act(a @ b + bias): a (batch, M, K), b (batch, K, N) (batch strides may be 0), bias
     contiguous (N,) along columns or (M,) along rows; out contiguous (batch, M, N)."""
     (batch, m, k), (batch_b, k2, n) = a.shape, b.shape
-    if k != k2 or batch != batch_b:
-        raise ValueError(f"gemm: shapes {a.shape} and {b.shape} do not multiply")
+    if k != k2 or batch != batch_b or a.type != b.type:
+        raise ValueError(f"gemm: shapes {a.shape} and {b.shape} ({a.type}, {b.type}) do not multiply")
+    _check_strides(a, b)
     out = gpu.buffer(4 * batch * m * n)
+    if batch * m * n == 0:
+        return out
     mode = 0 if bias is None else {"n": 1, "m": 2}[bias_along]
-    params = np.array([m, n, k, 0, a.offset, *a.strides, b.offset, *b.strides, 0, m * n, 0,
-                       0 if bias is None else bias.offset], np.uint32)
-    bias_buf = bias.buf if bias is not None else _placeholder(gpu)    # bound but unread when mode is 0
-    source = shader("gemm", BIAS=mode, ACTIVATION=ACTIVATIONS[activation])
-    gpu.dispatch(source, [a.buf, b.buf, out, gpu.upload(params), bias_buf],
+    params = _words(m, n, k, 0, a.offset, *a.strides, b.offset, *b.strides, 0, m * n, 0,
+                    0 if bias is None else bias.offset)
+    epilogue = f"activate(v, {ACTIVATIONS[activation]}u)" if a.type == "f32" else "v"
+    source = shader("gemm", T=a.type, BIAS=mode, EPILOGUE=epilogue)
+    gpu.dispatch(source, [a.buf, b.buf, out, gpu.upload(params), bias.buf if bias else _placeholder(gpu)],
                  (math.ceil(n / 64), math.ceil(m / 64), batch))
+    return out
+
+
+def conv2d(gpu: Gpu, x: View, w: View, bias: View | None, stride, pads, dilation, groups: int,
+           activation: str = "none") -> tuple[GpuBuffer, tuple]:
+    """act(conv2d(x, w) + bias), f32 NCHW; x and w contiguous; pads ((top, bottom), (left, right))."""
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    (sh, sw), (dh, dw), ((pt, pb), (pl, pr)) = stride, dilation, pads
+    ho = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    wo = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    shape = (n, o, ho, wo)
+    out = gpu.buffer(4 * math.prod(shape))
+    if not math.prod(shape):
+        return out, shape
+    params = _words(n, c, h, wd, o, kh, kw, groups, sh, sw, dh, dw, pt, pl, ho, wo, x.offset, w.offset,
+                    bias.offset if bias else 0, int(bias is not None), ACTIVATIONS[activation], 0, 0, 0)
+    buffers = [x.buf, w.buf, out, gpu.upload(params), bias.buf if bias else _placeholder(gpu)]
+    if groups == c == o and cg == 1:
+        gpu.dispatch(shader("depthwise"), buffers, _grid(math.prod(shape), 256, gpu))
+    else:
+        og = o // groups
+        gpu.dispatch(shader("conv"), buffers, (math.ceil(n * ho * wo / 64), math.ceil(og / 64), groups))
+    return out, shape
+
+
+# --- row-wise: softmax and the norms -----------------------------------------------------------
+ROW_KINDS = {"softmax": 0, "layer_norm": 1, "rms_norm": 2}
+
+
+def rows(gpu: Gpu, kind: str, x: View, outer: int, n: int, inner: int, weight: View | None = None,
+         bias: View | None = None, eps: float = 0.0) -> GpuBuffer:
+    """x contiguous, viewed as (outer, n, inner); the result has x's shape, contiguous."""
+    out = gpu.buffer(4 * outer * n * inner)
+    count = outer * inner
+    if count and n:
+        params = _words(count, n, inner, x.offset, int(weight is not None), int(bias is not None),
+                        weight.offset if weight else 0, bias.offset if bias else 0, _f32_bits(eps), 0, 0, 0)
+        gpu.dispatch(shader("rows", KIND=ROW_KINDS[kind]),
+                     [x.buf, out, gpu.upload(params), weight.buf if weight else _placeholder(gpu),
+                      bias.buf if bias else _placeholder(gpu)], _grid(count, 1, gpu))
     return out

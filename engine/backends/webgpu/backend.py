@@ -1,0 +1,383 @@
+"""The webgpu backend: tensors live in device buffers; one kernel table maps every primitive op
+(and the fused kernels) to WGSL shaders (kernels.py). Data leaves the device only through
+copy_out (`.numpy()`, `.item()`), which the device layer counts.
+
+Every element on the device is 32 bits: float32 as f32; float16 and bfloat16 as the f32 that
+holds their value exactly (casts round on the device); int64, int32, int16 and int8 as i32
+(int64 values must fit in 32 bits: a clear error otherwise); uint8 and bool as u32. WebGPU has
+no float64: such tensors are refused, as torch's MPS backend does.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ... import dtypes as D
+from ...errors import BackendError
+from ...layout import Layout
+from ...ops import Op
+from . import kernels as K
+from .gpu import Gpu, GpuBuffer
+
+TYPE = {D.float32: "f32", D.float16: "f32", D.bfloat16: "f32", D.int64: "i32", D.int32: "i32", D.int16: "i32",
+        D.int8: "i32", D.uint8: "u32", D.bool_: "u32"}
+_BY_STORAGE = {d.storage: d for d in TYPE}            # numpy storage dtype -> engine dtype
+_DEVICE_NUMPY = {"f32": np.float32, "i32": np.int32, "u32": np.uint32}
+SHADOW_LIMIT = 1 << 16                                # integer tensors up to this size keep a host copy
+
+
+class Storage:
+    """A tensor's device buffer, its engine dtype, and (small integer tensors made on the
+    host) the host values, so index checks need no read-back."""
+    __slots__ = ("buf", "dtype", "host")
+
+    def __init__(self, buf: GpuBuffer, dtype: D.DType, host: np.ndarray | None = None):
+        self.buf, self.dtype, self.host = buf, dtype, host
+
+
+def _to_device_values(raw: np.ndarray, dtype: D.DType) -> np.ndarray:
+    if dtype is D.bfloat16:
+        return D.bf16_bits_to_f32(raw)
+    if dtype is D.int64 and raw.size and (raw.min() < -2**31 or raw.max() >= 2**31):
+        bad = raw[(raw < -2**31) | (raw >= 2**31)].flat[0]
+        raise BackendError(f"int64 value {int(bad)} does not fit the webgpu backend's 32-bit integers")
+    return raw.astype(_DEVICE_NUMPY[TYPE[dtype]], copy=False)
+
+
+def _from_device_values(a: np.ndarray, dtype: D.DType) -> np.ndarray:
+    if dtype is D.bfloat16:
+        return D.f32_to_bf16_bits(a)
+    return a.astype(dtype.storage)
+
+
+class WebGPUBackend:
+    name = "webgpu"
+    storage = "webgpu"
+
+    def __init__(self, gpu: Gpu):
+        self.gpu = gpu
+        self.kernels = KERNELS
+        self.fused = FUSED
+
+    # --- allocator ------------------------------------------------------------------
+    def copy_in(self, raw: np.ndarray) -> Storage:
+        raw = np.ascontiguousarray(raw)
+        dtype = _BY_STORAGE.get(raw.dtype)
+        if dtype is None:
+            raise BackendError(f"{raw.dtype} tensors are not supported on webgpu (WebGPU has no 64-bit "
+                               "floats); use float32")
+        host = raw.copy() if dtype.kind in "iub" and raw.size <= SHADOW_LIMIT else None
+        return Storage(self.gpu.upload(_to_device_values(raw.reshape(-1), dtype)), dtype, host)
+
+    def view(self, storage: Storage, layout: Layout) -> K.View:
+        return K.View(storage.buf, layout.shape, layout.strides, layout.offset, TYPE[storage.dtype])
+
+    def copy_out(self, storage: Storage, layout: Layout) -> np.ndarray:
+        """Reads back the span the layout touches (counted by the device layer)."""
+        lo, hi = layout.span()
+        device = np.dtype(_DEVICE_NUMPY[TYPE[storage.dtype]])
+        flat = np.frombuffer(self.gpu.read(storage.buf, 4 * hi), device)[lo:] if hi > lo else np.empty(0, device)
+        view = np.lib.stride_tricks.as_strided(flat, layout.shape, tuple(4 * s for s in layout.strides)) \
+            if layout.numel else np.empty(layout.shape, device)
+        return _from_device_values(np.array(view, copy=True), storage.dtype)
+
+    def sync(self) -> None:
+        """Wait until every recorded dispatch has run."""
+        self.gpu.synchronize()
+
+    def describe(self) -> str:
+        return f"webgpu on {self.gpu.info}"
+
+    # --- kernels --------------------------------------------------------------------
+    def run(self, op, inputs, dtype, params):
+        views = [self.view(t._buf, t._layout) for t in inputs]
+        outs = self.kernels[op](self, *views, dtype=dtype, sources=[t._buf for t in inputs], **params)
+        outs = outs if isinstance(dtype, tuple) else [outs]
+        dtypes = dtype if isinstance(dtype, tuple) else (dtype,)
+        return [(Storage(buf, d), shape) for (buf, shape), d in zip(outs, dtypes)]
+
+    def run_fused(self, name, inputs, dtype, params):
+        views = [self.view(t._buf, t._layout) for t in inputs]
+        buf, shape = self.fused[name](self, *views, **params)
+        return [(Storage(buf, dtype), shape)]
+
+    # --- helpers for the kernel table ----------------------------------------------
+    def contiguous(self, v: K.View) -> K.View:
+        if v.is_contiguous:
+            return v
+        return K.View.contiguous(K.elementwise(self.gpu, "a", [v], v.type), v.shape, v.type)
+
+
+# --- elementwise expressions -----------------------------------------------------------------
+def _wrap(expr: str, dtype: D.DType) -> str:
+    """expr's 32-bit result brought into dtype's range, as NumPy's fixed-width arithmetic does."""
+    if dtype is D.int8:
+        return f"((({expr}) << 24u) >> 24u)"
+    if dtype is D.int16:
+        return f"((({expr}) << 16u) >> 16u)"
+    if dtype is D.uint8:
+        return f"(({expr}) & 0xffu)"
+    if dtype is D.bool_:
+        return f"select(0u, 1u, ({expr}) != 0u)"
+    if dtype is D.float16:
+        return f"round_f16({expr})"
+    if dtype is D.bfloat16:
+        return f"round_bf16({expr})"
+    return expr
+
+
+def _f32(x: float) -> str:
+    """An exact f32 literal (NaN and infinities included)."""
+    return f"bitcast<f32>({K._f32_bits(x)}u)"
+
+
+_FLOAT_UNARY = {Op.EXP: "exp_(a)", Op.LOG: "log_(a)", Op.SQRT: "sqrt_(a)", Op.SIN: "sin(a)", Op.COS: "cos(a)",
+                Op.TANH: "tanh_(a)", Op.ERF: "erf_(a)", Op.RECIPROCAL: "div_(1.0, a)", Op.FLOOR: "floor(a)",
+                Op.CEIL: "ceil(a)"}
+
+
+def _unary(op):
+    def kernel(be, x, *, dtype, sources):
+        t = x.type
+        if op is Op.NEG:
+            expr = "(0u - a)" if t == "u32" else "-a"
+        elif op is Op.ABS:
+            expr = "a" if t == "u32" else "abs(a)"
+        elif op is Op.LOGICAL_NOT:
+            expr = f"select(0u, 1u, a == {t}(0))"
+        else:
+            if t != "f32":
+                raise BackendError(f"{op.name.lower()} needs a floating tensor on webgpu, got {dtype}")
+            expr = _FLOAT_UNARY[op]
+        return K.elementwise(be.gpu, _wrap(expr, dtype), [x], TYPE[dtype]), x.shape
+    return kernel
+
+
+_COMPARE = {Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
+_ARITH = {Op.ADD: "a + b", Op.SUB: "a - b", Op.MUL: "a * b", Op.AND: "a & b", Op.OR: "a | b", Op.XOR: "a ^ b"}
+
+
+def _binary(op):
+    def kernel(be, x, y, *, dtype, sources):
+        t = x.type
+        if op in _COMPARE:
+            cond = f"a {_COMPARE[op]} b"
+            if t == "f32":                               # NaN compares unequal to everything
+                cond = f"(is_nan(a) || is_nan(b) || {cond})" if op is Op.NE else \
+                    f"(!is_nan(a) && !is_nan(b) && {cond})"
+            expr = f"select(0u, 1u, {cond})"
+        elif op in _ARITH:
+            expr = _ARITH[op]
+            if dtype is D.bool_ and op in (Op.ADD, Op.MUL):   # bool + bool is or, * is and
+                expr = "a | b" if op is Op.ADD else "a & b"
+        elif op is Op.DIV:
+            expr = "div_(a, b)" if t == "f32" else "div_(f32(a), f32(b))"
+        elif op is Op.POW:
+            expr = "pow_(a, b)" if t == "f32" else "ipow(a, b)"
+        elif op in (Op.MAXIMUM, Op.MINIMUM):
+            name = "max" if op is Op.MAXIMUM else "min"
+            expr = f"{name}_(a, b)" if t == "f32" else f"{name}(a, b)"
+        else:
+            raise BackendError(f"{op} is not a binary op")
+        return K.elementwise(be.gpu, _wrap(expr, dtype), [x, y], TYPE[dtype]), x.shape
+    return kernel
+
+
+def _where(be, c, x, y, *, dtype, sources):
+    return K.elementwise(be.gpu, "select(c, b, a != 0u)", [c, x, y], TYPE[dtype]), x.shape
+
+
+def _cast(be, x, *, dtype, src, sources):
+    s, t = x.type, TYPE[dtype]
+    if dtype is D.bool_:
+        expr = "select(0u, 1u, a != 0.0 || is_nan(a))" if s == "f32" else f"select(0u, 1u, a != {s}(0))"
+    elif t == "f32":
+        expr = "a" if s == "f32" else "f32(a)"
+    elif t == "i32":
+        expr = "a" if s == "i32" else "i32(a)"
+    else:                                                 # uint8 from anything
+        expr = "u32(i32(a))" if s == "f32" else ("u32(a)" if s == "i32" else "a")
+    if dtype is src or (src in (D.float16, D.bfloat16) and dtype is D.float32):
+        expr = "a"                                         # the f32 already holds the exact value
+    return K.elementwise(be.gpu, _wrap(expr, dtype), [x], t), x.shape
+
+
+def _contiguous(be, x, *, dtype, sources):
+    return K.elementwise(be.gpu, "a", [x], x.type), x.shape
+
+
+# --- reductions --------------------------------------------------------------------------------
+def _out_shape(shape, axes, keepdim):
+    return tuple(1 if d in axes else n for d, n in enumerate(shape) if keepdim or d not in axes)
+
+
+def _reduce(name):
+    def kernel(be, x, *, dtype, axes, keepdim, sources):
+        axes = tuple(sorted(a % len(x.shape) for a in axes)) if x.shape else ()
+        acc = ("f32" if x.type == "f32" else "i32") if name == "sum" else x.type
+        if name != "sum" and x.numel == 0:
+            raise ValueError(f"{name} of an empty tensor")
+        return K.reduce(be.gpu, name, x, axes, acc, TYPE[dtype]), _out_shape(x.shape, axes, keepdim)
+    return kernel
+
+
+def _argreduce(name):
+    def kernel(be, x, *, dtype, axis, keepdim, sources):
+        if x.numel == 0:
+            raise ValueError(f"attempt to get {name} of an empty sequence")
+        axes = tuple(range(len(x.shape))) if axis is None else (axis % max(len(x.shape), 1),)
+        if axis is None and keepdim:
+            shape = (1,) * len(x.shape)
+        elif axis is None:
+            shape = ()
+        else:
+            shape = _out_shape(x.shape, axes, keepdim)
+        if not x.shape:                                      # a 0-d tensor: index 0
+            return K.fill(be.gpu, 1, 0), shape
+        return K.reduce(be.gpu, name, x, axes, x.type, "i32"), shape
+    return kernel
+
+
+def _topk(be, x, *, dtype, axis, k, largest, sorted, sources):  # noqa: A002 - torch's name
+    axis = axis % len(x.shape)
+    values, indices, shape = K.topk(be.gpu, x, axis, k, largest)
+    return [(values, shape), (indices, shape)]
+
+
+# --- data movement -------------------------------------------------------------------------------
+def _cat(be, *views, dtype, axis, sources):
+    axis = axis % len(views[0].shape)
+    shape = list(views[0].shape)
+    shape[axis] = sum(v.shape[axis] for v in views)
+    out = be.gpu.buffer(4 * math.prod(shape))
+    strides, start = K.contiguous_strides(shape), 0
+    for v in views:
+        K.scatter(be.gpu, v, K.View(out, v.shape, strides, start * strides[axis], v.type))
+        start += v.shape[axis]
+    return out, tuple(shape)
+
+
+def _fill_bits(value, dtype: D.DType) -> int:
+    """The 32 device bits of `value` in dtype (converted as the numpy backend's pad does)."""
+    src = D.float64 if dtype.is_floating_point else D.int64
+    raw = D.cast_numpy(np.array(value, src.storage).reshape(1), src, dtype)
+    return int(_to_device_values(raw, dtype).view(np.uint32)[0])
+
+
+def _pad(be, x, *, dtype, pads, value, sources):
+    shape = tuple(n + lo + hi for n, (lo, hi) in zip(x.shape, pads))
+    out = K.fill(be.gpu, math.prod(shape), _fill_bits(value, dtype))
+    strides = K.contiguous_strides(shape)
+    K.scatter(be.gpu, x, K.View(out, x.shape, strides, sum(lo * s for (lo, _), s in zip(pads, strides)), x.type))
+    return out, shape
+
+
+def _index_select(be, x, index, *, dtype, axis, sources):
+    axis = axis % len(x.shape)
+    n = x.shape[axis]
+    host = sources[1].host
+    if host is not None:                                     # made on the host: check it there
+        values = np.lib.stride_tricks.as_strided(host[index.offset:], index.shape,
+                                                 tuple(host.itemsize * s for s in index.strides))
+    else:                                                    # computed on the device: read it
+        values = be.copy_out(sources[1], Layout(index.shape, index.strides, index.offset))
+    if values.size and (values.min() < -n or values.max() >= n):
+        bad = values[(values < -n) | (values >= n)][0]
+        raise IndexError(f"index {int(bad)} is out of range for dimension {axis} of size {n}")
+    return K.gather(be.gpu, x, axis, index)
+
+
+# --- GEMM and convolution --------------------------------------------------------------------------
+def _batched(be, v: K.View) -> K.View:
+    """v (..., R, C) as (B, R, C) with one batch stride (a copy only when the dims do not collapse)."""
+    batch = v.shape[:-2]
+    count = math.prod(batch)
+    strides = [s for n, s in zip(batch, v.strides[:-2]) if n != 1]
+    sizes = [n for n in batch if n != 1]
+    uniform = all(strides[i] == strides[i + 1] * sizes[i + 1] for i in range(len(strides) - 1))
+    if not uniform:
+        v = be.contiguous(v)
+        strides = [v.strides[-3]] if len(v.shape) > 2 else []
+    step = strides[-1] if strides else 0
+    return K.View(v.buf, (count,) + v.shape[-2:], (step,) + v.strides[-2:], v.offset, v.type)
+
+
+def _matmul(be, a, b, *, dtype, sources):
+    if a.type == "u32":
+        raise BackendError(f"matmul of {dtype} tensors is not supported on webgpu")
+    out_shape = a.shape[:-1] + b.shape[-1:]
+    return K.gemm(be.gpu, _batched(be, a), _batched(be, b)), out_shape
+
+
+def _conv2d(be, x, w, *, dtype, stride, dilation, groups, sources):
+    if x.type != "f32":
+        raise BackendError(f"conv2d of {dtype} tensors is not supported on webgpu")
+    return K.conv2d(be.gpu, be.contiguous(x), be.contiguous(w), None, stride, ((0, 0), (0, 0)), dilation, groups)
+
+
+KERNELS = {
+    **{op: _unary(op) for op in (Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.SIN, Op.COS, Op.TANH, Op.ERF,
+                                 Op.RECIPROCAL, Op.FLOOR, Op.CEIL, Op.LOGICAL_NOT)},
+    **{op: _binary(op) for op in (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.MAXIMUM, Op.MINIMUM, Op.EQ, Op.NE,
+                                  Op.LT, Op.LE, Op.GT, Op.GE, Op.AND, Op.OR, Op.XOR)},
+    Op.CAST: _cast, Op.CONTIGUOUS: _contiguous, Op.WHERE: _where,
+    Op.SUM: _reduce("sum"), Op.MAX: _reduce("max"), Op.MIN: _reduce("min"),
+    Op.ARGMAX: _argreduce("argmax"), Op.ARGMIN: _argreduce("argmin"), Op.TOPK: _topk,
+    Op.CAT: _cat, Op.PAD: _pad, Op.INDEX_SELECT: _index_select,
+    Op.MATMUL: _matmul, Op.CONV2D: _conv2d,
+}
+assert set(KERNELS) == set(Op), f"webgpu kernel table misses {set(Op) - set(KERNELS)}"
+
+
+# --- fused kernels (float32 tensors; see engine.ops) --------------------------------------------------
+def _mul_add(be, x, a, b):
+    views = [x, a.expand(x.shape), b.expand(x.shape)]
+    return K.elementwise(be.gpu, "a * b + c", views, "f32"), x.shape
+
+
+def _hardtanh(be, x, *, min_val, max_val):
+    expr = f"select(clamp(a, {_f32(min_val)}, {_f32(max_val)}), a, is_nan(a))"
+    return K.elementwise(be.gpu, expr, [x], "f32"), x.shape
+
+
+def _softmax(be, x, *, dim):
+    x = be.contiguous(x)
+    dim = dim % len(x.shape)
+    outer, n, inner = math.prod(x.shape[:dim]), x.shape[dim], math.prod(x.shape[dim + 1:])
+    return K.rows(be.gpu, "softmax", x, outer, n, inner), x.shape
+
+
+def _norm(kind):
+    def kernel(be, x, *params, normalized_dims, eps, has_weight, has_bias=False):
+        x = be.contiguous(x)
+        n = math.prod(x.shape[len(x.shape) - normalized_dims:])
+        weight = be.contiguous(params[0]) if has_weight else None
+        bias = be.contiguous(params[int(has_weight)]) if has_bias else None
+        return K.rows(be.gpu, kind, x, x.numel // n if n else 0, n, 1, weight, bias, eps), x.shape
+    return kernel
+
+
+def _linear(be, x, weight, *bias):                  # x (..., K) @ weight (N, K).T + bias (N,)
+    k, n = x.shape[-1], weight.shape[0]
+    rows = math.prod(x.shape[:-1])
+    a = x if _rows_collapse(x) else be.contiguous(x)
+    step = next((s for m, s in zip(reversed(a.shape[:-1]), reversed(a.strides[:-1])) if m != 1), k)
+    a = K.View(a.buf, (1, rows, k), (0, step, a.strides[-1]), a.offset, a.type)
+    b = K.View(weight.buf, (1, k, n), (0, weight.strides[1], weight.strides[0]), weight.offset, weight.type)
+    return K.gemm(be.gpu, a, b, be.contiguous(bias[0]) if bias else None, "n"), x.shape[:-1] + (n,)
+
+
+def _rows_collapse(x: K.View) -> bool:
+    """the leading dims of x step uniformly, so x is one (rows, K) matrix"""
+    lead = [(n, s) for n, s in zip(x.shape[:-1], x.strides[:-1]) if n != 1]
+    return all(lead[i][1] == lead[i + 1][1] * lead[i + 1][0] for i in range(len(lead) - 1))
+
+
+def _conv2d_fused(be, x, weight, *bias, stride, pads, dilation, groups, activation):
+    return K.conv2d(be.gpu, be.contiguous(x), be.contiguous(weight), be.contiguous(bias[0]) if bias else None,
+                    stride, pads, dilation, groups, activation)
+
+
+FUSED = {"mul_add": _mul_add, "hardtanh": _hardtanh, "softmax": _softmax, "layer_norm": _norm("layer_norm"),
+         "rms_norm": _norm("rms_norm"), "linear": _linear, "conv2d": _conv2d_fused}
