@@ -41,7 +41,8 @@ def _compare(name: str, model, reference, shape, batches, repeat: int, device: s
                 torch_ms = _median_ms(lambda: net(tx).numpy(), repeat)
             case.update(torch_ms=round(torch_ms, 3), ratio=round(engine_ms / torch_ms, 2))
         cases.append(case)
-    info = {"model": name, "device": device or default_device(), "repeat": repeat,
+    from .device import describe
+    info = {"model": name, "device": device or default_device(), "adapter": describe(device), "repeat": repeat,
             "machine": _machine(), "numpy": np.__version__, "cases": cases}
     if reference is not None:
         info["torch"] = f"{reference[0].__version__} ({reference[0].get_num_threads()} threads)"
@@ -73,6 +74,7 @@ def bench_gemm(repeat: int = 20, device: str | None = None, shapes=None) -> dict
     """float32 matmul (M x K) @ (K x N) through the engine on `device` and on numpy (the
     reference) in the same run; GFLOP/s = 2 M K N / median time. device=None: every available one."""
     from .device import available
+    from .device import describe, synchronize
     from .tensor import from_numpy
 
     devices = list(dict.fromkeys(["numpy"] + ([device] if device else available())))
@@ -89,11 +91,11 @@ def bench_gemm(repeat: int = 20, device: str | None = None, shapes=None) -> dict
         runs = max(3, min(repeat, int(4e9 / (2 * m * k * n))))   # fewer runs of the big products
         for name in devices:
             ta, tb = from_numpy(a, name), from_numpy(b, name)
-            ms = _median_ms(lambda: ta @ tb, runs)
+            ms = _median_ms(lambda: (ta @ tb, synchronize(name)), runs)
             case[name] = {"ms": round(ms, 4), "gflops": round(2 * m * k * n / ms / 1e6, 2)}
         cases.append(case)
-    return {"model": "gemm", "devices": devices, "repeat": repeat, "machine": _machine(), "numpy": np.__version__,
-            "cases": cases}
+    return {"model": "gemm", "devices": devices, "adapters": {d: describe(d) for d in devices}, "repeat": repeat,
+            "machine": _machine(), "numpy": np.__version__, "cases": cases}
 
 
 def _machine() -> str:
