@@ -98,6 +98,50 @@ def bench_gemm(repeat: int = 20, device: str | None = None, shapes=None) -> dict
             "machine": _machine(), "numpy": np.__version__, "cases": cases}
 
 
+# (name, input shapes, the op) on float32 inputs: the kernels a CNN and a transformer spend
+# their time in, at the sizes they see
+def _op_cases():
+    import engine.nn.functional as F
+    return [
+        ("matmul", [(512, 512), (512, 512)], lambda a, b: a @ b),
+        ("linear", [(128, 384), (1536, 384), (1536,)], F.linear),
+        ("conv2d 3x3", [(1, 32, 56, 56), (64, 32, 3, 3), (64,)], lambda x, w, b: F.conv2d(x, w, b, padding=1)),
+        ("depthwise 3x3", [(1, 96, 56, 56), (96, 1, 3, 3), (96,)],
+         lambda x, w, b: F.conv2d(x, w, b, padding=1, groups=96)),
+        ("softmax", [(12, 128, 128)], lambda x: F.softmax(x, dim=-1)),
+        ("layer_norm", [(128, 384), (384,), (384,)], lambda x, w, b: F.layer_norm(x, (384,), w, b)),
+        ("add", [(1, 96, 56, 56), (1, 96, 56, 56)], lambda a, b: a + b),
+        ("gelu", [(128, 1536)], F.gelu),
+        ("sum", [(128, 1536)], lambda x: x.sum(-1)),
+    ]
+
+
+def bench_ops(repeat: int = 20, device: str | None = None, inner: int = 10) -> dict:
+    """Per-op time on `device` and numpy (device=None: every available one), same run: each
+    sample runs the op `inner` times and then waits for the device, so a GPU's per-op time
+    is its throughput, not one submission's round trip."""
+    from .device import available, describe, synchronize
+    from .tensor import from_numpy
+
+    devices = list(dict.fromkeys(["numpy"] + ([device] if device else available())))
+    rng = np.random.default_rng(0)
+    cases = []
+    for name, shapes, op in _op_cases():
+        arrays = [rng.standard_normal(shape, dtype=np.float32) for shape in shapes]
+        case = {"op": name, "shapes": [list(s) for s in shapes]}
+        for dev in devices:
+            tensors = [from_numpy(a, dev) for a in arrays]
+
+            def run():
+                for _ in range(inner):
+                    op(*tensors)
+                synchronize(dev)
+            case[dev] = {"ms": round(_median_ms(run, repeat) / inner, 4)}
+        cases.append(case)
+    return {"model": "ops", "devices": devices, "adapters": {d: describe(d) for d in devices}, "repeat": repeat,
+            "machine": _machine(), "numpy": np.__version__, "cases": cases}
+
+
 def _machine() -> str:
     return f"{platform.machine()} {platform.python_implementation()} {platform.python_version()}"
 
@@ -129,7 +173,9 @@ def _torch_effnet(model):
 def format_table(result: dict) -> str:
     if result["model"] == "gemm":
         return _format_gemm(result)
-    lines = [f"{result['model']} on {result['device']} ({result['machine']}, NumPy {result['numpy']}); "
+    if result["model"] == "ops":
+        return _format_ops(result)
+    lines = [f"{result['model']} on {result['adapter']} ({result['machine']}, NumPy {result['numpy']}); "
              f"torch {result['torch']}; median of {result['repeat']} runs",
              f"{'batch':>6} {'engine ms':>10} {'torch ms':>10} {'engine/torch':>13}"]
     for c in result["cases"]:
@@ -146,4 +192,19 @@ def _format_gemm(result: dict) -> str:
     for c in result["cases"]:
         lines.append(f"{c['m']:>5} x{c['k']:>5} x{c['n']:>5} " +
                      " ".join(f"{c[d]['ms']:>11.3f} {c[d]['gflops']:>14.1f}" for d in devices))
+    return "\n".join(lines)
+
+
+def _format_ops(result: dict) -> str:
+    devices = result["devices"]
+    lines = [f"float32 ops ({result['machine']}, NumPy {result['numpy']}); median of {result['repeat']} runs; "
+             "ms per op; x = numpy / device (above 1: faster than numpy)"]
+    lines += [f"  {d}: {result['adapters'][d]}" for d in devices if result["adapters"][d] != d]
+    lines.append(f"{'op':>14} {'shapes':>34} " + " ".join(f"{d + ' ms':>11}" for d in devices) + " " +
+                 " ".join(f"{'x ' + d:>9}" for d in devices[1:]))
+    for c in result["cases"]:
+        shapes = " ".join("x".join(map(str, s)) for s in c["shapes"])
+        base = c["numpy"]["ms"]
+        lines.append(f"{c['op']:>14} {shapes:>34} " + " ".join(f"{c[d]['ms']:>11.3f}" for d in devices) + " " +
+                     " ".join(f"{base / c[d]['ms']:>9.2f}" for d in devices[1:]))
     return "\n".join(lines)

@@ -49,8 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="time the engine against PyTorch",
                        description="Time a model on the engine and on PyTorch in the same run; prints ratios. "
                                    "`bench gemm` times float32 matmul on --device (default: every available "
-                                   "one) and on numpy, in GFLOP/s.")
-    b.add_argument("model", choices=["mnist", "effnet", "gemm"])
+                                   "one) and on numpy, in GFLOP/s; `bench ops` times single ops the same way.")
+    b.add_argument("model", choices=["mnist", "effnet", "gemm", "ops"])
     b.add_argument("--repeat", type=int, default=20, help="timed runs per case (median is reported)")
     b.add_argument("--json", action="store_true", help="print the results as one JSON object")
     b.add_argument("--weights", default=None, help="the model's weights (default: the bundled or built ones)")
@@ -94,11 +94,11 @@ def _classify(args) -> int:
 
 
 def _bench(args) -> int:
-    from .bench import bench_effnet, bench_gemm, bench_mnist, format_table
-    if args.model == "gemm":
+    from .bench import bench_effnet, bench_gemm, bench_mnist, bench_ops, format_table
+    if args.model in ("gemm", "ops"):
         if args.weights is not None:
-            raise EngineError("bench gemm takes no --weights")
-        result = bench_gemm(repeat=args.repeat, device=args.device)
+            raise EngineError(f"bench {args.model} takes no --weights")
+        result = {"gemm": bench_gemm, "ops": bench_ops}[args.model](repeat=args.repeat, device=args.device)
     else:
         bench = {"mnist": bench_mnist, "effnet": bench_effnet}[args.model]
         result = bench(repeat=args.repeat, device=args.device, weights=args.weights)

@@ -10,6 +10,11 @@ class BackendError(EngineError):
     """Unknown or unavailable device/backend."""
 
 
+class DeviceLost(BackendError):
+    """The GPU device went away mid-run (driver reset, another tab, device.destroy()); the
+    tensors it held are gone. Pipelines rebuild on the next best backend and carry on."""
+
+
 class InputError(EngineError, ValueError):
     """Bad user input: an image that cannot be read, wrong arguments."""
 

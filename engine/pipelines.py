@@ -8,10 +8,11 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 
-from .errors import InputError
+from .errors import DeviceLost, InputError
 
 
 def _as_image(item) -> np.ndarray:
@@ -33,18 +34,37 @@ def softmax_rows(logits: np.ndarray) -> np.ndarray:
 
 
 class _ImageClassifier:
-    """Shared by the classification pipelines: batches, backend, softmax, top-k."""
+    """Shared by the classification pipelines: batches, backend, softmax, top-k, and
+    carrying on when the GPU goes away (the model is rebuilt from its weights on the next
+    best backend; `notice` says so)."""
 
     labels: list
     with_index = True                           # entries carry the class index
     batch_size = 16                             # images per forward pass (bounds memory)
+    notice: str | None = None                   # set when the pipeline had to change backend
+
+    def build(self, device: str | None):
+        """The model on `device`, from the weights this pipeline was made with."""
+        raise NotImplementedError
 
     def preprocess(self, images) -> np.ndarray:
         raise NotImplementedError
 
     def logits(self, batch: np.ndarray) -> np.ndarray:
         from .tensor import from_numpy
-        return self.model(from_numpy(np.ascontiguousarray(batch, np.float32), self.device)).numpy()
+        x = np.ascontiguousarray(batch, np.float32)
+        try:
+            return self.model(from_numpy(x, self.device)).numpy()
+        except DeviceLost as e:
+            self._fall_back(e)
+            return self.model(from_numpy(x, self.device)).numpy()
+
+    def _fall_back(self, error: DeviceLost) -> None:
+        from .device import best_available
+        device = best_available()               # a lost device is no longer available
+        self.notice = f"{error}; continuing on {device}"
+        warnings.warn(self.notice, RuntimeWarning, stacklevel=3)
+        self.model, self.device = self.build(device), device
 
     def probabilities(self, images) -> np.ndarray:
         """(N, classes) class probabilities for a list of images."""
@@ -53,7 +73,10 @@ class _ImageClassifier:
 
     def to(self, device: str):
         """Move the model to another backend (weights are not downloaded again)."""
-        self.model.to(device)
+        try:
+            self.model.to(device)
+        except DeviceLost:                      # its tensors are gone: build it again
+            self.model = self.build(device)
         self.device = device
         return self
 
@@ -85,9 +108,12 @@ class DigitClassification(_ImageClassifier):
     def __init__(self, device: str | None = None, weights=None):
         from models import mnist_cnn
         self._mnist = mnist_cnn
-        self.device = device
+        self.device, self.weights = device, mnist_cnn.WEIGHTS if weights is None else weights
         self.labels = mnist_cnn.LABELS
-        self.model = mnist_cnn.load(mnist_cnn.WEIGHTS if weights is None else weights, device)
+        self.model = self.build(device)
+
+    def build(self, device):
+        return self._mnist.load(self.weights, device)
 
     def preprocess(self, images) -> np.ndarray:
         """Images -> (N, 1, 28, 28) float32 batch in MNIST's format."""
@@ -109,13 +135,16 @@ class ImageClassification(_ImageClassifier):
     def __init__(self, device: str | None = None, weights=None, labels=None):
         from models import efficientnet_lite
         self._effnet = efficientnet_lite
-        self.device = device
-        # BatchNorm folded into the convs: the same maths, one pass less per conv
-        self.model = efficientnet_lite.fold_batchnorm(efficientnet_lite.load(weights, device))
+        self.device, self.weights = device, weights
+        self.model = self.build(device)
         self.labels = self._labels(labels, weights)
         classes = self.model.config.num_classes
         if len(self.labels) != classes:
             raise InputError(f"{len(self.labels)} class names for a model with {classes} classes")
+
+    def build(self, device):
+        # BatchNorm folded into the convs: the same maths, one pass less per conv
+        return self._effnet.fold_batchnorm(self._effnet.load(self.weights, device))
 
     def _labels(self, labels, weights) -> list[str]:
         if labels is not None and not isinstance(labels, (str, os.PathLike)):

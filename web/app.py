@@ -62,6 +62,8 @@ def became_ready(info):
     note.textContent = f"backend {requested!r} is not available here{f' ({why})' if why else ''}; using {info.device}"
     by_id("backend-info").textContent = (f"wasm kernels: {'relaxed SIMD' if info.kernels == 'relaxed' else 'SIMD128'}"
                                          if info.kernels else "no wasm SIMD kernels in this browser")
+    no_gpu = getattr(info.unavailable, "webgpu", None)
+    by_id("adapter-info").textContent = f"GPU: {info.adapter}" if info.adapter else f"no WebGPU: {no_gpu}"
     by_id("isolation").textContent = ("cross-origin isolated: precise timers" if info.crossOriginIsolated
                                       else "not cross-origin isolated: coarse timers")
     document.body.dataset.ready = "true"
@@ -162,7 +164,24 @@ async def predict():
         schedule_prediction()
 
 
+def follow_device(result):
+    """The worker left a lost GPU for another backend: say so and show where it runs now."""
+    notice = getattr(result, "notice", None)
+    if not notice:
+        return
+    select = by_id("backend-select")
+    for option in list(select.options):
+        if option.value == "webgpu":
+            option.remove()
+    select.value = result.device
+    note = by_id("backend-note")
+    note.textContent, note.hidden = notice, False
+    by_id("adapter-info").textContent = "no WebGPU: the device was lost"
+
+
 def show_result(result):
+    if result is not None:
+        follow_device(result)
     bars = by_id("digit-probs")
     probs = list(result.probs) if result is not None else [0.0] * 10
     blank = result is None or result.blank
@@ -262,6 +281,7 @@ async def classify(blob, name):
         items.append(f'<li data-label="{label}" data-index="{p.index}" data-score="{p.score:.6f}">'
                      f'<span title="{label}">{label}</span><span class="bar" style="width:{p.score * 100:.1f}%">'
                      f'</span><span class="pct">{p.score * 100:.1f}%</span></li>')
+    follow_device(result)
     by_id("image-top5").innerHTML = "".join(items)
     by_id("image-time-ms").textContent = f"{result.ms:.0f}"
     by_id("image-backend").textContent = result.device

@@ -98,6 +98,7 @@ class EngineClient {
   benchDigit(repeat) { return this.call("benchDigit", { repeat }); }
   benchImage(repeat) { return this.call("benchImage", { repeat }); }
   benchGemm(repeat) { return this.call("benchGemm", { repeat }); }
+  benchOps(repeat) { return this.call("benchOps", { repeat }); }
   run(source) { return this.call("run", { source }); }
 
   subscribe(fn) { this.listeners.add(fn); fn(this.snapshot()); return () => this.listeners.delete(fn); }

@@ -76,7 +76,7 @@ async function boot(backend, kernels) {
   const flavour = await loadKernels(kernels);
   api = pyodide.pyimport("engine.web.worker");
   timings.engine_ms = performance.now() - t;
-  const { available: devices, best, unavailable } = JSON.parse(api.devices());
+  const { available: devices, best, unavailable, adapter } = JSON.parse(await api.devices());
   const device = devices.includes(backend) ? backend : best;
   t = performance.now();
   const weights = (loaded, total) =>
@@ -84,7 +84,7 @@ async function boot(backend, kernels) {
   const info = JSON.parse(await api.load("digit-classification", device, BASE, weights));
   timings.weights_ms = performance.now() - t;
   return { devices, requested: backend, device: info.device, weights: info.weights, timings, unavailable,
-           kernels: flavour, crossOriginIsolated: self.crossOriginIsolated === true };
+           adapter, kernels: flavour, crossOriginIsolated: self.crossOriginIsolated === true };
 }
 
 async function loadTask(task) {
@@ -96,15 +96,18 @@ async function loadTask(task) {
   return { ...info, ms: performance.now() - t };
 }
 
+// The Python entry points are async (so the webgpu backend may wait for the GPU): each
+// returns a promise of a JSON string.
 const COMMANDS = {
   init: (m) => boot(m.backend, m.kernels),
   loadTask: (m) => loadTask(m.task),
-  classifyImage: (m) => JSON.parse(api.classify_image(m.pixels, m.width, m.height, m.topK || 5)),
-  benchImage: (m) => JSON.parse(api.bench_image(m.repeat || 5)),
-  benchGemm: (m) => JSON.parse(api.bench_gemm(m.repeat || 5)),
-  predictDigit: (m) => JSON.parse(api.predict_digit(m.pixels, m.width, m.height)),
-  setBackend: (m) => JSON.parse(api.set_device(m.backend)),
-  benchDigit: (m) => JSON.parse(api.bench_digit(m.repeat || 20)),
+  classifyImage: async (m) => JSON.parse(await api.classify_image(m.pixels, m.width, m.height, m.topK || 5)),
+  benchImage: async (m) => JSON.parse(await api.bench_image(m.repeat || 5)),
+  benchGemm: async (m) => JSON.parse(await api.bench_gemm(m.repeat || 5)),
+  benchOps: async (m) => JSON.parse(await api.bench_ops(m.repeat || 5)),
+  predictDigit: async (m) => JSON.parse(await api.predict_digit(m.pixels, m.width, m.height)),
+  setBackend: async (m) => JSON.parse(await api.set_device(m.backend)),
+  benchDigit: async (m) => JSON.parse(await api.bench_digit(m.repeat || 20)),
   run: async (m) => JSON.parse(await api.run(m.source)),
   resources: () => resourceBytes(),
 };

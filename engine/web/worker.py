@@ -3,10 +3,15 @@
 worker.js calls these functions and posts their results to the page. Every
 result is a JSON string so nothing depends on proxy lifetimes. The model code,
 preprocessing and weight parsing are the same as natively; only fetching
-(engine.web.fetch) touches the browser.
+(engine.web.fetch) and the WebGPU device (engine.backends.webgpu.browser) touch the browser.
+
+The entry points are `async def`: Python entered asynchronously may wait for the GPU with
+pyodide.ffi.run_sync (JSPI), which the webgpu backend does to read results back. While one
+call waits, the worker takes the next message, so model work runs under one lock.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
@@ -16,12 +21,49 @@ MODELS = {"digit-classification": "models/mnist_cnn/", "image-classification": "
 _state: dict = {"device": None, "pipelines": {}, "stats": {}, "namespace": None}
 
 
-def devices() -> str:
-    """{"available": [...], "best": name, "unavailable": {name: why}} for the backend select."""
+class _ModelLock:
+    """One model call at a time; the task holding it may take it again (engine.run source
+    that awaits load())."""
+
+    def __init__(self):
+        self._lock, self._owner, self._depth = asyncio.Lock(), None, 0
+
+    async def __aenter__(self):
+        task = asyncio.current_task()
+        if self._owner is not task:
+            await self._lock.acquire()
+            self._owner = task
+        self._depth += 1
+
+    async def __aexit__(self, *exc):
+        self._depth -= 1
+        if self._depth == 0:
+            self._owner = None
+            self._lock.release()
+
+
+_lock = _ModelLock()
+
+
+async def devices() -> str:
+    """{"available": [...], "best": name, "unavailable": {name: why}, "adapter": str | None}
+    for the backend select (asking for the GPU adapter here, in an async call)."""
     from engine import device
-    return json.dumps({"available": device.available(), "best": device.best_available(),
-                       "unavailable": {name: device.unavailable_reason(name) for name in device.known()
-                                       if device.unavailable_reason(name) is not None}})
+    unavailable = {name: device.unavailable_reason(name) for name in device.known()}
+    available = [name for name, why in unavailable.items() if why is None]
+    return json.dumps({"available": available, "best": device.best_available(),
+                       "unavailable": {name: why for name, why in unavailable.items() if why is not None},
+                       "adapter": str(device.get_backend("webgpu").gpu.info) if "webgpu" in available else None})
+
+
+def _notice(pipe) -> dict:
+    """What the page shows when a pipeline had to leave a lost GPU (once)."""
+    notice, pipe.notice = pipe.notice, None
+    if notice:
+        _state["device"] = pipe.device
+        for other in _state["pipelines"].values():       # the others held tensors on it too
+            other.to(pipe.device)
+    return {"notice": notice} if notice else {}
 
 
 async def load(task: str, device: str | None, base_url: str, progress=None) -> str:
@@ -43,7 +85,8 @@ async def load(task: str, device: str | None, base_url: str, progress=None) -> s
         if status != 200:
             raise RuntimeError(f"could not fetch {folder}labels.json (HTTP {status})")
         extra["labels"] = json.loads(body)
-    pipe = TASKS[task](device=device or _state["device"], weights=weights, **extra)
+    async with _lock:
+        pipe = TASKS[task](device=device or _state["device"], weights=weights, **extra)
     _state["pipelines"][task] = pipe
     _state["device"] = pipe.device or "numpy"
     stats = dict(getattr(weights, "fetch_stats", {}), ms=round((time.perf_counter() - t0) * 1e3, 1),
@@ -57,9 +100,10 @@ def pipeline(task: str = "digit-classification"):
     return _state["pipelines"][task]
 
 
-def set_device(device: str) -> str:
-    for pipe in _state["pipelines"].values():
-        pipe.to(device)
+async def set_device(device: str) -> str:
+    async with _lock:
+        for pipe in _state["pipelines"].values():
+            pipe.to(device)
     _state["device"] = device
     return json.dumps({"device": device})
 
@@ -70,34 +114,43 @@ def _rgba(pixels, width: int, height: int) -> np.ndarray:
     return data.reshape(int(height), int(width), 4)
 
 
-def predict_digit(pixels, width: int, height: int) -> str:
+async def predict_digit(pixels, width: int, height: int) -> str:
     """RGBA canvas pixels (a JS Uint8ClampedArray) -> the 10 probabilities and timing."""
     from engine.pipelines import softmax_rows
     pipe = _state["pipelines"]["digit-classification"]
     image = _rgba(pixels, width, height)
-    t0 = time.perf_counter()
-    batch = pipe.preprocess([image])                     # (1, 1, 28, 28)
-    blank = not batch.any()
-    # preprocess once: the same batch decides "blank" and feeds the model
-    probs = softmax_rows(pipe.logits(batch))[0] if not blank else np.zeros(10)
-    ms = (time.perf_counter() - t0) * 1e3
+    async with _lock:
+        t0 = time.perf_counter()
+        batch = pipe.preprocess([image])                 # (1, 1, 28, 28)
+        blank = not batch.any()
+        # preprocess once: the same batch decides "blank" and feeds the model
+        probs = softmax_rows(pipe.logits(batch))[0] if not blank else np.zeros(10)
+        ms = (time.perf_counter() - t0) * 1e3
+        notice = _notice(pipe)
     return json.dumps({"probs": [round(float(p), 6) for p in probs], "blank": blank,
                        "prediction": None if blank else str(int(np.argmax(probs))),
-                       "ms": round(ms, 2), "device": _state["device"]})
+                       "ms": round(ms, 2), "device": _state["device"], **notice})
 
 
-def classify_image(pixels, width: int, height: int, top_k: int = 5) -> str:
+async def classify_image(pixels, width: int, height: int, top_k: int = 5) -> str:
     """RGBA pixels decoded by the browser -> the top-k ImageNet classes and timing."""
     pipe = _state["pipelines"]["image-classification"]
     image = _rgba(pixels, width, height)
-    t0 = time.perf_counter()
-    predictions = pipe(image, top_k=int(top_k))
-    ms = (time.perf_counter() - t0) * 1e3
-    return json.dumps({"predictions": predictions, "ms": round(ms, 2), "device": _state["device"]})
+    async with _lock:
+        t0 = time.perf_counter()
+        predictions = pipe(image, top_k=int(top_k))
+        ms = (time.perf_counter() - t0) * 1e3
+        notice = _notice(pipe)
+    return json.dumps({"predictions": predictions, "ms": round(ms, 2), "device": _state["device"], **notice})
 
 
-def bench_image(repeat: int = 5, batches=(1,)) -> str:
+async def bench_image(repeat: int = 5, batches=(1,)) -> str:
     """Median EfficientNet inference time (forward only) on the current device."""
+    async with _lock:
+        return _bench_image(repeat, batches)
+
+
+def _bench_image(repeat, batches) -> str:
     pipe = _state["pipelines"]["image-classification"]
     x = np.random.default_rng(0).standard_normal((max(batches), 3, 224, 224)).astype(np.float32)
     out = {}
@@ -112,14 +165,27 @@ def bench_image(repeat: int = 5, batches=(1,)) -> str:
     return json.dumps({"device": _state["device"], **out})
 
 
-def bench_gemm(repeat: int = 5) -> str:
+async def bench_gemm(repeat: int = 5) -> str:
     """GEMM GFLOP/s on every available backend (engine.bench.bench_gemm), in this browser."""
     from engine.bench import bench_gemm as run
-    return json.dumps(run(repeat=repeat))
+    async with _lock:
+        return json.dumps(run(repeat=repeat))
 
 
-def bench_digit(repeat: int = 20, batches=(1, 16)) -> str:
+async def bench_ops(repeat: int = 5) -> str:
+    """Per-op times on every available backend (engine.bench.bench_ops), in this browser."""
+    from engine.bench import bench_ops as run
+    async with _lock:
+        return json.dumps(run(repeat=repeat))
+
+
+async def bench_digit(repeat: int = 20, batches=(1, 16)) -> str:
     """Median MNIST inference time per batch size on the current device."""
+    async with _lock:
+        return _bench_digit(repeat, batches)
+
+
+def _bench_digit(repeat, batches) -> str:
     pipe = _state["pipelines"]["digit-classification"]
     rng = np.random.default_rng(0)
     out = {}
@@ -144,7 +210,8 @@ async def run(source: str) -> str:
     if _state["namespace"] is None:
         import engine
         _state["namespace"] = {"__name__": "__engine_console__", "engine": engine, "np": np}
-    value = await eval_code_async(source, globals=_state["namespace"])
+    async with _lock:
+        value = await eval_code_async(source, globals=_state["namespace"])
     return json.dumps(value, default=_jsonable)
 
 

@@ -23,3 +23,14 @@ def test_cli(capsys, monkeypatch):
     assert result["model"] == "gemm" and result["cases"][0]["m"] == 4
     assert cli.main(["bench", "gemm", "--weights", "x.safetensors"]) == 2
     assert "takes no --weights" in capsys.readouterr().err
+
+
+def test_bench_ops_times_each_op_on_each_device(capsys):
+    from engine.bench import bench_ops
+    result = bench_ops(repeat=1, device="simd", inner=1)
+    assert result["devices"] == ["numpy", "simd"] and result["adapters"]["simd"] == "simd"
+    assert {c["op"] for c in result["cases"]} >= {"matmul", "conv2d 3x3", "depthwise 3x3", "softmax", "layer_norm"}
+    assert all(c[d]["ms"] > 0 for c in result["cases"] for d in result["devices"])
+    assert "depthwise 3x3" in format_table(result)
+    assert cli.main(["bench", "ops", "--device", "simd", "--repeat", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"] == "ops"

@@ -20,7 +20,11 @@ from tests.helpers import need
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"]
+                 "--disable-sync", "--no-first-run", "--disable-quic",
+                 # WebGPU on a machine without a GPU: SwiftShader's Vulkan (a CPU emulation, which the
+                 # page never picks by itself; tests ask for it with ?backend=webgpu)
+                 "--enable-unsafe-webgpu", "--enable-features=Vulkan", "--use-vulkan=swiftshader",
+                 "--use-webgpu-adapter=swiftshader", "--disable-vulkan-surface"]
 
 
 @pytest.fixture(scope="session")

@@ -117,7 +117,7 @@ def test_engine_run_rejects_with_the_python_error(dev_server, session_factory):
     error = page.evaluate("() => window.engine.run('1/0').then(() => 'no error', e => e.message)")
     assert error.startswith("ZeroDivisionError: division by zero"), error
     assert s.run("engine.tensor([1.0, 2.0]).sum()") == 3.0
-    assert s.run("engine.available_devices()") == ["numpy", "simd"]
+    assert s.run("engine.available_devices()") == ["numpy", "simd", "webgpu"]     # webgpu: SwiftShader
 
 
 def test_corrupt_shard_shows_an_integrity_error(site, tmp_path, session_factory):

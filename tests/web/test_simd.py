@@ -47,7 +47,7 @@ def test_kernels_match_numpy_in_chromium(dev_server, session_factory, flavour):
     assert (page.text_content("#backend-info") ==
             f"wasm kernels: {'relaxed SIMD' if flavour == 'relaxed' else 'SIMD128'}")
     result = json.loads(s.run(browser_checks()))
-    assert result["platform"] == "emscripten" and result["devices"] == ["numpy", "simd"]
+    assert result["platform"] == "emscripten" and result["devices"] == ["numpy", "simd", "webgpu"]
     failed = {k: v for k, v in result["errors"].items() if not v <= 1.0}
     assert not failed, failed                      # each value: worst error / stated tolerance
     assert len(result["errors"]) > 30

@@ -22,10 +22,10 @@ def device():
 
 def unavailable_reason() -> str | None:
     try:
-        device()
+        gpu = device()
     except RuntimeError as e:
         return str(e)
-    return None
+    return f"the WebGPU device was lost: {gpu.lost}" if gpu.lost else None
 
 
 def auto_selectable() -> bool:

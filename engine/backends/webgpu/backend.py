@@ -129,10 +129,10 @@ def _wrap(expr: str, dtype: D.DType) -> str:
 
 def _f32(x: float) -> str:
     """An exact f32 literal (NaN and infinities included)."""
-    return f"bitcast<f32>({K._f32_bits(x)}u)"
+    return f"f32_bits({K._f32_bits(x)}u)"
 
 
-_FLOAT_UNARY = {Op.EXP: "exp_(a)", Op.LOG: "log_(a)", Op.SQRT: "sqrt_(a)", Op.SIN: "sin(a)", Op.COS: "cos(a)",
+_FLOAT_UNARY = {Op.EXP: "exp_(a)", Op.LOG: "log_(a)", Op.SQRT: "sqrt_(a)", Op.SIN: "sincos_(a, false)", Op.COS: "sincos_(a, true)",
                 Op.TANH: "tanh_(a)", Op.ERF: "erf_(a)", Op.RECIPROCAL: "div_(1.0, a)", Op.FLOOR: "floor(a)",
                 Op.CEIL: "ceil(a)"}
 

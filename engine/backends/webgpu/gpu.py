@@ -10,22 +10,31 @@ adapter is found and how a buffer is read back, and lives in an `api` object
 - A pipeline is compiled once per distinct WGSL source (the backend fills templates, so a
   source is one shader variant) and kept.
 - Buffers are pooled by size class (powers of two from 256 bytes) and reused when the
-  tensor that held one is freed.
+  tensor that held one is freed. A shader's parameters (shapes, strides, offsets) live in
+  small read-only buffers kept by content, so a forward pass run again writes none of them;
+  and since the pool hands back the same buffers, its bind groups are found in a cache too.
 - `stats["reads"]` counts read-backs, so a test can prove a forward pass reads only its
   output.
+- A lost device (driver reset, `destroy()`) turns every later call into `DeviceLost`, which
+  pipelines answer by rebuilding on the next best backend.
 """
 from __future__ import annotations
 
 import os
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
+
+from ...errors import DeviceLost
 
 SOFTWARE_ADAPTERS = ("swiftshader", "llvmpipe", "lavapipe", "softpipe", "warp")
 STORAGE = 0x80 | 0x8 | 0x4           # STORAGE | COPY_DST | COPY_SRC
 UNIFORM = 0x40 | 0x8                 # UNIFORM | COPY_DST
 MIN_BUFFER = 256
+PARAMS_CACHE = 4096                  # parameter buffers kept by content
+BIND_GROUP_CACHE = 4096
 
 
 @dataclass(frozen=True)
@@ -62,8 +71,33 @@ class Gpu:
         self._pipelines: dict[str, object] = {}
         self._pool: dict[int, list] = {}
         self._pending: list = []                          # (pipeline, buffers, workgroups)
+        self._params: OrderedDict[bytes, GpuBuffer] = OrderedDict()
         self.stats = {"reads": 0, "read_bytes": 0, "dispatches": 0, "submits": 0, "pipelines": 0,
                       "buffers_created": 0}
+
+    # --- loss ---------------------------------------------------------------------------
+    @property
+    def lost(self) -> str | None:
+        """Why the device was lost, or None while it works."""
+        return self.api.lost
+
+    def _call(self, method: str, *args):
+        """api.method(*args), with a lost device reported as DeviceLost naming the adapter."""
+        if self.api.lost is None:
+            try:
+                return getattr(self.api, method)(*args)
+            except Exception as e:
+                if self.api.lost is None and "lost" not in str(e).lower():
+                    raise
+                self.api.lost = self.api.lost or str(e).strip().splitlines()[-1]
+                raise DeviceLost(f"the WebGPU device ({self.info}) was lost: {self.api.lost}") from e
+        self._pending = []
+        raise DeviceLost(f"the WebGPU device ({self.info}) was lost: {self.api.lost}")
+
+    def destroy(self) -> None:
+        """Give the device up now (what a driver reset does to it; tests use this)."""
+        self._pending = []
+        self.api.destroy()
 
     # --- buffers ----------------------------------------------------------------------
     def buffer(self, nbytes: int):
@@ -72,17 +106,32 @@ class Gpu:
         free = self._pool.get(size)
         raw = free.pop() if free else None
         if raw is None:
-            raw = self.api.create_buffer(size, STORAGE)
+            raw = self._call("create_buffer", size, STORAGE)
             self.stats["buffers_created"] += 1
         handle = GpuBuffer(raw, size)
         weakref.finalize(handle, self._pool.setdefault(size, []).append, raw)
         return handle
 
     def upload(self, array: np.ndarray) -> "GpuBuffer":
-        data = np.ascontiguousarray(array)
+        data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
         buf = self.buffer(data.nbytes)
+        if data.nbytes % 4:                                 # writes come in whole words
+            data = np.concatenate([data, np.zeros(4 - data.nbytes % 4, np.uint8)])
         if data.nbytes:
-            self.api.write(buf.raw, _padded_bytes(data))
+            self._call("write", buf.raw, data)
+        return buf
+
+    def params(self, words: np.ndarray) -> "GpuBuffer":
+        """A read-only buffer holding `words` (a shader's parameters), shared by every dispatch
+        that passes the same values; the least recently used are let go past PARAMS_CACHE."""
+        key = words.tobytes()
+        buf = self._params.get(key)
+        if buf is None:
+            buf = self._params[key] = self.upload(words)
+            if len(self._params) > PARAMS_CACHE:
+                self._params.popitem(last=False)          # back to the pool once no dispatch holds it
+        else:
+            self._params.move_to_end(key)
         return buf
 
     def read(self, buf: "GpuBuffer", nbytes: int) -> bytes:
@@ -90,13 +139,13 @@ class Gpu:
         self.flush()
         self.stats["reads"] += 1
         self.stats["read_bytes"] += nbytes
-        return self.api.read(buf.raw, _round4(nbytes))[:nbytes] if nbytes else b""
+        return self._call("read", buf.raw, _round4(nbytes))[:nbytes] if nbytes else b""
 
     # --- compute ----------------------------------------------------------------------
     def pipeline(self, source: str):
         pipe = self._pipelines.get(source)
         if pipe is None:
-            pipe = self._pipelines[source] = self.api.create_pipeline(source)
+            pipe = self._pipelines[source] = self._call("create_pipeline", source)
             self.stats["pipelines"] += 1
         return pipe
 
@@ -117,12 +166,12 @@ class Gpu:
     def synchronize(self) -> None:
         """Submit what is recorded and wait until the device has finished it (for timing)."""
         self.flush()
-        self.api.wait()
+        self._call("wait")
 
     def flush(self) -> None:
         if self._pending:
-            self.api.submit([(pipe, [b.raw for b in bufs], wg) for pipe, bufs, wg in self._pending])
-            self._pending = []
+            pending, self._pending = self._pending, []
+            self._call("submit", [(pipe, [b.raw for b in bufs], wg) for pipe, bufs, wg in pending])
             self.stats["submits"] += 1
 
 
@@ -138,11 +187,6 @@ def _round4(n: int) -> int:
     return (n + 3) & ~3
 
 
-def _padded_bytes(data: np.ndarray) -> bytes | memoryview:
-    raw = memoryview(data).cast("B")
-    return raw if data.nbytes % 4 == 0 else bytes(raw) + b"\0" * (_round4(data.nbytes) - data.nbytes)
-
-
 def default_api():
     """The device layer's implementation for this platform: navigator.gpu in Pyodide, wgpu natively."""
     import sys
@@ -154,6 +198,13 @@ def default_api():
 
 # --- native: PyPI wgpu (Vulkan/Metal/D3D12; Mesa lavapipe on a machine without a GPU) -----------
 class NativeApi:
+    """What Gpu needs, on PyPI wgpu; browser.BrowserApi is the same on navigator.gpu.
+
+    info, limits, lost (why the device was lost, or None); create_buffer, write (a uint8
+    array of whole words), read, wait, create_pipeline, submit (a list of (pipeline,
+    buffers, workgroups)), destroy."""
+    lost: str | None = None
+
     def __init__(self, power_preference: str = "high-performance"):
         os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")   # Mesa's WSI probing warns without one
         try:
@@ -170,7 +221,9 @@ class NativeApi:
                                 i.get("description", ""),
                                 is_software(i.get("vendor", ""), i.get("architecture", ""), i.get("device", ""),
                                             i.get("description", ""), i.get("adapter_type", "")))
-        self.device = adapter.request_device_sync()
+        wanted = ("max-storage-buffer-binding-size", "max-buffer-size")   # what the adapter allows, not 128 MB
+        self.device = adapter.request_device_sync(required_limits={k: adapter.limits[k] for k in wanted})
+        self._groups: OrderedDict = OrderedDict()          # (pipeline, buffers) -> bind group
         limits = self.device.limits
         self.limits = {"max_workgroups": limits["max-compute-workgroups-per-dimension"],
                        "max_binding": limits["max-storage-buffer-binding-size"]}
@@ -178,14 +231,18 @@ class NativeApi:
     def create_buffer(self, size: int, usage: int):
         return self.device.create_buffer(size=size, usage=usage)
 
-    def write(self, raw, data) -> None:
+    def write(self, raw, data: np.ndarray) -> None:
         self.device.queue.write_buffer(raw, 0, data)
 
     def read(self, raw, nbytes: int) -> bytes:
         return bytes(self.device.queue.read_buffer(raw, 0, nbytes))
 
     def wait(self) -> None:
-        self.device.queue.on_submitted_work_done_sync()
+        # wgpu 0.32's on_submitted_work_done_sync fails (a callback signature mismatch); a read
+        # waits for the queue as well
+        if getattr(self, "_tick", None) is None:
+            self._tick = self.device.create_buffer(size=4, usage=STORAGE)
+        self.device.queue.read_buffer(self._tick, 0, 4)
 
     def create_pipeline(self, source: str):
         module = self.device.create_shader_module(code=source)
@@ -195,12 +252,28 @@ class NativeApi:
         encoder = self.device.create_command_encoder()
         cpass = encoder.begin_compute_pass()
         for pipe, buffers, (x, y, z) in dispatches:
-            group = self.device.create_bind_group(
-                layout=pipe.get_bind_group_layout(0),
-                entries=[{"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}}
-                         for i, b in enumerate(buffers)])
+            group = self._bind_group(pipe, buffers)
             cpass.set_pipeline(pipe)
             cpass.set_bind_group(0, group)
             cpass.dispatch_workgroups(x, y, z)
         cpass.end()
         self.device.queue.submit([encoder.finish()])
+
+    def _bind_group(self, pipe, buffers):
+        """Pooled buffers are never freed, so a (pipeline, buffers) key stays valid."""
+        key = (id(pipe), *map(id, buffers))
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = self.device.create_bind_group(
+                layout=pipe.get_bind_group_layout(0),
+                entries=[{"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}}
+                         for i, b in enumerate(buffers)])
+            if len(self._groups) > BIND_GROUP_CACHE:
+                self._groups.popitem(last=False)
+        else:
+            self._groups.move_to_end(key)
+        return group
+
+    def destroy(self) -> None:
+        self.device.destroy()
+        self.lost = "destroyed"

@@ -130,7 +130,7 @@ def elementwise(gpu: Gpu, expr: str, inputs: list[View], out_type: str) -> GpuBu
     types = {f"T{i}": v.type if v else "u32" for i, v in enumerate(views)}
     buffers = [v.buf if v else _placeholder(gpu) for v in views]
     gpu.dispatch(shader("elementwise", EXPR=expr, TZ=out_type, **types),
-                 buffers + [out, gpu.upload(_words(*info))], _grid(numel, 256, gpu))
+                 buffers + [out, gpu.params(_words(*info))], _grid(numel, 256, gpu))
     return out
 
 
@@ -140,13 +140,13 @@ def scatter(gpu: Gpu, x: View, z: View) -> None:
     numel = x.numel
     if numel:
         info = _words(numel, len(x.shape), x.offset, z.offset, *x.shape, *x.strides, *z.strides)
-        gpu.dispatch(shader("scatter", T=x.type), [x.buf, z.buf, gpu.upload(info)], _grid(numel, 256, gpu))
+        gpu.dispatch(shader("scatter", T=x.type), [x.buf, z.buf, gpu.params(info)], _grid(numel, 256, gpu))
 
 
 def fill(gpu: Gpu, numel: int, bits: int) -> GpuBuffer:
     out = gpu.buffer(4 * numel)
     if numel:
-        gpu.dispatch(shader("fill"), [out, gpu.upload(_words(numel, bits))], _grid(numel, 256, gpu))
+        gpu.dispatch(shader("fill"), [out, gpu.params(_words(numel, bits))], _grid(numel, 256, gpu))
     return out
 
 
@@ -166,7 +166,7 @@ def reduce(gpu: Gpu, op: str, x: View, axes: tuple[int, ...], acc_type: str, out
         info = _words(n_out, n_red, nk, len(axes), v.offset, *v.shape[:nk], *v.strides[:nk], *v.shape[nk:],
                       *v.strides[nk:])
         source = shader("reduce", TX=x.type, TA=acc_type, TZ=out_type, OP=REDUCE_OPS[op], NAN=NAN_TEST[acc_type])
-        gpu.dispatch(source, [x.buf, out, gpu.upload(info)], _grid(n_out, 1, gpu))
+        gpu.dispatch(source, [x.buf, out, gpu.params(info)], _grid(n_out, 1, gpu))
     return out
 
 
@@ -183,7 +183,7 @@ def topk(gpu: Gpu, x: View, axis: int, k: int, largest: bool) -> tuple[GpuBuffer
                       out_strides[axis], *[x.shape[d] for d in others], *[x.strides[d] for d in others],
                       *[out_strides[d] for d in others])
         gpu.dispatch(shader("topk", T=x.type, NAN=NAN_TEST[x.type].replace("x", "x")),
-                     [x.buf, values, indices, gpu.upload(info)], _grid(rows, 64, gpu))
+                     [x.buf, values, indices, gpu.params(info)], _grid(rows, 64, gpu))
     return values, indices, out_shape
 
 
@@ -196,7 +196,7 @@ def gather(gpu: Gpu, x: View, axis: int, index: View) -> tuple[GpuBuffer, tuple]
     if numel:
         info = _words(numel, len(out_shape), x.offset, axis, x.shape[axis], index.offset,
                       index.strides[0] if index.strides else 0, *out_shape, *x.strides)
-        gpu.dispatch(shader("gather", T=x.type), [x.buf, index.buf, out, gpu.upload(info)], _grid(numel, 256, gpu))
+        gpu.dispatch(shader("gather", T=x.type), [x.buf, index.buf, out, gpu.params(info)], _grid(numel, 256, gpu))
     return out, out_shape
 
 
@@ -217,7 +217,7 @@ def gemm(gpu: Gpu, a: View, b: View, bias: View | None = None, bias_along: str =
                     0 if bias is None else bias.offset)
     epilogue = f"activate(v, {ACTIVATIONS[activation]}u)" if a.type == "f32" else "v"
     source = shader("gemm", T=a.type, BIAS=mode, EPILOGUE=epilogue)
-    gpu.dispatch(source, [a.buf, b.buf, out, gpu.upload(params), bias.buf if bias else _placeholder(gpu)],
+    gpu.dispatch(source, [a.buf, b.buf, out, gpu.params(params), bias.buf if bias else _placeholder(gpu)],
                  (math.ceil(n / 64), math.ceil(m / 64), batch))
     return out
 
@@ -236,7 +236,7 @@ def conv2d(gpu: Gpu, x: View, w: View, bias: View | None, stride, pads, dilation
         return out, shape
     params = _words(n, c, h, wd, o, kh, kw, groups, sh, sw, dh, dw, pt, pl, ho, wo, x.offset, w.offset,
                     bias.offset if bias else 0, int(bias is not None), ACTIVATIONS[activation], 0, 0, 0)
-    buffers = [x.buf, w.buf, out, gpu.upload(params), bias.buf if bias else _placeholder(gpu)]
+    buffers = [x.buf, w.buf, out, gpu.params(params), bias.buf if bias else _placeholder(gpu)]
     if groups == c == o and cg == 1:
         gpu.dispatch(shader("depthwise"), buffers, _grid(math.prod(shape), 256, gpu))
     else:
@@ -258,6 +258,6 @@ def rows(gpu: Gpu, kind: str, x: View, outer: int, n: int, inner: int, weight: V
         params = _words(count, n, inner, x.offset, int(weight is not None), int(bias is not None),
                         weight.offset if weight else 0, bias.offset if bias else 0, _f32_bits(eps), 0, 0, 0)
         gpu.dispatch(shader("rows", KIND=ROW_KINDS[kind]),
-                     [x.buf, out, gpu.upload(params), weight.buf if weight else _placeholder(gpu),
+                     [x.buf, out, gpu.params(params), weight.buf if weight else _placeholder(gpu),
                       bias.buf if bias else _placeholder(gpu)], _grid(count, 1, gpu))
     return out

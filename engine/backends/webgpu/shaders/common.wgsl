@@ -5,12 +5,18 @@ fn is_nan(x: f32) -> bool {
     return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
 }
 
+// An f32 from its bits. A function argument is a runtime value: a constant expression that
+// made NaN or an infinity would be a shader-creation error (Tint, in Chromium, checks).
+fn f32_bits(bits: u32) -> f32 {
+    return bitcast<f32>(bits);
+}
+
 fn nan() -> f32 {
-    return bitcast<f32>(0x7fc00000u);
+    return f32_bits(0x7fc00000u);
 }
 
 fn inf(sign: f32) -> f32 {
-    return select(bitcast<f32>(0x7f800000u), bitcast<f32>(0xff800000u), sign < 0.0);
+    return f32_bits(select(0x7f800000u, 0xff800000u, sign < 0.0));
 }
 
 // erf to ~1e-7: a P(a^2) below 1, 1 - exp(-a^2) Q(1/a) above (the coefficients of the C
@@ -45,10 +51,31 @@ fn erf_(x: f32) -> f32 {
     return sign(x) * (1.0 - exp(-a * a) * q);
 }
 
-// tanh without the overflow of exp(2x) (tanh(9) rounds to 1 in f32)
+// sin and cos to a few ulp for |x| up to ~1e4: WGSL promises 2^-11 absolute error, and only on
+// [-pi, pi]. x = k pi/2 + r, with pi/2 in three parts (the first two exact in 12 bits, so
+// k * part is exact for |k| < 4096), then the minimax polynomials of Cephes' sinf/cosf on
+// |r| <= pi/4, chosen by the quadrant k mod 4.
+fn sincos_(x: f32, cosine: bool) -> f32 {
+    if (is_nan(x) || abs(x) == inf(1.0)) { return nan(); }
+    let k = round(x * 0.636619772367581343);
+    var r = x - k * 1.5703125;
+    r = r - k * 4.837512969970703125e-04;
+    r = r - k * 7.549790126404332e-08;
+    let z = r * r;
+    let s = fma(fma(fma(-1.9515295891e-04, z, 8.3321608736e-03), z, -1.6666654611e-01), z * r, r);
+    let c = fma(fma(fma(2.443315711809948e-05, z, -1.388731625493765e-03), z, 4.166664568298827e-02), z * z,
+                fma(-0.5, z, 1.0));
+    let q = (i32(k) + select(0, 1, cosine)) & 3;      // cos x = sin(x + pi/2)
+    let v = select(s, c, (q & 1) == 1);
+    return select(v, -v, q >= 2);
+}
+
+// tanh without the overflow of exp(2x): past 9.1 the f32 answer is exactly +-1 (GPUs'
+// tanh(9.1) may come out a hair below, and then x * (1 + tanh(-x)) is not NaN at -inf)
 fn tanh_(x: f32) -> f32 {
     if (is_nan(x)) { return x; }
-    return tanh(clamp(x, -9.0, 9.0));
+    if (abs(x) > 9.1) { return sign(x); }
+    return tanh(x);
 }
 
 fn log_(x: f32) -> f32 {

@@ -1,0 +1,93 @@
+"""The webgpu backend in headless Chromium, on SwiftShader (a CPU emulation of a GPU, which the
+page never picks by itself; these tests ask for it with ?backend=webgpu)."""
+from __future__ import annotations
+
+import numpy as np
+
+from tests.web.test_image_card import browser_top5
+from tests.web.test_page import PREDICTION, draw
+from tests.webgpu import shader_checks
+
+WEBGPU = "index.html?backend=webgpu"
+
+
+def test_every_shader_matches_numpy_in_chromium(dev_server, session_factory):
+    s = session_factory(dev_server.url)
+    s.open(WEBGPU)
+    source = shader_checks.__file__
+    result = s.run(open(source).read() + "\nrun()")
+    assert "swiftshader" in result["adapter"], result["adapter"]
+    failed = {name: ratio for name, ratio in result["errors"].items() if not ratio <= 1.0}
+    assert not failed, failed
+    assert len(result["errors"]) > 100
+    assert s.console_errors == []
+
+
+def test_auto_never_picks_the_software_adapter(dev_server, session_factory):
+    page = session_factory(dev_server.url).open()
+    options = page.eval_on_selector_all("[data-testid=backend-select] option", "els => els.map(e => e.value)")
+    assert "webgpu" in options                                          # there, when asked for
+    assert page.input_value("[data-testid=backend-select]") == "simd"
+    assert page.text_content("[data-testid=backend-adapter]") == "GPU: google swiftshader (software, CPU emulation)"
+
+
+def test_draw_digits_on_webgpu(dev_server, session_factory):
+    s = session_factory(dev_server.url)
+    page = s.open(WEBGPU)
+    assert page.input_value("[data-testid=backend-select]") == "webgpu"
+    for digit in ["1", "7"]:
+        page.click("[data-testid=digit-clear]")
+        draw(page, digit)
+        page.wait_for_function(f"document.querySelector('{PREDICTION}').textContent === '{digit}'", timeout=60_000)
+        assert page.text_content("[data-testid=digit-backend]") == "webgpu"
+    # the same input gives the numpy backend's logits; the forward pass reads back only its output
+    result = s.run(
+        "import numpy as np\nfrom engine.web.worker import pipeline\nfrom engine.backends import webgpu\n"
+        "pipe = pipeline()\nx = np.random.default_rng(0).random((3, 1, 28, 28), dtype=np.float32)\n"
+        "gpu = pipe.logits(x)\nstats = dict(webgpu.device().stats)\ngpu = pipe.logits(x)\n"
+        "after = dict(webgpu.device().stats)\n"
+        "[gpu.tolist(), pipe.to('numpy').logits(x).tolist(), after['reads'] - stats['reads'],"
+        " after['read_bytes'] - stats['read_bytes']]")
+    gpu_logits, numpy_logits, reads, read_bytes = np.array(result[0]), np.array(result[1]), result[2], result[3]
+    assert np.abs(gpu_logits - numpy_logits).max() <= 1e-4
+    assert (reads, read_bytes) == (1, 3 * 10 * 4)
+    assert s.foreign_requests() == [] and s.console_errors == []
+
+
+def test_photo_on_webgpu_equals_numpy(dev_server, session_factory, site):
+    s = session_factory(dev_server.url)
+    page = s.open(WEBGPU)
+    page.set_input_files("[data-testid=image-input]", str(site / "samples" / "coffee.png"))
+    top = browser_top5(page)
+    assert page.text_content("#image-backend") == "webgpu"
+    logits = s.run(
+        "import numpy as np\nfrom engine.web.worker import pipeline\n"
+        "pipe = pipeline('image-classification')\n"
+        "x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)\n"
+        "[pipe.logits(x).tolist(), pipe.to('numpy').logits(x).tolist()]")
+    gpu_logits, numpy_logits = np.array(logits[0]), np.array(logits[1])
+    assert np.abs(gpu_logits - numpy_logits).max() <= 2e-3 * np.abs(numpy_logits).max()
+    assert (np.argsort(-gpu_logits)[:, :5] == np.argsort(-numpy_logits)[:, :5]).all()
+    page.evaluate("document.querySelector('[data-testid=image-top5]').innerHTML = ''")
+    page.select_option("[data-testid=backend-select]", "numpy")
+    page.wait_for_function("location.search.includes('backend=numpy')")
+    page.set_input_files("[data-testid=image-input]", str(site / "samples" / "coffee.png"))
+    assert [t[1] for t in browser_top5(page)] == [t[1] for t in top]      # the same top 5 on both
+    assert s.console_errors == []
+
+
+def test_a_lost_device_falls_back_and_the_page_keeps_working(dev_server, session_factory):
+    s = session_factory(dev_server.url)
+    page = s.open(WEBGPU)
+    draw(page, "7")
+    page.wait_for_function(f"document.querySelector('{PREDICTION}').textContent === '7'", timeout=60_000)
+    s.run("from engine.backends import webgpu\nwebgpu.device().destroy()")       # as a driver reset would
+    page.click("[data-testid=digit-clear]")
+    draw(page, "3")
+    page.wait_for_function(f"document.querySelector('{PREDICTION}').textContent === '3'", timeout=60_000)
+    assert page.text_content("[data-testid=digit-backend]") == "simd"
+    assert page.input_value("[data-testid=backend-select]") == "simd"
+    note = page.text_content("#backend-note")
+    assert page.is_visible("#backend-note") and "was lost" in note and "continuing on simd" in note, note
+    options = page.eval_on_selector_all("[data-testid=backend-select] option", "els => els.map(e => e.value)")
+    assert "webgpu" not in options

@@ -1,0 +1,177 @@
+"""Every webgpu shader, through the engine's ops, against the numpy backend: odd shapes, strided,
+transposed and broadcast views, NaN, every output buffer poisoned with NaN before it is used.
+
+Written once, run twice: natively under pytest (test_shader_checks.py, on lavapipe or a real
+GPU) and in the page's worker in Chromium (tests/web/test_webgpu.py, on SwiftShader), where
+`run()` is the last expression of the source given to window.engine.run. It needs only the
+engine and NumPy. The result: {"adapter": ..., "errors": {check: worst error / tolerance}};
+a check passes when its value is at most 1.
+"""
+import math
+
+import numpy as np
+
+import engine
+import engine.nn.functional as F
+
+RTOL = 1e-5                  # float32 against float32 computed in another order
+
+
+def worst(actual, expected, atol, rtol=RTOL) -> float:
+    a, e = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    if a.shape != e.shape:
+        return float("inf")
+    nan_a, nan_e = np.isnan(a), np.isnan(e)
+    if (nan_a != nan_e).any():
+        return float("inf")
+    with np.errstate(all="ignore"):
+        exact = (a == e) | nan_e                     # infinities, NaN where NaN is expected
+        error = np.where(exact, 0.0, np.abs(a - e) / (atol + rtol * np.abs(e)))
+    return float(np.nan_to_num(error, nan=np.inf).max(initial=0.0))
+
+
+def poison(gpu) -> None:
+    """Fill pooled buffers of every size class up to 16 MB with NaN, then free them: outputs
+    allocated next reuse them, so a shader that skips an element shows NaN."""
+    for shift in range(8, 25):
+        bufs = [gpu.upload(np.full((1 << shift) // 4, np.nan, np.float32)) for _ in range(3)]
+        del bufs
+
+
+def pair(a: np.ndarray):
+    """The same values on webgpu and on numpy."""
+    return engine.from_numpy(a, "webgpu"), engine.from_numpy(a, "numpy")
+
+
+def check(errors, name, fn, *arrays, atol=1e-6, rtol=RTOL):
+    """fn on webgpu tensors vs fn on numpy tensors."""
+    gpu_args, cpu_args = zip(*[pair(a) for a in arrays]) if arrays else ((), ())
+    got, want = fn(*gpu_args), fn(*cpu_args)
+    if isinstance(want, (tuple, list)):
+        errors[name] = max(worst(g.numpy(), w.numpy(), atol, rtol) for g, w in zip(got, want))
+    else:
+        errors[name] = worst(got.numpy(), want.numpy(), atol, rtol)
+
+
+def matmul_checks(rng, errors):
+    for m, k, n in [(1, 1, 1), (1, 7, 1), (7, 13, 5), (65, 33, 129), (64, 16, 64), (3, 100, 2), (130, 17, 67),
+                    (1, 1280, 1000), (97, 101, 89)]:
+        a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+        check(errors, f"matmul {m}x{k}x{n}", lambda x, y: x @ y, a, b, atol=1e-5 * math.sqrt(k))
+        check(errors, f"matmul {m}x{k}x{n} transposed", lambda x, y: x @ y.T.contiguous().T, a, b,
+              atol=1e-5 * math.sqrt(k))
+    a, b = rng.standard_normal((2, 1, 5, 6), dtype=np.float32), rng.standard_normal((1, 3, 6, 7), dtype=np.float32)
+    check(errors, "matmul batched broadcast", lambda x, y: x @ y, a, b, atol=1e-5)
+    x, w, bias = (rng.standard_normal(s, dtype=np.float32) for s in ((3, 4, 37), (70, 37), (70,)))
+    check(errors, "linear bias 3d input", F.linear, x, w, bias, atol=1e-5)
+    check(errors, "linear on a sliced input", lambda x, w, b: F.linear(x[:, 1:, :], w, b), x, w, bias, atol=1e-5)
+    ints = rng.integers(-50, 50, (9, 11)).astype(np.int32), rng.integers(-50, 50, (11, 6)).astype(np.int32)
+    check(errors, "matmul int32", lambda x, y: x @ y, *ints, atol=0, rtol=0)
+
+
+def conv_checks(rng, errors):
+    for n, c, h, w, o, k, stride, padding, dilation, groups, act in [
+            (2, 3, 9, 11, 6, 3, 2, 1, 1, 1, "relu"), (1, 4, 7, 7, 8, 1, 1, 0, 1, 1, "none"),
+            (3, 6, 8, 10, 4, (3, 2), (2, 1), ((1, 1), (2, 2)), (1, 2), 2, "relu6"),
+            (1, 8, 13, 13, 8, 3, 1, 1, 1, 8, "relu6"), (2, 5, 16, 12, 5, 5, 2, ((1, 2), (1, 2)), 1, 5, "none"),
+            (1, 7, 23, 29, 7, 3, 2, ((0, 1), (0, 1)), 1, 7, "silu"), (1, 96, 17, 17, 96, 5, 1, 2, 1, 96, "relu6"),
+            (2, 16, 15, 15, 70, 3, 1, 1, 1, 1, "gelu"), (1, 3, 35, 35, 32, 3, 2, ((0, 1), (0, 1)), 1, 1, "relu6")]:
+        kh, kw = (k, k) if isinstance(k, int) else k
+        x = rng.standard_normal((n, c, h, w), dtype=np.float32)
+        wt = (rng.standard_normal((o, c // groups, kh, kw)) / np.sqrt(kh * kw * c / groups)).astype(np.float32)
+        bias = rng.standard_normal(o, dtype=np.float32)
+        check(errors, f"conv2d {(c, o, k, stride, groups, act)}",
+              lambda x, w, b: F.conv2d_act(x, w, b, stride, padding, dilation, groups, act), x, wt, bias, atol=1e-5)
+    x = rng.standard_normal((2, 6, 9, 9), dtype=np.float32)
+    wt = rng.standard_normal((4, 6, 3, 3), dtype=np.float32)
+    check(errors, "conv2d of a permuted (non-contiguous) input",
+          lambda x, w: F.conv2d(x.permute(0, 1, 3, 2), w, padding="same"), x, wt, atol=1e-5)
+
+
+def pool_checks(rng, errors):
+    x = rng.standard_normal((2, 5, 13, 11), dtype=np.float32)
+    x[0, 1, 2, 3] = np.nan
+    check(errors, "max_pool2d 3/2 pad 1", lambda t: F.max_pool2d(t, 3, 2, 1), x)
+    check(errors, "max_pool2d ceil_mode", lambda t: F.max_pool2d(t, 2, ceil_mode=True), x)
+    check(errors, "avg_pool2d 3/2 pad 1", lambda t: F.avg_pool2d(t, 3, 2, 1, count_include_pad=False), x)
+    check(errors, "adaptive_avg_pool2d 1", lambda t: F.adaptive_avg_pool2d(t, 1), x)
+    check(errors, "adaptive_avg_pool2d (4, 3)", lambda t: F.adaptive_avg_pool2d(t, (4, 3)), x)
+
+
+def elementwise_checks(rng, errors):
+    x = rng.standard_normal((4, 1, 6), dtype=np.float32)
+    y = rng.standard_normal((6, 5), dtype=np.float32)
+    y[1, 2], x[0, 0, 3] = np.nan, 0.0
+    binary = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+              "div": lambda a, b: a / b, "pow": lambda a, b: a.abs() ** b, "maximum": engine.maximum,
+              "minimum": engine.minimum, "eq": lambda a, b: a == b, "lt": lambda a, b: a < b,
+              "ge": lambda a, b: a >= b, "where": lambda a, b: engine.where(a > 0, a, b)}
+    for name, fn in binary.items():                  # (4, 1, 6) with a transposed (5, 6): broadcast, strided
+        check(errors, f"{name} broadcast strided", lambda a, b: fn(a, b.T), x, y)
+    z = np.concatenate([rng.standard_normal(300, dtype=np.float32) * 4, [np.nan, np.inf, -np.inf, 0.0, -0.0]])
+    z = z.astype(np.float32)
+    unary = {"exp": engine.exp, "log": lambda t: engine.log(t.abs()), "sqrt": lambda t: engine.sqrt(t.abs()),
+             "sin": engine.sin, "cos": engine.cos, "tanh": engine.tanh, "erf": engine.erf,
+             "reciprocal": engine.reciprocal, "floor": engine.floor, "ceil": engine.ceil, "abs": engine.abs,
+             "neg": lambda t: -t, "relu": F.relu, "relu6": F.relu6, "sigmoid": engine.sigmoid, "silu": F.silu,
+             "gelu": F.gelu, "gelu tanh": lambda t: F.gelu(t, approximate="tanh")}
+    for name, fn in unary.items():
+        check(errors, f"unary {name}", fn, z, atol=2e-6, rtol=4e-6)
+    check(errors, "float16 round trip", lambda t: t.to(engine.float16).to(engine.float32), z * 1000)
+    check(errors, "bfloat16 round trip", lambda t: t.to(engine.bfloat16).to(engine.float32), z * 1000)
+    ints = rng.integers(-100, 100, (7, 9)).astype(np.int64)
+    check(errors, "int64 arithmetic", lambda a: (a * 3 - 7) * a.abs() - engine.maximum(a, a * 0), ints, atol=0, rtol=0)
+    check(errors, "int to float cast", lambda a: a.to(engine.float32) / 3, ints)
+    check(errors, "uint8 wrap", lambda a: (a.to(engine.uint8) + 200).to(engine.int64), ints, atol=0, rtol=0)
+
+
+def reduction_checks(rng, errors):
+    x = rng.standard_normal((3, 7, 5, 11), dtype=np.float32)
+    for dims in [(1,), (3,), (0, 2), (1, 2, 3), None]:
+        for name, fn in {"sum": engine.sum, "mean": engine.mean, "amax": engine.amax, "amin": engine.amin}.items():
+            check(errors, f"{name} over {dims}", lambda t: fn(t, dims) if dims else fn(t), x, atol=1e-5)
+    check(errors, "sum keepdim of a transposed view", lambda t: t.transpose(1, 3).sum(2, keepdim=True), x, atol=1e-5)
+    check(errors, "argmax dim 1", lambda t: t.argmax(1), x, atol=0, rtol=0)
+    check(errors, "argmin flat", lambda t: t.argmin(), x, atol=0, rtol=0)
+    check(errors, "max values, indices", lambda t: tuple(engine.max(t, 2)), x, atol=0, rtol=0)
+    check(errors, "topk 4 largest", lambda t: tuple(engine.topk(t, 4, dim=1)), x, atol=0, rtol=0)
+    check(errors, "topk 3 smallest last dim", lambda t: tuple(engine.topk(t, 3, largest=False)), x, atol=0, rtol=0)
+
+
+def rowwise_checks(rng, errors):
+    x = rng.standard_normal((3, 5, 37), dtype=np.float32) * 3
+    check(errors, "softmax last dim", lambda t: F.softmax(t, -1), x)
+    check(errors, "softmax middle dim", lambda t: F.softmax(t, 1), x)
+    check(errors, "log_softmax", lambda t: F.log_softmax(t, -1), x, atol=1e-5)
+    w, b = rng.standard_normal(37, dtype=np.float32), rng.standard_normal(37, dtype=np.float32)
+    check(errors, "layer_norm", lambda t, w, b: F.layer_norm(t, (37,), w, b, 1e-5), x, w, b, atol=1e-5)
+    check(errors, "layer_norm no affine", lambda t: F.layer_norm(t, (5, 37)), x, atol=1e-5)
+    check(errors, "rms_norm", lambda t, w: F.rms_norm(t, (37,), w, 1e-6), x, w, atol=1e-5)
+    q, k, v = (rng.standard_normal((2, 3, 9, 16), dtype=np.float32) for _ in range(3))
+    check(errors, "attention causal", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+          q, k, v, atol=1e-5)
+
+
+def movement_checks(rng, errors):
+    x = rng.standard_normal((4, 6, 5), dtype=np.float32)
+    check(errors, "cat dim 1", lambda t: engine.cat([t, t[:, :2] * 2, t[:, 3:]], 1), x)
+    check(errors, "stack", lambda t: engine.stack([t, -t], 2), x)
+    check(errors, "split", lambda t: tuple(engine.split(t, [2, 3, 1], dim=1)), x)
+    check(errors, "pad constant", lambda t: F.pad(t, (1, 2, 0, 3), value=-1.5), x)
+    check(errors, "pad reflect", lambda t: F.pad(t[None], (2, 1, 1, 2), mode="reflect")[0], x)
+    table = rng.standard_normal((50, 7), dtype=np.float32)
+    ids = np.array([[3, 0, 49], [7, 7, -1]], np.int64)
+    check(errors, "embedding", lambda w: F.embedding(engine.from_numpy(ids, w.device), w), table)
+    check(errors, "slicing with steps", lambda t: t[::2, 1::3].exp(), x)
+
+
+def run() -> dict:
+    from engine.backends import webgpu
+    gpu = webgpu.device()
+    rng = np.random.default_rng(7)
+    errors: dict = {}
+    for checks in (matmul_checks, conv_checks, pool_checks, elementwise_checks, reduction_checks, rowwise_checks,
+                   movement_checks):
+        poison(gpu)
+        checks(rng, errors)
+    return {"adapter": str(gpu.info), "errors": errors}
