@@ -51,20 +51,71 @@ def _compare(name: str, model, reference, shape, batches, repeat: int, device: s
     return info
 
 
-def bench_mnist(repeat: int = 20, device: str | None = None, batches=(1, 64), weights=None) -> dict:
+def profile(model, shape, device: str | None = None, repeat: int = 3) -> dict:
+    """Where a forward pass of `model` on a (*shape) input spends its time, per kernel: each
+    op is followed by a device sync, so a GPU's time is charged to the op that queued it
+    (the sum exceeds an unprofiled pass by the syncs). Rows sorted by total time."""
+    from .device import get_backend
+    from .tensor import from_numpy
+
+    backend = get_backend(device)
+    x = np.random.default_rng(0).random(shape, dtype=np.float32)
+    model(from_numpy(x, device)).numpy()             # warm: pipelines, caches
+    rows: dict = {}
+
+    def timed(method, label):
+        def run(name, inputs, dtype, params):
+            t0 = time.perf_counter()
+            out = method(name, inputs, dtype, params)
+            backend.sync()
+            key = label(name, inputs, params)
+            row = rows.setdefault(key, [0, 0.0])
+            row[0] += 1
+            row[1] += (time.perf_counter() - t0) * 1e3 / repeat
+            return out
+        return run
+
+    def kind(name, inputs, params):                  # convolutions by shape: they differ most
+        if name in ("conv2d", "CONV2D") and len(inputs) > 1:
+            o, cg, kh, kw = inputs[1].shape
+            return f"conv2d {kh}x{kw}" + (" depthwise" if params.get("groups", 1) > 1 and cg == 1 else "")
+        return name.lower()
+    backend.run = timed(type(backend).run.__get__(backend), lambda op, inputs, params: kind(op.name, inputs, params))
+    backend.run_fused = timed(type(backend).run_fused.__get__(backend), kind)
+    try:
+        t0 = time.perf_counter()
+        for _ in range(repeat):
+            model(from_numpy(x, device)).numpy()
+        total = (time.perf_counter() - t0) * 1e3 / repeat
+    finally:
+        del backend.run, backend.run_fused
+    ops = sorted(({"op": k, "calls": n // repeat, "ms": round(ms, 3)} for k, (n, ms) in rows.items()),
+                 key=lambda r: -r["ms"])
+    return {"total_ms": round(total, 3), "ops": ops}
+
+
+def bench_mnist(repeat: int = 20, device: str | None = None, batches=(1, 64), weights=None,
+                with_profile: bool = False) -> dict:
     from models import mnist_cnn
     model = mnist_cnn.load(mnist_cnn.WEIGHTS if weights is None else weights, device=device)
-    return _compare("mnist_cnn", model, _torch_mnist(model), (1, 28, 28), batches, repeat, device)
+    result = _compare("mnist_cnn", model, _torch_mnist(model), (1, 28, 28), batches, repeat, device)
+    if with_profile:
+        result["profile"] = profile(model, (batches[0], 1, 28, 28), device)
+    return result
 
 
-def bench_effnet(repeat: int = 20, device: str | None = None, batches=(1, 8), weights=None) -> dict:
+def bench_effnet(repeat: int = 20, device: str | None = None, batches=(1, 8), weights=None,
+                 with_profile: bool = False) -> dict:
     """EfficientNet-Lite0 at 224x224; torch runs efficientnet-lite-pytorch with the same weights."""
     from models import efficientnet_lite
     model = efficientnet_lite.load(weights, device)
     reference = _torch_effnet(model)                 # from the checkpoint's own tensors
     efficientnet_lite.fold_batchnorm(model)          # then as the pipeline runs it
     size = model.config.image_size
-    return _compare("efficientnet_lite0", model, reference, (3, size, size), batches, repeat, device)
+    result = _compare("efficientnet_lite0", model, reference, (3, size, size), batches, repeat, device)
+    if with_profile:
+        result["profile"] = profile(model, (batches[0], 3, size, size), device)
+    return result
 
 
 GEMM_SHAPES = ((128, 128, 128), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (128, 384, 1536))
@@ -181,6 +232,13 @@ def format_table(result: dict) -> str:
     for c in result["cases"]:
         lines.append(f"{c['batch']:>6} {c['engine_ms']:>10.3f} {c.get('torch_ms', float('nan')):>10.3f} "
                      f"{c.get('ratio', float('nan')):>12.2f}x")
+    if "profile" in result:
+        prof = result["profile"]
+        lines.append(f"profile of one batch-{result['cases'][0]['batch']} pass, a sync after each op "
+                     f"({prof['total_ms']:.3f} ms in all):")
+        lines.append(f"{'op':>24} {'calls':>6} {'ms':>9} {'share':>6}")
+        lines += [f"{r['op']:>24} {r['calls']:>6} {r['ms']:>9.3f} {r['ms'] / prof['total_ms']:>6.0%}"
+                  for r in prof["ops"]]
     return "\n".join(lines)
 
 

@@ -19,12 +19,12 @@ from tests.helpers import need
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic",
-                 # WebGPU on a machine without a GPU: SwiftShader's Vulkan (a CPU emulation, which the
-                 # page never picks by itself; tests ask for it with ?backend=webgpu)
-                 "--enable-unsafe-webgpu", "--enable-features=Vulkan", "--use-vulkan=swiftshader",
-                 "--use-webgpu-adapter=swiftshader", "--disable-vulkan-surface"]
+BASE_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", "--no-first-run", "--disable-quic"]
+# WebGPU on a machine without a GPU: SwiftShader's Vulkan (a CPU emulation, which the page never
+# picks by itself; tests ask for it with ?backend=webgpu). Without these, no adapter is found.
+CHROMIUM_ARGS = BASE_ARGS + ["--enable-unsafe-webgpu", "--enable-features=Vulkan", "--use-vulkan=swiftshader",
+                             "--use-webgpu-adapter=swiftshader", "--disable-vulkan-surface"]
 
 
 @pytest.fixture(scope="session")
@@ -104,16 +104,29 @@ def server(request):
 
 
 @pytest.fixture(scope="session")
-def browser():
+def playwright_driver():
     need(Path(CHROMIUM).exists(), f"Debian chromium is not installed at {CHROMIUM}")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         need(False, "the playwright package is not installed")
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+        yield p
+
+
+@pytest.fixture(scope="session")
+def browser(playwright_driver):
+    b = playwright_driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def browser_without_gpu(playwright_driver):
+    """Chromium with no WebGPU adapter (as on most machines without a GPU)."""
+    b = playwright_driver.chromium.launch(executable_path=CHROMIUM, args=BASE_ARGS)
+    yield b
+    b.close()
 
 
 class Session:

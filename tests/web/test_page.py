@@ -178,9 +178,9 @@ def test_backend_from_the_url_and_fallback_note(dev_server, session_factory):
     assert page.input_value("[data-testid=backend-select]") == "numpy"
     assert page.is_hidden("#backend-note")
     s2 = session_factory(dev_server.url)
-    page2 = s2.open("index.html?backend=webgpu")
+    page2 = s2.open("index.html?backend=cuda")
     assert page2.input_value("[data-testid=backend-select]") == "simd"
-    assert "not available" in page2.text_content("#backend-note")
+    assert "backend 'cuda' is not available here" in page2.text_content("#backend-note")
 
 
 def test_works_without_cross_origin_isolation(site, session_factory):

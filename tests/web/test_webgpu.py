@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tests.web.conftest import Session
 from tests.web.test_image_card import browser_top5
 from tests.web.test_page import PREDICTION, draw
 from tests.webgpu import shader_checks
@@ -91,3 +92,18 @@ def test_a_lost_device_falls_back_and_the_page_keeps_working(dev_server, session
     assert page.is_visible("#backend-note") and "was lost" in note and "continuing on simd" in note, note
     options = page.eval_on_selector_all("[data-testid=backend-select] option", "els => els.map(e => e.value)")
     assert "webgpu" not in options
+
+
+def test_no_adapter_says_why_and_runs_on_simd(dev_server, browser_without_gpu):
+    s = Session(browser_without_gpu, dev_server.url)
+    try:
+        page = s.open(WEBGPU)
+        assert page.input_value("[data-testid=backend-select]") == "simd"
+        note = page.text_content("#backend-note")
+        assert "backend 'webgpu' is not available here" in note and "no adapter" in note, note
+        assert page.text_content("[data-testid=backend-adapter]").startswith("no WebGPU: ")
+        draw(page, "7")
+        page.wait_for_function(f"document.querySelector('{PREDICTION}').textContent === '7'", timeout=15_000)
+        assert s.console_errors == []
+    finally:
+        s.close()

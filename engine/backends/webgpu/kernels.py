@@ -77,6 +77,8 @@ def _source(name: str) -> str:
 def shader(name: str, **fill) -> str:
     """common.wgsl + name.wgsl with the template fields filled: one shader variant."""
     source = _source(name)
+    if "IO" in fill:                                 # tiles.wgsl: its reads and writes come first
+        source = _source(fill.pop("IO")) + source
     for key, value in fill.items():
         source = source.replace("{{" + key + "}}", str(value))
     if "{{" in source:
@@ -200,7 +202,32 @@ def gather(gpu: Gpu, x: View, axis: int, index: View) -> tuple[GpuBuffer, tuple]
     return out, out_shape
 
 
-# --- GEMM and convolution -------------------------------------------------------------------------
+# --- GEMM and convolution: one tiled product (tiles.wgsl) with two ways to read and write ------------
+# (RM, RN, TK): results per thread and depth step; a workgroup's tile is (16 RM) x (16 RN).
+# Large tiles reuse each load more; small ones give a small product enough workgroups to keep
+# a GPU busy. The first with at least TILE_TARGET workgroups is used (else the one with most).
+TILES = ((8, 8, 8), (4, 4, 16), (2, 2, 16), (1, 1, 16))
+TILE_TARGET = 256
+
+
+def _tiling(rows: int, cols: int, batch: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """((RM, RN, TK), workgroups) for an output of batch x rows x cols."""
+    def grid(rm, rn):
+        return math.ceil(cols / (16 * rn)), math.ceil(rows / (16 * rm)), batch
+    for rm, rn, tk in TILES:
+        if math.prod(grid(rm, rn)) >= TILE_TARGET:
+            return (rm, rn, tk), grid(rm, rn)
+    rm, rn, tk = TILES[-1]
+    return (rm, rn, tk), grid(rm, rn)
+
+
+def _tiles_shader(io: str, fill: dict, tiling, a_k_fast: bool, b_n_fast: bool) -> str:
+    rm, rn, tk = tiling
+    index = {"A_M": "idx / TK" if a_k_fast else "idx % TM", "A_K": "idx % TK" if a_k_fast else "idx / TM",
+             "B_K": "idx / TN" if b_n_fast else "idx % TK", "B_N": "idx % TN" if b_n_fast else "idx / TK"}
+    return shader("tiles", IO=io, RM=rm, RN=rn, TK=tk, **index, **fill)
+
+
 def gemm(gpu: Gpu, a: View, b: View, bias: View | None = None, bias_along: str = "n",
          activation: str = "none") -> GpuBuffer:
     """act(a @ b + bias): a (batch, M, K), b (batch, K, N) (batch strides may be 0), bias
@@ -216,9 +243,11 @@ def gemm(gpu: Gpu, a: View, b: View, bias: View | None = None, bias_along: str =
     params = _words(m, n, k, 0, a.offset, *a.strides, b.offset, *b.strides, 0, m * n, 0,
                     0 if bias is None else bias.offset)
     epilogue = f"activate(v, {ACTIVATIONS[activation]}u)" if a.type == "f32" else "v"
-    source = shader("gemm", T=a.type, BIAS=mode, EPILOGUE=epilogue)
-    gpu.dispatch(source, [a.buf, b.buf, out, gpu.params(params), bias.buf if bias else _placeholder(gpu)],
-                 (math.ceil(n / 64), math.ceil(m / 64), batch))
+    tiling, groups = _tiling(m, n, batch)
+    a_k_fast = a.strides[2] == 1 or a.strides[1] != 1            # load along whichever is contiguous
+    b_n_fast = b.strides[2] == 1 or b.strides[1] != 1
+    source = _tiles_shader("gemm_io", dict(T=a.type, BIAS=mode, EPILOGUE=epilogue), tiling, a_k_fast, b_n_fast)
+    gpu.dispatch(source, [a.buf, b.buf, out, gpu.params(params), bias.buf if bias else _placeholder(gpu)], groups)
     return out
 
 
@@ -240,8 +269,8 @@ def conv2d(gpu: Gpu, x: View, w: View, bias: View | None, stride, pads, dilation
     if groups == c == o and cg == 1:
         gpu.dispatch(shader("depthwise"), buffers, _grid(math.prod(shape), 256, gpu))
     else:
-        og = o // groups
-        gpu.dispatch(shader("conv"), buffers, (math.ceil(n * ho * wo / 64), math.ceil(og / 64), groups))
+        tiling, grid = _tiling(o // groups, n * ho * wo, groups)
+        gpu.dispatch(_tiles_shader("conv_io", dict(T="f32"), tiling, True, True), buffers, grid)
     return out, shape
 
 
