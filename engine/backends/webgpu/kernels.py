@@ -222,10 +222,31 @@ def _tiling(rows: int, cols: int, batch: int) -> tuple[tuple[int, int, int], tup
 
 
 def _tiles_shader(io: str, fill: dict, tiling, a_k_fast: bool, b_n_fast: bool) -> str:
+    """tiles.wgsl with the per-thread statements written out for (RM, RN, TK); each tile is
+    loaded along its contiguous dimension (a_k_fast: A's depth; b_n_fast: B's columns)."""
     rm, rn, tk = tiling
-    index = {"A_M": "idx / TK" if a_k_fast else "idx % TM", "A_K": "idx % TK" if a_k_fast else "idx / TM",
-             "B_K": "idx / TN" if b_n_fast else "idx % TK", "B_N": "idx % TN" if b_n_fast else "idx / TK"}
-    return shader("tiles", IO=io, RM=rm, RN=rn, TK=tk, **index, **fill)
+    tm, tn, pad = 16 * rm, 16 * rn, " " * 8
+
+    def loads(name, count, fast_first, fast_size, load):
+        lines = []
+        for q in range(count):
+            idx = f"li + {256 * q}u"
+            fast, slow = f"({idx}) % {fast_size}u", f"({idx}) / {fast_size}u"
+            k, other = (fast, slow) if fast_first else (slow, fast)
+            lines.append(f"{pad}{name}[{k}][{other}] = {load.format(k=k, other=other)};")
+        return "\n".join(lines)
+    load_a = loads("As", tm * tk // 256, a_k_fast, tk if a_k_fast else tm, "load_a(g, row0 + {other}, k0 + {k})")
+    load_b = loads("Bs", tn * tk // 256, not b_n_fast, tn if b_n_fast else tk,
+                   "load_b(g, k0 + {k}, col0 + {other})")
+    mul = "fma(a{i}, b{j}, c{i}_{j})" if fill["T"] == "f32" else "c{i}_{j} + a{i} * b{j}"
+    product = [f"{pad}    let a{i} = As[k][lid.y + {16 * i}u];" for i in range(rm)]
+    product += [f"{pad}    let b{j} = Bs[k][lid.x + {16 * j}u];" for j in range(rn)]
+    product += [f"{pad}    c{i}_{j} = {mul.format(i=i, j=j)};" for i in range(rm) for j in range(rn)]
+    declare = [f"    var c{i}_{j}: {fill['T']};" for i in range(rm) for j in range(rn)]
+    store = [f"    put(g, row0 + lid.y + {16 * i}u, col0 + lid.x + {16 * j}u, c{i}_{j});"
+             for i in range(rm) for j in range(rn)]
+    return shader("tiles", IO=io, RM=rm, RN=rn, TK=tk, DECLARE="\n".join(declare), LOAD_A=load_a,
+                  LOAD_B=load_b, PRODUCT="\n".join(product), STORE="\n".join(store), **fill)
 
 
 def gemm(gpu: Gpu, a: View, b: View, bias: View | None = None, bias_along: str = "n",
