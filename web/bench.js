@@ -1,5 +1,7 @@
-// The browser benchmark: cold-start stages, bytes fetched, MNIST inference per backend.
-// Writes one JSON object into [data-testid=bench-results] when done.
+// The browser benchmark: cold-start stages, bytes fetched, per-op times and MNIST and
+// EfficientNet inference per backend (webgpu with its adapter's name; SwiftShader is a CPU
+// emulation of a GPU, reported as such). Writes one JSON object into
+// [data-testid=bench-results] when done. ?repeat=N, ?gemm=0, ?ops=0, ?effnet=0 trim the run.
 import { EngineClient } from "./engine-client.js";
 
 const params = new URLSearchParams(location.search);
@@ -20,10 +22,13 @@ async function main() {
     weights: info.weights,
     worker_downloads: await client.call("resources"),
     kernels: info.kernels,
+    adapter: info.adapter,
+    devices: info.devices,
     mnist: {},
     effnet: {},
   };
   if (params.get("gemm") !== "0") results.gemm = (await client.benchGemm(Math.max(3, Math.round(repeat / 4)))).cases;
+  if (params.get("ops") !== "0") results.ops = (await client.benchOps(Math.max(3, Math.round(repeat / 4)))).cases;
   for (const device of info.devices) {
     await client.setBackend(device);
     results.mnist[device] = await client.benchDigit(repeat);

@@ -176,7 +176,7 @@ async def bench_ops(repeat: int = 5) -> str:
     """Per-op times on every available backend (engine.bench.bench_ops), in this browser."""
     from engine.bench import bench_ops as run
     async with _lock:
-        return json.dumps(run(repeat=repeat))
+        return json.dumps(run(repeat=repeat, inner=3))
 
 
 async def bench_digit(repeat: int = 20, batches=(1, 16)) -> str:

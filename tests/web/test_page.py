@@ -216,7 +216,7 @@ def test_phone_layout(dev_server, session_factory):
 def test_bench_page_runs(dev_server, session_factory):
     s = session_factory(dev_server.url)
     page = s.open("bench.html?repeat=3", ready=False)
-    page.wait_for_function("document.body.dataset.done === 'true'", timeout=120_000)
+    page.wait_for_function("document.body.dataset.done === 'true'", timeout=400_000)
     results = json.loads(page.text_content("[data-testid=bench-results]"))
     assert "error" not in results, results
     assert set(results["cold_start_ms"]) >= {"pyodide_ms", "numpy_ms", "engine_ms", "weights_ms", "total"}
@@ -227,6 +227,13 @@ def test_bench_page_runs(dev_server, session_factory):
     assert {(c["m"], c["k"], c["n"]) for c in results["gemm"]} >= {(512, 512, 512), (128, 384, 1536)}
     assert all(c["simd"]["gflops"] > 0 and c["numpy"]["gflops"] > 0 for c in results["gemm"])
     assert results["effnet_load"]["weights"]["network_bytes"] > 18_000_000
+    # webgpu on SwiftShader, named as the CPU emulation it is; per-op times on every backend
+    assert results["devices"] == ["numpy", "simd", "webgpu"]
+    assert results["adapter"] == "google swiftshader (software, CPU emulation)"
+    assert results["effnet"]["webgpu"]["batch1_ms"] > 0 and results["mnist"]["webgpu"]["batch1_ms"] > 0
+    ops = {c["op"]: c for c in results["ops"]}
+    assert {"matmul", "conv2d 3x3", "depthwise 3x3", "softmax", "layer_norm"} <= set(ops)
+    assert all(c[d]["ms"] > 0 for c in ops.values() for d in results["devices"])
 
 
 OPS_PROBE = """

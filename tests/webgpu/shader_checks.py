@@ -88,6 +88,27 @@ def conv_checks(rng, errors):
           lambda x, w: F.conv2d(x.permute(0, 1, 3, 2), w, padding="same"), x, wt, atol=1e-5)
 
 
+def tile_checks(rng, errors):
+    """Every tile configuration of the GEMM/conv shader (the device picks one by size)."""
+    from engine.backends.webgpu import kernels as K
+    for tiles in K.TILES:
+        K.FORCE_TILES = tiles
+        try:
+            for m, k, n in [(1, 5, 3), (37, 19, 70), (130, 33, 129)]:
+                a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+                check(errors, f"tiles {tiles} matmul {m}x{k}x{n}", lambda x, y: x @ y, a, b, atol=1e-5)
+                check(errors, f"tiles {tiles} matmul {m}x{k}x{n} b transposed",
+                      lambda x, y: x @ y.T.contiguous().T, a, b, atol=1e-5)
+                check(errors, f"tiles {tiles} matmul {m}x{k}x{n} a transposed",
+                      lambda x, y: x.T.contiguous().T @ y, a, b, atol=1e-5)
+            x = rng.standard_normal((2, 6, 11, 9), dtype=np.float32)
+            w = rng.standard_normal((8, 3, 3, 3), dtype=np.float32)
+            check(errors, f"tiles {tiles} conv2d groups 2",
+                  lambda x, w: F.conv2d_act(x, w, None, 2, 1, 1, 2, "relu"), x, w, atol=1e-5)
+        finally:
+            K.FORCE_TILES = None
+
+
 def pool_checks(rng, errors):
     x = rng.standard_normal((2, 5, 13, 11), dtype=np.float32)
     x[0, 1, 2, 3] = np.nan
@@ -130,6 +151,10 @@ def reduction_checks(rng, errors):
     for dims in [(1,), (3,), (0, 2), (1, 2, 3), None]:
         for name, fn in {"sum": engine.sum, "mean": engine.mean, "amax": engine.amax, "amin": engine.amin}.items():
             check(errors, f"{name} over {dims}", lambda t: fn(t, dims) if dims else fn(t), x, atol=1e-5)
+    for n in (1, 5, 9, 60, 100, 240, 1000):          # every split of a reduction between threads
+        y = rng.standard_normal((7, n), dtype=np.float32)
+        check(errors, f"sum of {n}", lambda t: t.sum(-1), y, atol=1e-5)
+        check(errors, f"argmax of {n}", lambda t: t.argmax(-1), y, atol=0, rtol=0)
     check(errors, "sum keepdim of a transposed view", lambda t: t.transpose(1, 3).sum(2, keepdim=True), x, atol=1e-5)
     check(errors, "argmax dim 1", lambda t: t.argmax(1), x, atol=0, rtol=0)
     check(errors, "argmin flat", lambda t: t.argmin(), x, atol=0, rtol=0)
@@ -170,7 +195,7 @@ def run() -> dict:
     gpu = webgpu.device()
     rng = np.random.default_rng(7)
     errors: dict = {}
-    for checks in (matmul_checks, conv_checks, pool_checks, elementwise_checks, reduction_checks, rowwise_checks,
+    for checks in (matmul_checks, tile_checks, conv_checks, pool_checks, elementwise_checks, reduction_checks, rowwise_checks,
                    movement_checks):
         poison(gpu)
         checks(rng, errors)

@@ -167,8 +167,10 @@ def reduce(gpu: Gpu, op: str, x: View, axes: tuple[int, ...], acc_type: str, out
     if n_out:
         info = _words(n_out, n_red, nk, len(axes), v.offset, *v.shape[:nk], *v.strides[:nk], *v.shape[nk:],
                       *v.strides[nk:])
-        source = shader("reduce", TX=x.type, TA=acc_type, TZ=out_type, OP=REDUCE_OPS[op], NAN=NAN_TEST[acc_type])
-        gpu.dispatch(source, [x.buf, out, gpu.params(info)], _grid(n_out, 1, gpu))
+        per = min(64, 1 << max(0, math.ceil(n_red / 8) - 1).bit_length())   # ~8 elements a thread
+        source = shader("reduce", TX=x.type, TA=acc_type, TZ=out_type, OP=REDUCE_OPS[op], NAN=NAN_TEST[acc_type],
+                        PER=per)
+        gpu.dispatch(source, [x.buf, out, gpu.params(info)], _grid(n_out, 64 // per, gpu))
     return out
 
 
@@ -205,17 +207,25 @@ def gather(gpu: Gpu, x: View, axis: int, index: View) -> tuple[GpuBuffer, tuple]
 # --- GEMM and convolution: one tiled product (tiles.wgsl) with two ways to read and write ------------
 # (RM, RN, TK): results per thread and depth step; a workgroup's tile is (16 RM) x (16 RN).
 # Large tiles reuse each load more; small ones give a small product enough workgroups to keep
-# a GPU busy. The first with at least TILE_TARGET workgroups is used (else the one with most).
+# a GPU busy: on a GPU the first with at least TILE_TARGET workgroups is used (else the one with
+# most). A software adapter runs workgroups on a few CPU cores, where fewer, larger ones win
+# (SwiftShader: a 512^3 product in 208 ms with 8x8 per thread, 1367 ms with 1x1) as long as the
+# tile is not mostly padding (a batch of 3x7 products): there the largest within 2x of the output.
 TILES = ((8, 8, 8), (4, 4, 16), (2, 2, 16), (1, 1, 16))
 TILE_TARGET = 256
+FORCE_TILES: tuple[int, int, int] | None = None      # tests run every configuration with this
 
 
-def _tiling(rows: int, cols: int, batch: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+def _tiling(gpu: Gpu, rows: int, cols: int, batch: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """((RM, RN, TK), workgroups) for an output of batch x rows x cols."""
     def grid(rm, rn):
         return math.ceil(cols / (16 * rn)), math.ceil(rows / (16 * rm)), batch
+    if FORCE_TILES is not None:
+        return FORCE_TILES, grid(*FORCE_TILES[:2])
     for rm, rn, tk in TILES:
-        if math.prod(grid(rm, rn)) >= TILE_TARGET:
+        if gpu.info.software and 8 * rm <= rows and 8 * rn <= cols:
+            return (rm, rn, tk), grid(rm, rn)
+        if not gpu.info.software and math.prod(grid(rm, rn)) >= TILE_TARGET:
             return (rm, rn, tk), grid(rm, rn)
     rm, rn, tk = TILES[-1]
     return (rm, rn, tk), grid(rm, rn)
@@ -264,7 +274,7 @@ def gemm(gpu: Gpu, a: View, b: View, bias: View | None = None, bias_along: str =
     params = _words(m, n, k, 0, a.offset, *a.strides, b.offset, *b.strides, 0, m * n, 0,
                     0 if bias is None else bias.offset)
     epilogue = f"activate(v, {ACTIVATIONS[activation]}u)" if a.type == "f32" else "v"
-    tiling, groups = _tiling(m, n, batch)
+    tiling, groups = _tiling(gpu, m, n, batch)
     a_k_fast = a.strides[2] == 1 or a.strides[1] != 1            # load along whichever is contiguous
     b_n_fast = b.strides[2] == 1 or b.strides[1] != 1
     source = _tiles_shader("gemm_io", dict(T=a.type, BIAS=mode, EPILOGUE=epilogue), tiling, a_k_fast, b_n_fast)
@@ -290,7 +300,7 @@ def conv2d(gpu: Gpu, x: View, w: View, bias: View | None, stride, pads, dilation
     if groups == c == o and cg == 1:
         gpu.dispatch(shader("depthwise"), buffers, _grid(math.prod(shape), 256, gpu))
     else:
-        tiling, grid = _tiling(o // groups, n * ho * wo, groups)
+        tiling, grid = _tiling(gpu, o // groups, n * ho * wo, groups)
         gpu.dispatch(_tiles_shader("conv_io", dict(T="f32"), tiling, True, True), buffers, grid)
     return out, shape
 

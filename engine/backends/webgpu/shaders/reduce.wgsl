@@ -1,9 +1,12 @@
-// One output per workgroup of 64 threads: Z[o] = OP over the reduced dims of X's view.
+// Z[o] = OP over the reduced dims of X's view. PER threads share an output (a workgroup of 64
+// does 64 / PER of them): 64 for long reductions (a tree in shared memory), 1 for short ones
+// such as pooling windows, where a thread loops over its few elements alone.
 // The view lists kept dims first, reduced dims last (a permutation, no copy).
 // info: [n_out, n_red, nk, nr, x_off, keep_shape[nk], keep_strides[nk], red_shape[nr], red_strides[nr]]
 // Template: TX input, TA accumulator/value, TZ output, OP 0 sum, 1 max, 2 min,
-// 3 argmax, 4 argmin; NAN an expression in `x` (TA), true for NaN.
+// 3 argmax, 4 argmin; NAN an expression in `x` (TA), true for NaN; PER a power of two <= 64.
 const OP: u32 = {{OP}}u;
+const PER: u32 = {{PER}}u;
 const EMPTY: u32 = 0xffffffffu;
 @group(0) @binding(0) var<storage, read> X: array<{{TX}}>;
 @group(0) @binding(1) var<storage, read_write> Z: array<{{TZ}}>;
@@ -29,7 +32,8 @@ fn wins(v: {{TA}}, i: u32, w: {{TA}}, j: u32) -> bool {
 @compute @workgroup_size(64, 1, 1)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let o = wg.x + wg.y * groups.x;
+    let o = (wg.x + wg.y * groups.x) * (64u / PER) + lid / PER;
+    let lane = lid % PER;
     let valid = o < info[0];
     let nk = info[2];
     let nr = info[3];
@@ -45,7 +49,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
     var acc: {{TA}};
     var at = EMPTY;
     if (valid) {
-        for (var r = lid; r < info[1]; r += 64u) {
+        for (var r = lane; r < info[1]; r += PER) {
             var off = base;
             var q = r;
             for (var d = nr; d > 0u; d--) {
@@ -67,8 +71,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
     sv[lid] = acc;
     si[lid] = at;
     workgroupBarrier();
-    for (var s = 32u; s > 0u; s = s >> 1u) {
-        if (lid < s) {
+    for (var s = PER / 2u; s > 0u; s = s >> 1u) {
+        if (lane < s) {
             if (OP == 0u) {
                 sv[lid] += sv[lid + s];
             } else if (wins(sv[lid], si[lid], sv[lid + s], si[lid + s])) {
@@ -78,7 +82,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
         }
         workgroupBarrier();
     }
-    if (lid == 0u && valid) {
-        if (OP >= 3u) { Z[o] = {{TZ}}(si[0]); } else { Z[o] = {{TZ}}(sv[0]); }
+    if (lane == 0u && valid) {
+        if (OP >= 3u) { Z[o] = {{TZ}}(si[lid]); } else { Z[o] = {{TZ}}(sv[lid]); }
     }
 }
