@@ -25,6 +25,7 @@ TYPE = {D.float32: "f32", D.float16: "f32", D.bfloat16: "f32", D.int64: "i32", D
 _BY_STORAGE = {d.storage: d for d in TYPE}            # numpy storage dtype -> engine dtype
 _DEVICE_NUMPY = {"f32": np.float32, "i32": np.int32, "u32": np.uint32}
 SHADOW_LIMIT = 1 << 16                                # integer tensors up to this size keep a host copy
+SHARED_LIMIT = 64                                     # bytes: tensors this small share one buffer per value
 
 
 class Storage:
@@ -68,7 +69,11 @@ class WebGPUBackend:
             raise BackendError(f"{raw.dtype} tensors are not supported on webgpu (WebGPU has no 64-bit "
                                "floats); use float32")
         host = raw.copy() if dtype.kind in "iub" and raw.size <= SHADOW_LIMIT else None
-        return Storage(self.gpu.upload(_to_device_values(raw.reshape(-1), dtype)), dtype, host)
+        values = _to_device_values(raw.reshape(-1), dtype)
+        # scalars (x + 1, eps, ...) recur every forward pass: tensors are immutable, so equal small
+        # ones share a cached buffer instead of a new upload each time
+        buf = self.gpu.params(values) if values.nbytes <= SHARED_LIMIT else self.gpu.upload(values)
+        return Storage(buf, dtype, host)
 
     def view(self, storage: Storage, layout: Layout) -> K.View:
         return K.View(storage.buf, layout.shape, layout.strides, layout.offset, TYPE[storage.dtype])

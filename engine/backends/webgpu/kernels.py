@@ -231,7 +231,8 @@ def _tiling(gpu: Gpu, rows: int, cols: int, batch: int) -> tuple[tuple[int, int,
     return (rm, rn, tk), grid(rm, rn)
 
 
-def _tiles_shader(io: str, fill: dict, tiling, a_k_fast: bool, b_n_fast: bool) -> str:
+@lru_cache(maxsize=None)
+def _tiles_shader(io: str, tiling, a_k_fast: bool, b_n_fast: bool, **fill) -> str:
     """tiles.wgsl with the per-thread statements written out for (RM, RN, TK); each tile is
     loaded along its contiguous dimension (a_k_fast: A's depth; b_n_fast: B's columns)."""
     rm, rn, tk = tiling
@@ -277,7 +278,7 @@ def gemm(gpu: Gpu, a: View, b: View, bias: View | None = None, bias_along: str =
     tiling, groups = _tiling(gpu, m, n, batch)
     a_k_fast = a.strides[2] == 1 or a.strides[1] != 1            # load along whichever is contiguous
     b_n_fast = b.strides[2] == 1 or b.strides[1] != 1
-    source = _tiles_shader("gemm_io", dict(T=a.type, BIAS=mode, EPILOGUE=epilogue), tiling, a_k_fast, b_n_fast)
+    source = _tiles_shader("gemm_io", tiling, a_k_fast, b_n_fast, T=a.type, BIAS=mode, EPILOGUE=epilogue)
     gpu.dispatch(source, [a.buf, b.buf, out, gpu.params(params), bias.buf if bias else _placeholder(gpu)], groups)
     return out
 
@@ -301,7 +302,7 @@ def conv2d(gpu: Gpu, x: View, w: View, bias: View | None, stride, pads, dilation
         gpu.dispatch(shader("depthwise"), buffers, _grid(math.prod(shape), 256, gpu))
     else:
         tiling, grid = _tiling(gpu, o // groups, n * ho * wo, groups)
-        gpu.dispatch(_tiles_shader("conv_io", dict(T="f32"), tiling, True, True), buffers, grid)
+        gpu.dispatch(_tiles_shader("conv_io", tiling, True, True, T="f32"), buffers, grid)
     return out, shape
 
 
