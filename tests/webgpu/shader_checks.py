@@ -89,22 +89,28 @@ def conv_checks(rng, errors):
 
 
 def tile_checks(rng, errors):
-    """Every tile configuration of the GEMM/conv shader (the device picks one by size)."""
+    """Every tile configuration of the GEMM/conv shader (the device picks one by size), with
+    scalar loads (odd sizes) and vec4 loads (sizes and offsets multiples of 4)."""
     from engine.backends.webgpu import kernels as K
     for tiles in K.TILES:
         K.FORCE_TILES = tiles
         try:
-            for m, k, n in [(1, 5, 3), (37, 19, 70), (130, 33, 129)]:
+            for m, k, n in [(1, 5, 3), (37, 19, 70), (130, 33, 129), (36, 20, 68), (5, 64, 12)]:
                 a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
                 check(errors, f"tiles {tiles} matmul {m}x{k}x{n}", lambda x, y: x @ y, a, b, atol=1e-5)
                 check(errors, f"tiles {tiles} matmul {m}x{k}x{n} b transposed",
                       lambda x, y: x @ y.T.contiguous().T, a, b, atol=1e-5)
                 check(errors, f"tiles {tiles} matmul {m}x{k}x{n} a transposed",
                       lambda x, y: x.T.contiguous().T @ y, a, b, atol=1e-5)
+            a = rng.standard_normal((36, 21), dtype=np.float32)           # rows 16-byte aligned, start not
+            b = rng.standard_normal((20, 68), dtype=np.float32)
+            check(errors, f"tiles {tiles} matmul of a sliced a", lambda x, y: x[:, 1:] @ y, a, b, atol=1e-5)
             x = rng.standard_normal((2, 6, 11, 9), dtype=np.float32)
             w = rng.standard_normal((8, 3, 3, 3), dtype=np.float32)
             check(errors, f"tiles {tiles} conv2d groups 2",
                   lambda x, w: F.conv2d_act(x, w, None, 2, 1, 1, 2, "relu"), x, w, atol=1e-5)
+            w = rng.standard_normal((12, 6, 2, 2), dtype=np.float32)           # 24 taps: vec4 weight loads
+            check(errors, f"tiles {tiles} conv2d 2x2", lambda x, w: F.conv2d(x, w, padding=1), x, w, atol=1e-5)
         finally:
             K.FORCE_TILES = None
 

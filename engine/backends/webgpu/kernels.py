@@ -232,23 +232,34 @@ def _tiling(gpu: Gpu, rows: int, cols: int, batch: int) -> tuple[tuple[int, int,
 
 
 @lru_cache(maxsize=None)
-def _tiles_shader(io: str, tiling, a_k_fast: bool, b_n_fast: bool, **fill) -> str:
-    """tiles.wgsl with the per-thread statements written out for (RM, RN, TK); each tile is
-    loaded along its contiguous dimension (a_k_fast: A's depth; b_n_fast: B's columns)."""
+def _tiles_shader(io: str, tiling, a_load: str, b_load: str, **fill) -> str:
+    """tiles.wgsl with the per-thread statements written out for (RM, RN, TK). Each tile is
+    loaded along its contiguous dimension, four elements at a time where they are aligned
+    vec4s: a_load "k", "k4" (A's depth, as vec4) or "m"; b_load "n", "n4" or "k"."""
     rm, rn, tk = tiling
     tm, tn, pad = 16 * rm, 16 * rn, " " * 8
 
-    def loads(name, count, fast_first, fast_size, load):
+    def loads(name, rows, cols, fast_is_k, width, load):
+        """Statements filling shared tile name[k][other] (k < rows) by `load` (a vec4 if width 4)."""
+        fast_size = rows if fast_is_k else cols
+        per_fast = fast_size // width
+        total = rows * cols // width
         lines = []
-        for q in range(count):
-            idx = f"li + {256 * q}u"
-            fast, slow = f"({idx}) % {fast_size}u", f"({idx}) / {fast_size}u"
-            k, other = (fast, slow) if fast_first else (slow, fast)
-            lines.append(f"{pad}{name}[{k}][{other}] = {load.format(k=k, other=other)};")
+        for q in range(-(-total // 256)):
+            idx = f"(li + {256 * q}u)"
+            fast, slow = f"{idx} % {per_fast}u * {width}u", f"{idx} / {per_fast}u"
+            k, other = (fast, slow) if fast_is_k else (slow, fast)
+            guard = f"if ({idx} < {total}u) " if total % 256 else ""
+            if width == 1:
+                lines.append(f"{pad}{guard}{{ {name}[{k}][{other}] = {load.format(k=k, other=other)}; }}")
+            else:
+                ks = [f"{k} + {i}u" if fast_is_k else k for i in range(4)]
+                others = [other if fast_is_k else f"{other} + {i}u" for i in range(4)]
+                stores = " ".join(f"{name}[{ks[i]}][{others[i]}] = v[{i}];" for i in range(4))
+                lines.append(f"{pad}{guard}{{ let v = {load.format(k=k, other=other)}; {stores} }}")
         return "\n".join(lines)
-    load_a = loads("As", tm * tk // 256, a_k_fast, tk if a_k_fast else tm, "load_a(g, row0 + {other}, k0 + {k})")
-    load_b = loads("Bs", tn * tk // 256, not b_n_fast, tn if b_n_fast else tk,
-                   "load_b(g, k0 + {k}, col0 + {other})")
+    load_a = loads("As", tk, tm, a_load != "m", 4 if a_load == "k4" else 1, "load_a(g, row0 + {other}, k0 + {k})")
+    load_b = loads("Bs", tk, tn, b_load == "k", 4 if b_load == "n4" else 1, "load_b(g, k0 + {k}, col0 + {other})")
     mul = "fma(a{i}, b{j}, c{i}_{j})" if fill["T"] == "f32" else "c{i}_{j} + a{i} * b{j}"
     product = [f"{pad}    let a{i} = As[k][lid.y + {16 * i}u];" for i in range(rm)]
     product += [f"{pad}    let b{j} = Bs[k][lid.x + {16 * j}u];" for j in range(rn)]
@@ -256,8 +267,14 @@ def _tiles_shader(io: str, tiling, a_k_fast: bool, b_n_fast: bool, **fill) -> st
     declare = [f"    var c{i}_{j}: {fill['T']};" for i in range(rm) for j in range(rn)]
     store = [f"    put(g, row0 + lid.y + {16 * i}u, col0 + lid.x + {16 * j}u, c{i}_{j});"
              for i in range(rm) for j in range(rn)]
+    vector = {"TA": f"vec4<{fill['T']}>" if a_load == "k4" else fill["T"], "VA": 4 if a_load == "k4" else 1,
+              "TB": f"vec4<{fill['T']}>" if b_load == "n4" else fill["T"], "VB": 4 if b_load == "n4" else 1}
     return shader("tiles", IO=io, RM=rm, RN=rn, TK=tk, DECLARE="\n".join(declare), LOAD_A=load_a,
-                  LOAD_B=load_b, PRODUCT="\n".join(product), STORE="\n".join(store), **fill)
+                  LOAD_B=load_b, PRODUCT="\n".join(product), STORE="\n".join(store), **vector, **fill)
+
+
+def _aligned(*values: int) -> bool:
+    return all(v % 4 == 0 for v in values)
 
 
 def gemm(gpu: Gpu, a: View, b: View, bias: View | None = None, bias_along: str = "n",
@@ -276,9 +293,14 @@ def gemm(gpu: Gpu, a: View, b: View, bias: View | None = None, bias_along: str =
                     0 if bias is None else bias.offset)
     epilogue = f"activate(v, {ACTIVATIONS[activation]}u)" if a.type == "f32" else "v"
     tiling, groups = _tiling(gpu, m, n, batch)
-    a_k_fast = a.strides[2] == 1 or a.strides[1] != 1            # load along whichever is contiguous
-    b_n_fast = b.strides[2] == 1 or b.strides[1] != 1
-    source = _tiles_shader("gemm_io", tiling, a_k_fast, b_n_fast, T=a.type, BIAS=mode, EPILOGUE=epilogue)
+    # load along whichever dimension is contiguous, as vec4s when every row starts 16-byte aligned
+    a_load = "m" if a.strides[1] == 1 and a.strides[2] != 1 else "k"
+    if a.strides[2] == 1 and _aligned(k, a.offset, a.strides[0], a.strides[1]):
+        a_load = "k4"
+    b_load = "k" if b.strides[1] == 1 and b.strides[2] != 1 else "n"
+    if b.strides[2] == 1 and _aligned(n, b.offset, b.strides[0], b.strides[1]):
+        b_load = "n4"
+    source = _tiles_shader("gemm_io", tiling, a_load, b_load, T=a.type, BIAS=mode, EPILOGUE=epilogue)
     gpu.dispatch(source, [a.buf, b.buf, out, gpu.params(params), bias.buf if bias else _placeholder(gpu)], groups)
     return out
 
@@ -302,7 +324,8 @@ def conv2d(gpu: Gpu, x: View, w: View, bias: View | None, stride, pads, dilation
         gpu.dispatch(shader("depthwise"), buffers, _grid(math.prod(shape), 256, gpu))
     else:
         tiling, grid = _tiling(gpu, o // groups, n * ho * wo, groups)
-        gpu.dispatch(_tiles_shader("conv_io", tiling, True, True, T="f32"), buffers, grid)
+        a_load = "k4" if _aligned(cg * kh * kw, w.offset) else "k"      # the weights, row by row
+        gpu.dispatch(_tiles_shader("conv_io", tiling, a_load, "n", T="f32"), buffers, grid)
     return out, shape
 
 

@@ -2,7 +2,8 @@
 // group g (workgroup z): rows are its og output channels, columns the (img, oy, ox) outputs,
 // depth the (c, i, j) taps; B is gathered from X on the fly (no im2col buffer):
 // Y[img, g og + o, oy, ox] = act(bias + sum W[g og + o, c, i, j] X[img, g cg + c, oy sh + i dh - pt, ox sw + j dw - pl]).
-// X and W contiguous.
+// X and W contiguous. Template: TA/VA f32 and 1, or vec4<f32> and 4 when the weights are read
+// four aligned taps at a time.
 struct Params {
     n: u32, c: u32, h: u32, w: u32,
     o: u32, kh: u32, kw: u32, groups: u32,
@@ -12,7 +13,7 @@ struct Params {
     act: u32, unused0: u32, unused1: u32, unused2: u32,
 }
 @group(0) @binding(0) var<storage, read> X: array<f32>;
-@group(0) @binding(1) var<storage, read> W: array<f32>;
+@group(0) @binding(1) var<storage, read> W: array<{{TA}}>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
 @group(0) @binding(3) var<storage, read> p: Params;
 @group(0) @binding(4) var<storage, read> bias: array<f32>;
@@ -21,9 +22,9 @@ fn rows_() -> u32 { return p.o / p.groups; }
 fn cols_() -> u32 { return p.n * p.ho * p.wo; }
 fn depth_() -> u32 { return (p.c / p.groups) * p.kh * p.kw; }
 
-fn load_a(g: u32, r: u32, k: u32) -> f32 {
-    if (r < rows_() && k < depth_()) { return W[p.w_off + (g * rows_() + r) * depth_() + k]; }
-    return 0.0;
+fn load_a(g: u32, r: u32, k: u32) -> {{TA}} {
+    if (r < rows_() && k < depth_()) { return W[(p.w_off + (g * rows_() + r) * depth_() + k) / {{VA}}u]; }
+    return {{TA}}();
 }
 
 fn load_b(g: u32, k: u32, col: u32) -> f32 {
