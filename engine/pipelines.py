@@ -113,7 +113,7 @@ class DigitClassification(_ImageClassifier):
         self.model = self.build(device)
 
     def build(self, device):
-        return self._mnist.load(self.weights, device)
+        return self._mnist.fold_batchnorm(self._mnist.load(self.weights, device))
 
     def preprocess(self, images) -> np.ndarray:
         """Images -> (N, 1, 28, 28) float32 batch in MNIST's format."""

@@ -188,18 +188,8 @@ def fold_batchnorm(model: EfficientNetLite) -> EfficientNetLite:
     two passes over the activations less per convolution. The state dict no longer matches
     the checkpoint afterwards.
     """
-    import numpy as np
-
-    import engine
-
     def fold(owner: nn.Module, conv_name: str, bn_name: str, act_name: str | None = None) -> None:
-        conv, bn = getattr(owner, conv_name), getattr(owner, bn_name)
-        scale = bn.weight.numpy() / np.sqrt(bn.running_var.numpy() + bn.eps)        # (O,)
-        weight = conv.weight.numpy() * scale[:, None, None, None]                   # (O, C/g, kh, kw)
-        bias = bn.bias.numpy() - bn.running_mean.numpy() * scale                    # (O,)
-        device = conv.weight.device
-        conv.weight = engine.from_numpy(weight.astype(np.float32), device)
-        conv.bias = engine.from_numpy(bias.astype(np.float32), device)
+        conv = nn.fuse_conv_bn_eval(getattr(owner, conv_name), getattr(owner, bn_name))
         setattr(owner, bn_name, nn.Identity())
         if act_name is not None:
             assert isinstance(getattr(owner, act_name), nn.ReLU6)

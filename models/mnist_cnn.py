@@ -63,6 +63,16 @@ def load(weights=WEIGHTS, device: str | None = None) -> MnistCNN:
     return model.to(device) if device else model
 
 
+def fold_batchnorm(model: MnistCNN) -> MnistCNN:
+    """Inference only: fold each BatchNorm into the conv before it (in place), so a pass runs
+    four kernels fewer on every backend (and on a GPU, four batch-norm computations fewer).
+    The state dict no longer matches the checkpoint afterwards."""
+    for i in range(1, 5):
+        nn.fuse_conv_bn_eval(getattr(model, f"conv{i}"), getattr(model, f"bn{i}"))
+        setattr(model, f"bn{i}", nn.Identity())
+    return model
+
+
 def preprocess(image) -> np.ndarray:
     """Any digit image -> (28, 28) float32 in [0, 1], white ink on black, as MNIST.
 

@@ -64,3 +64,14 @@ def test_held_out_digits_were_never_trained_on(mnist):
     _, labels, train, held = mnist
     assert len(held) == 2000 and len(set(train) & set(held)) == 0 and len(train) + len(held) == len(labels)
     assert np.bincount(labels[held]).tolist() == [200] * 10
+
+
+def test_folded_batchnorm_gives_the_same_logits(models, mnist):
+    images, _, _, held = mnist
+    x = images[held[:64], None]
+    ours, theirs = models
+    folded = mnist_cnn.fold_batchnorm(mnist_cnn.load())
+    assert all(isinstance(getattr(folded, f"bn{i}"), engine.nn.Identity) for i in range(1, 5))
+    with torch.no_grad():
+        ref = theirs(torch.from_numpy(x))
+    assert_close(folded(engine.from_numpy(x)), ref, rtol=0, atol=1e-5)

@@ -103,3 +103,25 @@ def test_assigning_a_tensor_where_none_was_registers_it():
     conv.bias = engine.ones(3)
     assert conv.bias is not None and list(conv.state_dict()) == ["weight", "bias"]
     assert conv(engine.zeros(1, 2, 2, 2)).numpy().tolist() == np.ones((1, 3, 2, 2)).tolist()
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_fuse_conv_bn_eval_matches_torch(bias):
+    from torch.nn.utils import fuse_conv_bn_eval as torch_fuse
+    torch.manual_seed(3)
+    tconv, tbn = tnn.Conv2d(4, 6, 3, padding=1, bias=bias).eval(), tnn.BatchNorm2d(6, eps=1e-3).eval()
+    with torch.no_grad():
+        for t in (tbn.weight, tbn.bias, tbn.running_mean):
+            t.uniform_(-1, 1)
+        tbn.running_var.uniform_(0.5, 2)
+    conv, bn = nn.Conv2d(4, 6, 3, padding=1, bias=bias), nn.BatchNorm2d(6, eps=1e-3)
+    conv.load_state_dict({k: engine.from_numpy(v.detach().numpy()) for k, v in tconv.state_dict().items()})
+    bn.load_state_dict({k: engine.from_numpy(v.detach().numpy()) for k, v in tbn.state_dict().items()})
+    x = torch.randn(2, 4, 7, 5)
+    fused = nn.fuse_conv_bn_eval(conv, bn)
+    assert fused is conv and conv.bias is not None
+    reference = torch_fuse(tconv, tbn)
+    assert_close(conv.weight, reference.weight, atol=1e-6)
+    assert_close(conv.bias, reference.bias, atol=1e-6)
+    with torch.no_grad():
+        assert_close(conv(engine.from_numpy(x.numpy())), tbn(tconv(x)), atol=1e-5)

@@ -2,11 +2,15 @@
 weights; a forward pass keeps everything on the device and reads back only its output."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import engine
 from engine.backends import webgpu
+
+DIGITS = Path(__file__).resolve().parents[2] / "samples" / "digits"
 
 # float32 on a different summation order (tiled GEMM, tree reductions): per logit
 MNIST_ATOL, EFFNET_ATOL = 1e-4, 2e-3
@@ -37,6 +41,14 @@ def test_efficientnet_logits_equal_numpy_and_read_back_once(gpu, effnet_state):
     assert gpu.stats["read_bytes"] - before["read_bytes"] == 2 * 1000 * 4
     assert np.abs(got - expected).max() <= EFFNET_ATOL * np.abs(expected).max()
     assert (got.argmax(1) == expected.argmax(1)).all()
+
+
+def test_digit_pipeline_on_webgpu(gpu):
+    cpu, gpu_pipe = engine.pipeline("digit-classification"), engine.pipeline("digit-classification", device="webgpu")
+    for digit in "0137":
+        a, b = cpu(DIGITS / f"{digit}.png", top_k=3), gpu_pipe(DIGITS / f"{digit}.png", top_k=3)
+        assert [p["label"] for p in a] == [p["label"] for p in b] and a[0]["label"] == digit
+        assert all(abs(p["score"] - q["score"]) < 1e-4 for p, q in zip(a, b))
 
 
 def test_image_pipeline_on_webgpu(gpu, effnet_weights, sample_photos):
