@@ -146,7 +146,7 @@ def test_engine_wheel_contents_and_record(dist):
         assert {n for n in names if n.startswith("engine/")} == {
             p.relative_to(ROOT).as_posix() for p in (ROOT / "engine").rglob("*")
             if p.suffix in (".py", ".wgsl") and "__pycache__" not in p.parts}
-        assert "engine/backends/webgpu/shaders/gemm.wgsl" in names
+        assert "engine/backends/webgpu/shaders/tiles.wgsl" in names
         for name in names:
             if name.endswith(".py"):
                 assert "torch" not in _module_level_imports(z.read(name)), name
