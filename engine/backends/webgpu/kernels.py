@@ -74,11 +74,10 @@ def _source(name: str) -> str:
 
 
 @lru_cache(maxsize=None)
-def shader(name: str, **fill) -> str:
-    """common.wgsl + name.wgsl with the template fields filled: one shader variant."""
-    source = _source(name)
-    if "IO" in fill:                                 # tiles.wgsl: its reads and writes come first
-        source = _source(fill.pop("IO")) + source
+def shader(name: str, include: tuple[str, ...] = (), **fill) -> str:
+    """common.wgsl + the `include`d files + name.wgsl with the template fields filled: one
+    shader variant (tiles.wgsl includes how it reads and writes; convolutions their Params)."""
+    source = "".join(_source(part) for part in include) + _source(name)
     for key, value in fill.items():
         source = source.replace("{{" + key + "}}", str(value))
     if "{{" in source:
@@ -186,7 +185,7 @@ def topk(gpu: Gpu, x: View, axis: int, k: int, largest: bool) -> tuple[GpuBuffer
         info = _words(rows, x.shape[axis], k, int(largest), len(others), x.offset, x.strides[axis],
                       out_strides[axis], *[x.shape[d] for d in others], *[x.strides[d] for d in others],
                       *[out_strides[d] for d in others])
-        gpu.dispatch(shader("topk", T=x.type, NAN=NAN_TEST[x.type].replace("x", "x")),
+        gpu.dispatch(shader("topk", T=x.type, NAN=NAN_TEST[x.type]),
                      [x.buf, values, indices, gpu.params(info)], _grid(rows, 64, gpu))
     return values, indices, out_shape
 
@@ -232,8 +231,9 @@ def _tiling(gpu: Gpu, rows: int, cols: int, batch: int) -> tuple[tuple[int, int,
 
 
 @lru_cache(maxsize=None)
-def _tiles_shader(io: str, tiling, a_load: str, b_load: str, **fill) -> str:
-    """tiles.wgsl with the per-thread statements written out for (RM, RN, TK). Each tile is
+def _tiles_shader(io: tuple[str, ...], tiling, a_load: str, b_load: str, **fill) -> str:
+    """tiles.wgsl after the `io` files, with the per-thread statements written out for (RM, RN,
+    TK). Each tile is
     loaded along its contiguous dimension, four elements at a time where they are aligned
     vec4s: a_load "k", "k4" (A's depth, as vec4) or "m"; b_load "n", "n4" or "k"."""
     rm, rn, tk = tiling
@@ -269,7 +269,7 @@ def _tiles_shader(io: str, tiling, a_load: str, b_load: str, **fill) -> str:
              for i in range(rm) for j in range(rn)]
     vector = {"TA": f"vec4<{fill['T']}>" if a_load == "k4" else fill["T"], "VA": 4 if a_load == "k4" else 1,
               "TB": f"vec4<{fill['T']}>" if b_load == "n4" else fill["T"], "VB": 4 if b_load == "n4" else 1}
-    return shader("tiles", IO=io, RM=rm, RN=rn, TK=tk, DECLARE="\n".join(declare), LOAD_A=load_a,
+    return shader("tiles", io, RM=rm, RN=rn, TK=tk, DECLARE="\n".join(declare), LOAD_A=load_a,
                   LOAD_B=load_b, PRODUCT="\n".join(product), STORE="\n".join(store), **vector, **fill)
 
 
@@ -300,7 +300,7 @@ def gemm(gpu: Gpu, a: View, b: View, bias: View | None = None, bias_along: str =
     b_load = "k" if b.strides[1] == 1 and b.strides[2] != 1 else "n"
     if b.strides[2] == 1 and _aligned(n, b.offset, b.strides[0], b.strides[1]):
         b_load = "n4"
-    source = _tiles_shader("gemm_io", tiling, a_load, b_load, T=a.type, BIAS=mode, EPILOGUE=epilogue)
+    source = _tiles_shader(("gemm_io",), tiling, a_load, b_load, T=a.type, BIAS=mode, EPILOGUE=epilogue)
     gpu.dispatch(source, [a.buf, b.buf, out, gpu.params(params), bias.buf if bias else _placeholder(gpu)], groups)
     return out
 
@@ -321,11 +321,11 @@ def conv2d(gpu: Gpu, x: View, w: View, bias: View | None, stride, pads, dilation
                     bias.offset if bias else 0, int(bias is not None), ACTIVATIONS[activation], 0, 0, 0)
     buffers = [x.buf, w.buf, out, gpu.params(params), bias.buf if bias else _placeholder(gpu)]
     if groups == c == o and cg == 1:
-        gpu.dispatch(shader("depthwise"), buffers, _grid(math.prod(shape), 256, gpu))
+        gpu.dispatch(shader("depthwise", ("conv_params",)), buffers, _grid(math.prod(shape), 256, gpu))
     else:
         tiling, grid = _tiling(gpu, o // groups, n * ho * wo, groups)
         a_load = "k4" if _aligned(cg * kh * kw, w.offset) else "k"      # the weights, row by row
-        gpu.dispatch(_tiles_shader("conv_io", tiling, a_load, "n", T="f32"), buffers, grid)
+        gpu.dispatch(_tiles_shader(("conv_params", "conv_io"), tiling, a_load, "n", T="f32"), buffers, grid)
     return out, shape
 
 

@@ -4,14 +4,6 @@
 // Y[img, g og + o, oy, ox] = act(bias + sum W[g og + o, c, i, j] X[img, g cg + c, oy sh + i dh - pt, ox sw + j dw - pl]).
 // X and W contiguous. Template: TA/VA f32 and 1, or vec4<f32> and 4 when the weights are read
 // four aligned taps at a time.
-struct Params {
-    n: u32, c: u32, h: u32, w: u32,
-    o: u32, kh: u32, kw: u32, groups: u32,
-    sh: u32, sw: u32, dh: u32, dw: u32,
-    pt: u32, pl: u32, ho: u32, wo: u32,
-    x_off: u32, w_off: u32, b_off: u32, has_bias: u32,
-    act: u32, unused0: u32, unused1: u32, unused2: u32,
-}
 @group(0) @binding(0) var<storage, read> X: array<f32>;
 @group(0) @binding(1) var<storage, read> W: array<{{TA}}>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;

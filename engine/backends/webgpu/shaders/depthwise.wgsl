@@ -1,13 +1,5 @@
 // Depthwise conv2d (one filter per channel), f32, NCHW, zero padding, bias and activation;
-// one thread per output. X and W contiguous. Same Params as conv.wgsl.
-struct Params {
-    n: u32, c: u32, h: u32, w: u32,
-    o: u32, kh: u32, kw: u32, groups: u32,
-    sh: u32, sw: u32, dh: u32, dw: u32,
-    pt: u32, pl: u32, ho: u32, wo: u32,
-    x_off: u32, w_off: u32, b_off: u32, has_bias: u32,
-    act: u32, unused0: u32, unused1: u32, unused2: u32,
-}
+// one thread per output. X and W contiguous. Params: conv_params.wgsl.
 @group(0) @binding(0) var<storage, read> X: array<f32>;
 @group(0) @binding(1) var<storage, read> W: array<f32>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
