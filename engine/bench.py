@@ -80,8 +80,8 @@ def profile(model, shape, device: str | None = None, repeat: int = 3) -> dict:
             o, cg, kh, kw = inputs[1].shape
             return f"conv2d {kh}x{kw}" + (" depthwise" if params.get("groups", 1) > 1 and cg == 1 else "")
         return name.lower()
-    backend.run = timed(type(backend).run.__get__(backend), lambda op, inputs, params: kind(op.name, inputs, params))
-    backend.run_fused = timed(type(backend).run_fused.__get__(backend), kind)
+    backend.run = timed(backend.run, lambda op, inputs, params: kind(op.name, inputs, params))
+    backend.run_fused = timed(backend.run_fused, kind)
     try:
         t0 = time.perf_counter()
         for _ in range(repeat):
@@ -126,8 +126,7 @@ GEMM_SHAPES = ((128, 128, 128), (256, 256, 256), (512, 512, 512), (1024, 1024, 1
 def bench_gemm(repeat: int = 20, device: str | None = None, shapes=None) -> dict:
     """float32 matmul (M x K) @ (K x N) through the engine on `device` and on numpy (the
     reference) in the same run; GFLOP/s = 2 M K N / median time. device=None: every available one."""
-    from .device import available
-    from .device import describe, synchronize
+    from .device import available, describe, synchronize
     from .tensor import from_numpy
 
     devices = list(dict.fromkeys(["numpy"] + ([device] if device else available())))

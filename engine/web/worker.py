@@ -146,22 +146,16 @@ async def classify_image(pixels, width: int, height: int, top_k: int = 5) -> str
 
 async def bench_image(repeat: int = 5, batches=(1,)) -> str:
     """Median EfficientNet inference time (forward only) on the current device."""
-    async with _lock:
-        return _bench_image(repeat, batches)
-
-
-def _bench_image(repeat, batches) -> str:
-    pipe = _state["pipelines"]["image-classification"]
     x = np.random.default_rng(0).standard_normal((max(batches), 3, 224, 224)).astype(np.float32)
-    out = {}
-    for batch in batches:
-        pipe.logits(x[:batch])
-        times = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            pipe.logits(x[:batch])
-            times.append((time.perf_counter() - t0) * 1e3)
-        out[f"batch{batch}_ms"] = round(float(np.median(times)), 2)
+    return await _bench("image-classification", {b: x[:b] for b in batches}, repeat, 2)
+
+
+async def _bench(task: str, inputs: dict, repeat: int, digits: int) -> str:
+    """{"batchN_ms": median ms of pipe.logits} for each batch size N -> input in `inputs`."""
+    from engine.bench import _median_ms
+    async with _lock:
+        pipe = _state["pipelines"][task]
+        out = {f"batch{b}_ms": round(_median_ms(lambda: pipe.logits(x), repeat), digits) for b, x in inputs.items()}
     return json.dumps({"device": _state["device"], **out})
 
 
@@ -181,24 +175,9 @@ async def bench_ops(repeat: int = 5) -> str:
 
 async def bench_digit(repeat: int = 20, batches=(1, 16)) -> str:
     """Median MNIST inference time per batch size on the current device."""
-    async with _lock:
-        return _bench_digit(repeat, batches)
-
-
-def _bench_digit(repeat, batches) -> str:
-    pipe = _state["pipelines"]["digit-classification"]
     rng = np.random.default_rng(0)
-    out = {}
-    for batch in batches:
-        x = rng.random((batch, 1, 28, 28), dtype=np.float32)
-        pipe.logits(x)                                   # warm-up
-        times = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            pipe.logits(x)
-            times.append((time.perf_counter() - t0) * 1e3)
-        out[f"batch{batch}_ms"] = round(float(np.median(times)), 3)
-    return json.dumps({"device": _state["device"], **out})
+    return await _bench("digit-classification", {b: rng.random((b, 1, 28, 28), dtype=np.float32) for b in batches},
+                        repeat, 3)
 
 
 async def run(source: str) -> str:

@@ -29,8 +29,9 @@ def unavailable_reason() -> str | None:
 
 
 def auto_selectable() -> bool:
-    """Automatic selection skips adapters that emulate a GPU on the CPU (far slower than simd)."""
-    return unavailable_reason() is None and not device().info.software
+    """Automatic selection (asked once the backend is available) skips adapters that emulate
+    a GPU on the CPU, far slower than simd."""
+    return not device().info.software
 
 
 def __getattr__(name):

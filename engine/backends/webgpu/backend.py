@@ -294,25 +294,23 @@ def _index_select(be, x, index, *, dtype, axis, sources):
 
 
 # --- GEMM and convolution --------------------------------------------------------------------------
-def _batched(be, v: K.View) -> K.View:
-    """v (..., R, C) as (B, R, C) with one batch stride (a copy only when the dims do not collapse)."""
-    batch = v.shape[:-2]
-    count = math.prod(batch)
-    strides = [s for n, s in zip(batch, v.strides[:-2]) if n != 1]
-    sizes = [n for n in batch if n != 1]
-    uniform = all(strides[i] == strides[i + 1] * sizes[i + 1] for i in range(len(strides) - 1))
-    if not uniform:
+def _collapse(be, v: K.View, keep: int) -> K.View:
+    """v (..., *last `keep` dims) as (B, *last) with one stride for B: the leading dims merged,
+    copied only when they do not step uniformly."""
+    lead = [(n, st) for n, st in zip(v.shape[:-keep], v.strides[:-keep]) if n != 1]
+    if not all(lead[i][1] == lead[i + 1][1] * lead[i + 1][0] for i in range(len(lead) - 1)):
         v = be.contiguous(v)
-        strides = [v.strides[-3]] if len(v.shape) > 2 else []
-    step = strides[-1] if strides else 0
-    return K.View(v.buf, (count,) + v.shape[-2:], (step,) + v.strides[-2:], v.offset, v.type)
+        lead = [(0, v.strides[-keep - 1])]
+    step = lead[-1][1] if lead else 0
+    return K.View(v.buf, (math.prod(v.shape[:-keep]),) + v.shape[-keep:], (step,) + v.strides[-keep:], v.offset,
+                  v.type)
 
 
 def _matmul(be, a, b, *, dtype, sources):
     if a.type == "u32":
         raise BackendError(f"matmul of {dtype} tensors is not supported on webgpu")
     out_shape = a.shape[:-1] + b.shape[-1:]
-    return K.gemm(be.gpu, _batched(be, a), _batched(be, b)), out_shape
+    return K.gemm(be.gpu, _collapse(be, a, 2), _collapse(be, b, 2)), out_shape
 
 
 def _conv2d(be, x, w, *, dtype, stride, dilation, groups, sources):
@@ -365,18 +363,10 @@ def _norm(kind):
 
 def _linear(be, x, weight, *bias):                  # x (..., K) @ weight (N, K).T + bias (N,)
     k, n = x.shape[-1], weight.shape[0]
-    rows = math.prod(x.shape[:-1])
-    a = x if _rows_collapse(x) else be.contiguous(x)
-    step = next((s for m, s in zip(reversed(a.shape[:-1]), reversed(a.strides[:-1])) if m != 1), k)
-    a = K.View(a.buf, (1, rows, k), (0, step, a.strides[-1]), a.offset, a.type)
+    rows = _collapse(be, x, 1)                      # (rows, K)
+    a = K.View(rows.buf, (1,) + rows.shape, (0,) + rows.strides, rows.offset, rows.type)
     b = K.View(weight.buf, (1, k, n), (0, weight.strides[1], weight.strides[0]), weight.offset, weight.type)
     return K.gemm(be.gpu, a, b, be.contiguous(bias[0]) if bias else None, "n"), x.shape[:-1] + (n,)
-
-
-def _rows_collapse(x: K.View) -> bool:
-    """the leading dims of x step uniformly, so x is one (rows, K) matrix"""
-    lead = [(n, s) for n, s in zip(x.shape[:-1], x.strides[:-1]) if n != 1]
-    return all(lead[i][1] == lead[i + 1][1] * lead[i + 1][0] for i in range(len(lead) - 1))
 
 
 def _conv2d_fused(be, x, weight, *bias, stride, pads, dilation, groups, activation):
