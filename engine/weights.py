@@ -11,6 +11,7 @@ import numpy as np
 
 from . import dtypes as D
 from .errors import DtypeMismatch, MissingTensor, ShapeMismatch
+from .io.rows import RowTable
 from .tensor import Tensor, from_numpy
 
 
@@ -48,6 +49,9 @@ class Weights:
             meta = info(name)
             self._check(name, tuple(meta.shape), meta.dtype, shape, dtype)
         t = self.tensors[name]
+        if isinstance(t, RowTable):                       # rows fetched on demand: checked, kept lazy
+            self._check(name, t.shape, t.dtype, shape, dtype)
+            return t if self.device is None else t.to(self.device)
         if not isinstance(t, Tensor):                     # plain NumPy state dicts work too
             t = from_numpy(np.asarray(t))
         self._check(name, tuple(t.shape), t.dtype, shape, dtype)

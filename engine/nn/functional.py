@@ -15,6 +15,7 @@ from ..functions import *  # noqa: F401,F403  (F.cat, F.softmax, ... as in one n
 from ..functions import (_floating, add, cast, div, erf, index_select, masked_fill, matmul, maximum, mean, minimum,
                          mul, rsqrt, sigmoid, softmax, sqrt, sub, sum, tanh)
 from ..functions import _run, _run_fused
+from ..io.rows import RowTable
 from ..ops import Op
 from ..tensor import Tensor, _from_raw
 
@@ -372,6 +373,10 @@ def embedding(input: Tensor, weight: Tensor, padding_idx=None, max_norm=None, no
               scale_grad_by_freq=False, sparse=False) -> Tensor:
     if max_norm is not None:
         raise NotImplementedError("embedding(max_norm=...) renormalises weights in place; not supported")
+    if isinstance(weight, RowTable):                  # rows fetched on demand (engine.io.rows)
+        ids = np.asarray(input.numpy() if isinstance(input, Tensor) else input)
+        rows = weight.gather(ids)                     # (numel, D) float32 on the host
+        return _from_raw(rows, D.float32, ids.shape + (weight.shape[1],), weight.device)
     idx = input if isinstance(input, Tensor) else _from_raw(np.asarray(input, np.int64), D.int64,
                                                             np.shape(input), weight.device)
     rows = index_select(weight, 0, idx.reshape(-1))   # (numel, D)

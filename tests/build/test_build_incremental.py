@@ -16,8 +16,8 @@ from buildtools.fetch import FetchFailed, pip_download
 from buildtools.steps import STATE_NAME, BuildError
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = ["pyodide", "pyscript", "engine", "weights/mnist_cnn", "weights/efficientnet_lite0", "kernels", "samples",
-         "web", "build-info"]
+STEPS = ["pyodide", "pyscript", "engine", "weights/mnist_cnn", "weights/efficientnet_lite0",
+         "weights/all-MiniLM-L6-v2", "kernels", "samples", "web", "build-info", "registry"]
 
 
 def build(project: Path, cache: Path, **options) -> tuple[list[str], list[str]]:
@@ -102,7 +102,7 @@ def test_changed_engine_source_rebuilds_the_wheel_only(project, cache):
 
 def test_shard_size_option_rebuilds_the_weights(project, cache):
     built, _ = build(project, cache, max_shard_kb=1024)
-    assert built == ["weights/mnist_cnn", "weights/efficientnet_lite0", "build-info"]
+    assert built == ["weights/mnist_cnn", "weights/efficientnet_lite0", "weights/all-MiniLM-L6-v2", "build-info"]
     folder = project / "dist" / "models" / "mnist_cnn"
     assert sorted(p.name for p in folder.glob("*.safetensors")) == ["model-00001-of-00001.safetensors"]
     manifest = json.loads((folder / "manifest.json").read_text())

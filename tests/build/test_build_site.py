@@ -253,7 +253,8 @@ def test_build_info_has_the_download_sizes(dist):
             "engine": {"bytes": size("pyodide/engine-0.1.0-py3-none-any.whl")},
         },
         "models": {name: {"bytes": json.loads((dist / f"models/{name}/manifest.json").read_text())["total_bytes"],
-                          "manifest": f"models/{name}/manifest.json"} for name in ("mnist_cnn", "efficientnet_lite0")},
+                          "manifest": f"models/{name}/manifest.json"}
+                   for name in ("mnist_cnn", "efficientnet_lite0", "all-MiniLM-L6-v2")},
     }
 
 
@@ -278,7 +279,43 @@ def test_site_is_world_readable(dist):
         assert mode == (0o755 if path.is_dir() else 0o644), (path, oct(mode))
 
 
-def test_model_table_has_the_mnist_entry():
-    model = convert.MODELS["mnist_cnn"]
+def test_registry_drives_the_model_build():
+    model = convert.models()["mnist_cnn"]
     assert model.max_shard_kb == 256
-    assert model.locate(ROOT, ROOT / ".cache", True) == [ROOT / "models" / "mnist_cnn.safetensors"]
+    assert convert.locate(model, ROOT, ROOT / ".cache", True) == [ROOT / "models" / "mnist_cnn.safetensors"]
+    assert list(convert.models()) == ["mnist_cnn", "efficientnet_lite0", "all-MiniLM-L6-v2"]
+
+
+def test_registry_json_lists_every_model_and_task(dist):
+    listing = json.loads((dist / "registry.json").read_text())
+    assert listing == engine.registry.describe()
+    tasks = {task: m["name"] for m in listing for task in m["tasks"]}
+    assert tasks == {"digit-classification": "mnist_cnn", "image-classification": "efficientnet_lite0",
+                     "sentence-embedding": "all-MiniLM-L6-v2", "feature-extraction": "all-MiniLM-L6-v2"}
+    for m in listing:
+        assert (dist / m["folder"] / "manifest.json").is_file()
+
+
+def test_minilm_site_copy_is_float16_with_row_blocks(dist, minilm_folder):
+    """The word embeddings in a file of their own, a sha256 per block of rows; the rest float16,
+    under the first-use budget of 25 MB; the pooler (unused) left out."""
+    folder = dist / "models" / "all-MiniLM-L6-v2"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    source = engine.load_safetensors(minilm_folder / "model.safetensors")
+    assert set(manifest["tensors"]) == set(source) - {"embeddings.position_ids", "pooler.dense.weight",
+                                                       "pooler.dense.bias"}
+    table = manifest["tensors"]["embeddings.word_embeddings.weight"]
+    assert table["file"] == "model-rows-00001.safetensors" and table["dtype"] == "F16"
+    data = (folder / table["file"]).read_bytes()
+    block = table["rows"]["block_rows"] * 384 * 2
+    for i in (0, 7, len(table["rows"]["sha256"]) - 1):
+        start = table["offset"] + i * block
+        chunk = data[start:min(start + block, table["offset"] + table["nbytes"])]
+        assert sha256(chunk) == table["rows"]["sha256"][i]
+    rows = source["embeddings.word_embeddings.weight"].numpy()[[0, 30521]].astype(np.float16)
+    assert data[table["offset"]:table["offset"] + 768] == rows[0].tobytes()
+    first_use = sum(f["size"] for name, f in manifest["files"].items() if name != table["file"])
+    first_use += sum(e["size"] for e in manifest["extra"].values()) + (folder / "manifest.json").stat().st_size
+    assert first_use <= 25e6, first_use
+    assert sorted(manifest["extra"]) == ["1_Pooling/config.json", "config.json", "sentence_bert_config.json",
+                                         "tokenizer.json"]

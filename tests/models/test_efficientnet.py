@@ -216,7 +216,7 @@ def test_pipeline_reads_pth_checkpoints(effnet_state, imagenet_labels, sample_ph
 
 
 def test_missing_weights_or_labels_say_what_to_do(monkeypatch, tmp_path, effnet_weights):
-    monkeypatch.setattr(E, "WEIGHTS", tmp_path / "nowhere" / "model.safetensors.index.json")
+    monkeypatch.setenv("ENGINE_DIST", str(tmp_path / "nowhere"))        # the site is not built
     with pytest.raises(EngineError, match="python build.py"):
         engine.pipeline("image-classification")
     lonely = tmp_path / "model.safetensors"

@@ -1,0 +1,56 @@
+"""A model's checkpoint as a pipeline sees it: its tensors and its processor's files.
+
+The tensors are a lazy mapping by checkpoint name (engine.load_safetensors, a .pth reader,
+or what engine.io.remote.fetch_model prefetched in the browser); the processor files
+(labels.json, tokenizer.json, config.json, ...) come from memory when they were fetched
+with the weights, else from beside the weights' location.
+"""
+from __future__ import annotations
+
+import os
+import urllib.parse
+from pathlib import Path
+
+from ..errors import SourceNotFound, WeightsError
+from .sources import is_url, open_source
+
+
+def beside(location: str, name: str) -> str:
+    """The file `name` in the folder of `location` (a file, folder or URL)."""
+    if is_url(location):
+        return urllib.parse.urljoin(location, name)
+    folder = Path(location) if Path(location).is_dir() else Path(location).parent
+    return str(folder / name)
+
+
+class Checkpoint:
+    def __init__(self, tensors, files: dict[str, bytes] | None = None, location: str | None = None,
+                 fallback: str | None = None):
+        self.tensors = tensors          # a lazy mapping by name, or a location the model's loader opens
+        self.files = dict(files or {})
+        self.location = location        # where the processor files lie beside
+        self.fallback = fallback        # ... else beside this one (the default weights)
+
+    def file(self, name: str, required: bool = True) -> bytes | None:
+        """The bytes of processor file `name`; None when absent and not `required`."""
+        if name in self.files:
+            return self.files[name]
+        places = [p for p in (self.location, self.fallback) if p is not None]
+        for place in places:
+            try:
+                with open_source(beside(place, name)) as source:
+                    data = bytes(source.read(0, source.size()))
+            except SourceNotFound:
+                continue
+            self.files[name] = data
+            return data
+        if not required:
+            return None
+        where = beside(places[0], name) if places else name
+        raise WeightsError(f"{name} is missing: it must lie beside the weights (`python build.py` writes it "
+                           f"into dist/models/<model>/)", file=where)
+
+
+def location_of(weights) -> str | None:
+    """A str location for a path or URL (`weights` given as such), else None."""
+    return os.fspath(weights) if isinstance(weights, (str, os.PathLike)) else None

@@ -1,0 +1,153 @@
+"""A model folder on a static site, fetched as a pipeline needs it.
+
+dist/models/<name>/ (buildtools/convert.py) holds the manifest, the sharded safetensors
+and the processor files. `fetch_model` reads the manifest, prefetches every tensor except
+the row tables (engine.io.remote: coalesced Range requests, sha256-verified, cached),
+fetches the processor files (verified and cached by their sha256 too), and returns a
+`Checkpoint` whose row tables (word embeddings) fetch their blocks of rows later, for the
+ids a text actually uses, through the same loader.
+
+Row tables in the manifest: the tensor's entry has
+    "rows": {"block_rows": B, "sha256": [one per block of B rows, the last one shorter]}
+and its bytes are the tensor's [offset, offset + nbytes) as for any tensor.
+"""
+from __future__ import annotations
+
+import hashlib
+
+from .. import dtypes as D
+from ..errors import IntegrityError, InvalidHeader
+from .checkpoint import Checkpoint
+from .manifest import cache_key
+from .remote import _Loader, fetch_manifest, fetch_safetensors
+from .rows import RowTable
+
+MANIFEST_NAME = "manifest.json"
+
+
+class _Overlay:
+    """The prefetched tensors, plus the row tables under their names."""
+
+    def __init__(self, tensors, tables: dict):
+        self.tensors, self.tables = tensors, tables
+        self.name = getattr(tensors, "name", None)
+
+    def __contains__(self, name):
+        return name in self.tables or name in self.tensors
+
+    def keys(self):
+        return list(self.tensors.keys()) + list(self.tables)
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __getitem__(self, name):
+        return self.tables[name] if name in self.tables else self.tensors[name]
+
+
+def row_blocks(entry: dict, name: str, where: str) -> tuple[int, list[str]]:
+    """(block_rows, sha256 per block) of a row table's manifest entry, checked."""
+    rows = entry.get("rows")
+    shape = entry.get("shape")
+    if not (isinstance(rows, dict) and type(rows.get("block_rows")) is int and rows["block_rows"] > 0
+            and isinstance(rows.get("sha256"), list) and isinstance(shape, list) and len(shape) == 2
+            and all(type(n) is int and n > 0 for n in shape)):
+        raise InvalidHeader('manifest row table needs "shape" (2 positive ints) and "rows": '
+                            '{"block_rows", "sha256": [...]}', file=where, tensor=name)
+    block_rows, shas = rows["block_rows"], rows["sha256"]
+    if len(shas) != -(-shape[0] // block_rows):
+        raise InvalidHeader(f"manifest row table has {len(shas)} block hashes for {shape[0]} rows in blocks "
+                            f"of {block_rows}", file=where, tensor=name)
+    return block_rows, shas
+
+
+def _row_fetcher(loader: _Loader, url: str, name: str, entry: dict, block_rows: int, shas: list[str]):
+    """async (blocks) -> {block: bytes}: cached blocks from the cache, the others by Range
+    (adjacent blocks in one request), each checked against its sha256 before it is kept."""
+    row_bytes = entry["nbytes"] // entry["shape"][0]
+
+    def span(block: int) -> tuple[int, int]:
+        start = entry["offset"] + block * block_rows * row_bytes
+        return start, min(start + block_rows * row_bytes, entry["offset"] + entry["nbytes"])
+
+    def key(block: int) -> str | None:
+        return cache_key(url, f"engine-rows={name}:{block}", shas[block]) if loader.cache is not None else None
+
+    async def fetch(blocks: list[int]) -> dict[int, bytes]:
+        found: dict[int, bytes] = {}
+        for block in blocks:
+            k = key(block)
+            data = await loader._cache("get", k) if k else None
+            if data is not None and hashlib.sha256(data).hexdigest() == shas[block]:
+                loader.stats["cache_bytes"] += len(data)
+                found[block] = bytes(data)
+        todo = [b for b in blocks if b not in found]
+        runs: list[list[int]] = []
+        for block in todo:                          # adjacent blocks share a request
+            if runs and block == runs[-1][-1] + 1:
+                runs[-1].append(block)
+            else:
+                runs.append([block])
+
+        async def fetch_run(run):
+            start, end = span(run[0])[0], span(run[-1])[1]
+            body, _ = await loader.request(url, start, end)
+            for block in run:
+                a, b = span(block)
+                data = body[a - start:b - start]
+                if hashlib.sha256(data).hexdigest() != shas[block]:
+                    raise IntegrityError(f"downloaded rows of block {block} (bytes [{a}, {b})) are corrupt: "
+                                         f"their sha256 differs from the manifest's", file=url, tensor=name)
+                if key(block):
+                    await loader._cache("put", key(block), data)
+                found[block] = data
+        for run in runs:
+            await fetch_run(run)
+        loader.stats["row_blocks"] = loader.stats.get("row_blocks", 0) + len(todo)
+        return found
+    return fetch
+
+
+async def fetch_file(loader: _Loader, url: str, sha256: str, size: int) -> bytes:
+    """A whole small file, cached by its sha256 and verified."""
+    key = cache_key(url, "engine-file", sha256) if loader.cache is not None else None
+    data = await loader._cache("get", key) if key else None
+    if data is not None and hashlib.sha256(data).hexdigest() == sha256:
+        loader.stats["cache_bytes"] += len(data)
+        return bytes(data)
+    body, _ = await loader.request(url)
+    if len(body) != size or hashlib.sha256(body).hexdigest() != sha256:
+        raise IntegrityError("the file differs from the manifest (size or sha256)", file=url)
+    if key:
+        await loader._cache("put", key, body)
+    return body
+
+
+async def fetch_model(folder: str, *, transport, cache=None, progress=None, **options) -> Checkpoint:
+    """The model in site folder `folder` (a URL ending in "/"): tensors prefetched, row tables
+    lazy, processor files fetched. `options` go to fetch_safetensors (retries, backoff, ...)."""
+    manifest = await fetch_manifest(folder + MANIFEST_NAME, transport, **{
+        k: v for k, v in options.items() if k in ("retries", "backoff", "sleep")})
+    tensors = manifest["tensors"]
+    row_names = [name for name, entry in tensors.items() if "rows" in entry]
+    index_url = folder + manifest["index"]
+    weights = await fetch_safetensors(index_url, transport=transport, manifest=manifest, cache=cache,
+                                      progress=progress, names=[n for n in tensors if n not in row_names],
+                                      **options)
+    loader = _Loader(transport, cache, manifest, **{k: v for k, v in options.items()
+                                                    if k in ("retries", "backoff", "sleep", "concurrency")})
+    loader.stats = weights.fetch_stats                # one account of what was fetched
+    tables = {}
+    for name in row_names:
+        entry = tensors[name]
+        block_rows, shas = row_blocks(entry, name, folder + MANIFEST_NAME)
+        dtype = D.BY_SAFETENSORS.get(entry.get("dtype"))
+        if dtype is None:
+            raise InvalidHeader(f"manifest row table has unknown dtype {entry.get('dtype')!r}",
+                                file=folder + MANIFEST_NAME, tensor=name)
+        tables[name] = RowTable(name, tuple(entry["shape"]), dtype, block_rows,
+                                _row_fetcher(loader, folder + entry["file"], name, entry, block_rows, shas))
+    files = {}
+    for name, entry in manifest.get("extra", {}).items():
+        files[name] = await fetch_file(loader, folder + name, entry["sha256"], entry["size"])
+    return Checkpoint(_Overlay(weights, tables), files, location=index_url)

@@ -1,0 +1,54 @@
+"""engine/text/unicode_tables.py against the reference, on every code point: what BertNormalizer
+drops, turns into spaces, spaces around and strips, and what BertPreTokenizer splits on."""
+import pytest
+
+from engine.text import normalizers, pre_tokenizers
+
+# every code point a Python str can hold, each between two "a"s
+EVERY = "a" + "a".join(chr(i) for i in range(0x110000) if not 0xD800 <= i < 0xE000) + "a"
+
+
+def differences(ours, theirs) -> list[str]:
+    """The code points where two per-character functions disagree (only run to explain a failure)."""
+    out = []
+    for c in EVERY[1::2]:
+        if ours(c) != theirs(c):
+            out.append(f"U+{ord(c):04X}: ours {ours(c)!r}, reference {theirs(c)!r}")
+    return out[:20]
+
+
+@pytest.fixture(scope="module")
+def bert_normalizer(reference):
+    def make(**flags):
+        options = dict(clean_text=False, handle_chinese_chars=False, strip_accents=False, lowercase=False)
+        return reference.normalizers.BertNormalizer(**{**options, **flags})
+    return make
+
+
+def test_clean_text(bert_normalizer):
+    theirs = bert_normalizer(clean_text=True).normalize_str
+    ours = lambda s: normalizers.clean_text(s, 0)[0]      # noqa: E731
+    assert ours(EVERY) == theirs(EVERY), differences(ours, theirs)
+
+
+def test_chinese_characters(bert_normalizer):
+    theirs = bert_normalizer(handle_chinese_chars=True).normalize_str
+    ours = lambda s: normalizers.space_cjk(s, 0)[0]       # noqa: E731
+    assert ours(EVERY) == theirs(EVERY), differences(ours, theirs)
+
+
+def test_nonspacing_marks(bert_normalizer, reference):
+    # the marks table alone: on the reference's own NFD, since Python's may differ (see normalizers.py)
+    theirs = bert_normalizer(strip_accents=True).normalize_str
+    nfd = reference.normalizers.NFD().normalize_str
+    ours = lambda s: normalizers.delete(nfd(s), 0, normalizers._MARKS)[0]     # noqa: E731
+    assert ours(EVERY) == theirs(EVERY), differences(ours, theirs)
+
+
+def test_punctuation_and_whitespace(reference):
+    theirs = reference.pre_tokenizers.BertPreTokenizer().pre_tokenize_str
+    ours = lambda s: [(w, (o, o + len(w))) for w, o in pre_tokenizers.BertPreTokenizer().split(s, 0)]  # noqa: E731
+    chunk = 1 << 16         # the reference's time grows with words x length: ask it in pieces
+    for start in range(0, len(EVERY), chunk):
+        piece = EVERY[start:start + chunk]
+        assert ours(piece) == theirs(piece), differences(ours, theirs)
