@@ -20,7 +20,17 @@ result with the composite's exact semantics; callers check dtypes first):
 - "linear" (x, weight, [bias]): x @ weight.T + bias, all float32;
 - "conv2d" (x, weight, [bias], stride, pads, dilation, groups, activation): unpadded
   NCHW x, pads ((top, bottom), (left, right)) of zeros, all float32, then the activation
-  named as in nn.functional.CONV_ACTIVATIONS ("none", "relu", "relu6", ...).
+  named as in nn.functional.CONV_ACTIVATIONS ("none", "relu", "relu6", ...);
+- "gelu" (x, approximate): x * Phi(x) with erf ("none") or the tanh form ("tanh"), float32;
+- "attention" (q, k, v, [mask], scale, is_causal): softmax(q @ k^T * scale + mask) @ v for
+  float32 q (N, H, L, E), k (N, Hkv, S, E), v (N, Hkv, S, Ev), any strides, H a multiple of
+  Hkv (query head h reads KV head h // (H // Hkv)); mask bool (True = attend) or float32
+  (added), already expanded to (N, H, L, S) (stride-0 dims); is_causal keeps key j <= query i.
+  Returns (N, L, H, Ev): the heads side by side, as an output projection reads them (the
+  caller sees it as (N, H, L, Ev) through a transpose). Rows with every key masked are NaN;
+- "add_layer_norm" (x, residual, [input_bias], [weight], [bias], normalized_dims, eps,
+  has_input_bias, has_weight, has_bias): layer_norm((x + input_bias) + residual), residual
+  of x's shape, the others of the normalized shape, all float32.
 """
 from __future__ import annotations
 

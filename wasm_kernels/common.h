@@ -15,7 +15,7 @@
 
 /* Bumped whenever an exported signature or its meaning changes; the Python side refuses a
  * library built from other sources. */
-#define ENGINE_KERNELS_ABI 1
+#define ENGINE_KERNELS_ABI 2
 
 enum activation { ACT_NONE = 0, ACT_RELU = 1, ACT_RELU6 = 2, ACT_GELU = 3, ACT_GELU_TANH = 4, ACT_SILU = 5 };
 
@@ -43,12 +43,36 @@ static inline v4f select4(v4i mask, v4f a, v4f b) { return (v4f)(((v4i)a & mask)
 /* comparisons with NaN are false, so these keep NaN as np.maximum/np.minimum do */
 static inline v4f max4(v4f x, v4f lo) { return select4(x < lo, lo, x); }
 static inline v4f min4(v4f x, v4f hi) { return select4(x > hi, hi, x); }
+/* the larger lanes; NaN in b is dropped (the softmaxes take it through their exp anyway) */
+static inline v4f vmax(v4f a, v4f b) { return select4(b > a, b, a); }
+
+/* every lane of the comparison result `mask` is true */
+static inline int all4(v4i mask) {
+#ifdef __wasm_simd128__
+    return __builtin_wasm_all_true_i32x4(mask);
+#else
+    return (mask[0] & mask[1] & mask[2] & mask[3]) != 0;
+#endif
+}
 
 static inline float hsum4(v4f v) { return (v[0] + v[2]) + (v[1] + v[3]); }
 static inline float hmax4(v4f v) {
     float a = v[0] > v[1] ? v[0] : v[1], b = v[2] > v[3] ? v[2] : v[3];
     return a > b ? a : b;
 }
+
+/* 4x4 transpose of rows r0..r3 */
+#define TRANSPOSE4(r0, r1, r2, r3)                                         \
+    do {                                                                   \
+        v4f t0_ = __builtin_shufflevector(r0, r1, 0, 4, 1, 5);             \
+        v4f t1_ = __builtin_shufflevector(r0, r1, 2, 6, 3, 7);             \
+        v4f t2_ = __builtin_shufflevector(r2, r3, 0, 4, 1, 5);             \
+        v4f t3_ = __builtin_shufflevector(r2, r3, 2, 6, 3, 7);             \
+        r0 = __builtin_shufflevector(t0_, t2_, 0, 1, 4, 5);                \
+        r1 = __builtin_shufflevector(t0_, t2_, 2, 3, 6, 7);                \
+        r2 = __builtin_shufflevector(t1_, t3_, 0, 1, 4, 5);                \
+        r3 = __builtin_shufflevector(t1_, t3_, 2, 3, 6, 7);                \
+    } while (0)
 
 /* 4 elements `stride` apart; lanes at or past `count` are 0 */
 static inline v4f gather4(const float *p, ptrdiff_t stride, size_t count) {
@@ -83,6 +107,7 @@ static inline v4f exp4(v4f x) {
 /* The normal CDF Phi(z) = (1 + erf(z / sqrt 2)) / 2, accurate in both tails: with
  * a = |z| / sqrt 2, erf(a) = a P(a^2) below 1 and erfc(a) = exp(-a^2) Q(1/a) above
  * (0 past a = 10); Phi(z) = (1 + erf(a)) / 2 for z >= 0 and erfc(a) / 2 for z < 0, with no cancellation.
+ * When every lane is below 1 (most activations: |z| < 1.41) the erfc branch is skipped.
  * Coefficients: wasm_kernels/fit_erf.py. */
 static inline v4f phi4(v4f z) {
     v4f a = select4(z < splat(0.0f), -z, z) * splat(0.70710678118654752f);
@@ -95,6 +120,9 @@ static inline v4f phi4(v4f z) {
     p = madd(p, a2, splat(-3.761262988e-01f));
     p = madd(p, a2, splat(1.128379167e+00f));
     v4f erf_small = a * p;
+    v4i small = a < splat(1.0f);
+    if (all4(small))
+        return select4(z < splat(0.0f), splat(1.0f) - erf_small, splat(1.0f) + erf_small) * splat(0.5f);
     v4f ac = min4(max4(a, splat(1.0f)), splat(10.0f));
     v4f u = splat(1.0f) / ac;
     v4f q = splat(-5.013316122e-02f);
@@ -109,7 +137,6 @@ static inline v4f phi4(v4f z) {
     q = madd(q, u, splat(5.643336488e-01f));
     q = madd(q, u, splat(-3.471123688e-06f));
     v4f erfc_large = select4(a > splat(10.0f), splat(0.0f), exp4(-(ac * ac)) * q);   /* erfc(10) = 2e-45 */
-    v4i small = a < splat(1.0f);
     v4f erfc = select4(small, splat(1.0f) - erf_small, erfc_large);
     v4f erf = select4(small, erf_small, splat(1.0f) - erfc_large);
     v4f phi = select4(z < splat(0.0f), erfc, splat(1.0f) + erf) * splat(0.5f);
@@ -134,5 +161,37 @@ static inline v4f activate4(v4f x, int act) {
 }
 
 static inline float activate1(float x, int act) { return act ? activate4(splat(x), act)[0] : x; }
+
+static inline v4f relu4(v4f x) { return activate4(x, ACT_RELU); }
+static inline v4f relu64(v4f x) { return activate4(x, ACT_RELU6); }
+static inline v4f gelu4(v4f x) { return activate4(x, ACT_GELU); }
+static inline v4f gelu_tanh4(v4f x) { return activate4(x, ACT_GELU_TANH); }
+static inline v4f silu4(v4f x) { return activate4(x, ACT_SILU); }
+
+#define ACTIVATE_SPAN(fn)                                                                      \
+    do {                                                                                       \
+        size_t i_ = 0;                                                                         \
+        for (; i_ + 4 <= count; i_ += 4) store4(y + i_, fn(load4(x + i_)));                    \
+        if (i_ < count) {                                                                      \
+            v4f t_ = fn(gather4(x + i_, 1, count - i_));                                       \
+            for (size_t l_ = 0; i_ + l_ < count; ++l_) y[i_ + l_] = t_[l_];                    \
+        }                                                                                      \
+    } while (0)
+
+/* y[i] = act(x[i]) over count contiguous elements (y may be x), one loop per activation (the
+ * choice made once, not per vector): activation_f32, and the GEMM's GELU/SiLU epilogue on each
+ * finished block of C. Not inline: inlined into the GEMM it would cost the tile loop registers. */
+static __attribute__((noinline, unused)) void activate_span(size_t count, const float *x, int act, float *y) {
+    switch (act) {
+    case ACT_RELU: ACTIVATE_SPAN(relu4); break;
+    case ACT_RELU6: ACTIVATE_SPAN(relu64); break;
+    case ACT_GELU: ACTIVATE_SPAN(gelu4); break;
+    case ACT_GELU_TANH: ACTIVATE_SPAN(gelu_tanh4); break;
+    case ACT_SILU: ACTIVATE_SPAN(silu4); break;
+    default:
+        if (y != x)
+            for (size_t i = 0; i < count; ++i) y[i] = x[i];
+    }
+}
 
 #endif

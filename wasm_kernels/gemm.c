@@ -33,19 +33,6 @@ static void pack_a(size_t mc, size_t kc, const float *a, ptrdiff_t rs, ptrdiff_t
     }
 }
 
-/* 4x4 transpose of rows r0..r3 */
-#define TRANSPOSE4(r0, r1, r2, r3)                                         \
-    do {                                                                   \
-        v4f t0_ = __builtin_shufflevector(r0, r1, 0, 4, 1, 5);             \
-        v4f t1_ = __builtin_shufflevector(r0, r1, 2, 6, 3, 7);             \
-        v4f t2_ = __builtin_shufflevector(r2, r3, 0, 4, 1, 5);             \
-        v4f t3_ = __builtin_shufflevector(r2, r3, 2, 6, 3, 7);             \
-        r0 = __builtin_shufflevector(t0_, t2_, 0, 1, 4, 5);                \
-        r1 = __builtin_shufflevector(t0_, t2_, 2, 3, 6, 7);                \
-        r2 = __builtin_shufflevector(t1_, t3_, 0, 1, 4, 5);                \
-        r3 = __builtin_shufflevector(t1_, t3_, 2, 3, 6, 7);                \
-    } while (0)
-
 /* B[0:kc, 0:nc] -> panels of NR columns: bp[panel][p][c], columns past nc zero */
 static void pack_b(size_t kc, size_t nc, const float *b, ptrdiff_t rs, ptrdiff_t cs, float *bp) {
     for (size_t j0 = 0; j0 < nc; j0 += NR) {
@@ -78,7 +65,13 @@ static void pack_b(size_t kc, size_t nc, const float *b, ptrdiff_t rs, ptrdiff_t
     }
 }
 
-/* bias (if any) and activation on a row of 8 results `lo`, `hi` at (i, j) */
+/* The activations that cost a few instructions run on the registers (cheap_act); the others
+ * (GELU, SiLU: polynomials and exp) on each finished block of C, row by row (activate_span):
+ * inlined into the tile loop they cost it registers, and measured no faster than a pass over
+ * the block, which is still in cache. */
+static inline int cheap_act(int act) { return act == ACT_RELU || act == ACT_RELU6; }
+
+/* bias (if any) and a cheap activation on a row of 8 results `lo`, `hi` at (i, j) */
 static inline void finish_row(v4f *lo, v4f *hi, const epilogue *ep, size_t i, size_t j, size_t nr) {
     if (ep->bias) {
         const float *bias = ep->bias + (ptrdiff_t)i * ep->bias_row + (ptrdiff_t)j * ep->bias_col;
@@ -91,7 +84,7 @@ static inline void finish_row(v4f *lo, v4f *hi, const epilogue *ep, size_t i, si
             *hi += gather4(bias + 4 * ep->bias_col, ep->bias_col, nr > 4 ? nr - 4 : 0);
         }
     }
-    if (ep->act) {
+    if (cheap_act(ep->act)) {
         *lo = activate4(*lo, ep->act);
         *hi = activate4(*hi, ep->act);
     }
@@ -179,6 +172,7 @@ static inline void dot_rows(size_t rows, size_t n, size_t k, const float *a, ptr
             if (ep) finish_row(&v, &unused, ep, i + r, j, cols);
             float *cr = c + (ptrdiff_t)r * c_row + (ptrdiff_t)j;
             for (size_t q = 0; q < cols; ++q) cr[q] = v[q];
+            if (ep && ep->act && !cheap_act(ep->act)) activate_span(cols, cr, ep->act, cr);
         }
     }
 }
@@ -209,9 +203,12 @@ void gemm_run(size_t m, size_t n, size_t k, matrix a, matrix b, float *c, ptrdif
             for (size_t ic = 0; ic < m; ic += MC) {
                 size_t mc = min_size(MC, m - ic);
                 pack_a(mc, kc, a.p + (ptrdiff_t)ic * a.row + (ptrdiff_t)pc * a.col, a.row, a.col, ap);
-                tile_block(mc, nc, kc, ap, packed ? bp : bsrc, b.row, bp,
-                           c + (ptrdiff_t)ic * c_row + (ptrdiff_t)jc, c_row, pc > 0,
-                           pc + kc >= k ? ep : 0, ic, jc, packed);
+                float *cb = c + (ptrdiff_t)ic * c_row + (ptrdiff_t)jc;
+                tile_block(mc, nc, kc, ap, packed ? bp : bsrc, b.row, bp, cb, c_row, pc > 0, pc + kc >= k ? ep : 0,
+                           ic, jc, packed);
+                if (ep && ep->act && !cheap_act(ep->act) && pc + kc >= k)
+                    for (size_t r = 0; r < mc; ++r)
+                        activate_span(nc, cb + (ptrdiff_t)r * c_row, ep->act, cb + (ptrdiff_t)r * c_row);
             }
             pc += kc;
         } while (pc < k);

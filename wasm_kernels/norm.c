@@ -1,5 +1,6 @@
-/* Row-wise kernels: softmax, layer norm, RMS norm, and the per-channel affine + activation
- * of inference batch norm, plus clamp. Outputs are contiguous. */
+/* Row-wise kernels: softmax, layer norm (also of a sum with a residual), RMS norm, and the
+ * per-channel affine + activation of inference batch norm, plus clamp and the activations
+ * alone. Outputs are contiguous. */
 #include "common.h"
 
 static inline void store_lanes(float *p, v4f v, size_t count) {
@@ -9,8 +10,6 @@ static inline void store_lanes(float *p, v4f v, size_t count) {
     }
     for (size_t l = 0; l < count; ++l) p[l] = v[l];
 }
-
-static inline v4f vmax(v4f a, v4f b) { return select4(b > a, b, a); }
 
 /* softmax of one row (n elements, xs apart) into contiguous y */
 static void softmax_row(size_t n, const float *x, ptrdiff_t xs, float *y) {
@@ -80,30 +79,51 @@ static float row_sum(size_t n, const float *x, float shift, int squares) {
     return s;
 }
 
-/* y = (x - mean) / sqrt(var + eps) * weight + bias over rows of n contiguous elements,
- * rows x_row apart; weight and bias may be NULL. Two passes (centred variance). */
+/* yr = (xr - mean) / sqrt(var + eps) * weight + bias for one row of n contiguous elements
+ * (yr may be xr); weight and bias may be NULL. Two passes (centred variance). */
+static void layer_norm_row(size_t n, const float *xr, float *yr, const float *weight, const float *bias, float eps) {
+    float first = n ? xr[0] : 0.0f;                      /* shifted sum: exact-ish under a large offset */
+    float mean = first + row_sum(n, xr, first, 0) / (float)n;
+    float var = row_sum(n, xr, mean, 1) / (float)n;
+    v4f inv = splat(1.0f / __builtin_sqrtf(var + eps)), m = splat(mean);
+    size_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        v4f v = (load4(xr + j) - m) * inv;
+        if (weight) v *= load4(weight + j);
+        if (bias) v += load4(bias + j);
+        store4(yr + j, v);
+    }
+    for (; j < n; ++j) {
+        float v = (xr[j] - mean) * inv[0];
+        if (weight) v *= weight[j];
+        if (bias) v += bias[j];
+        yr[j] = v;
+    }
+}
+
+/* layer norm over rows of n contiguous elements, rows x_row apart; y contiguous (rows, n) */
 EXPORT void layer_norm_f32(size_t rows, size_t n, const float *x, ptrdiff_t x_row, float *y, const float *weight,
                            const float *bias, float eps) {
+    for (size_t r = 0; r < rows; ++r) layer_norm_row(n, x + (ptrdiff_t)r * x_row, y + r * n, weight, bias, eps);
+}
+
+/* y = layer_norm((x + input_bias) + residual): the sum (added in that order, as the composite
+ * does) goes into y's row, which is then normalized in place. input_bias may be NULL. */
+EXPORT void add_layer_norm_f32(size_t rows, size_t n, const float *x, ptrdiff_t x_row, const float *input_bias,
+                               const float *residual, ptrdiff_t r_row, float *y, const float *weight,
+                               const float *bias, float eps) {
     for (size_t r = 0; r < rows; ++r) {
-        const float *xr = x + (ptrdiff_t)r * x_row;
+        const float *xr = x + (ptrdiff_t)r * x_row, *rr = residual + (ptrdiff_t)r * r_row;
         float *yr = y + r * n;
-        float first = n ? xr[0] : 0.0f;                  /* shifted sum: exact-ish under a large offset */
-        float mean = first + row_sum(n, xr, first, 0) / (float)n;
-        float var = row_sum(n, xr, mean, 1) / (float)n;
-        v4f inv = splat(1.0f / __builtin_sqrtf(var + eps)), m = splat(mean);
         size_t j = 0;
-        for (; j + 4 <= n; j += 4) {
-            v4f v = (load4(xr + j) - m) * inv;
-            if (weight) v *= load4(weight + j);
-            if (bias) v += load4(bias + j);
-            store4(yr + j, v);
+        if (input_bias) {
+            for (; j + 4 <= n; j += 4) store4(yr + j, (load4(xr + j) + load4(input_bias + j)) + load4(rr + j));
+            for (; j < n; ++j) yr[j] = (xr[j] + input_bias[j]) + rr[j];
+        } else {
+            for (; j + 4 <= n; j += 4) store4(yr + j, load4(xr + j) + load4(rr + j));
+            for (; j < n; ++j) yr[j] = xr[j] + rr[j];
         }
-        for (; j < n; ++j) {
-            float v = (xr[j] - mean) * inv[0];
-            if (weight) v *= weight[j];
-            if (bias) v += bias[j];
-            yr[j] = v;
-        }
+        layer_norm_row(n, yr, yr, weight, bias, eps);
     }
 }
 
@@ -136,6 +156,9 @@ EXPORT void scale_shift_f32(size_t outer, size_t c, size_t inner, const float *x
         if (i < inner) store_lanes(yp + i, activate4(gather4(xp + i, 1, inner - i) * a + b, act), inner - i);
     }
 }
+
+/* y = act(x) over count contiguous elements (the GEMM epilogue's activations: GELU is x Phi(x)) */
+EXPORT void activation_f32(size_t count, const float *x, int act, float *y) { activate_span(count, x, act, y); }
 
 /* y = min(max(x, lo), hi) over count contiguous elements; NaN stays NaN (np.clip) */
 EXPORT void clamp_f32(size_t count, const float *x, float lo, float hi, float *y) {

@@ -315,6 +315,23 @@ def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  #
     return y if bias is None else add(y, bias)
 
 
+def add_layer_norm(input: Tensor, residual: Tensor, normalized_shape, weight: Tensor | None = None,  # noqa: A002
+                   bias: Tensor | None = None, eps: float = 1e-5, input_bias: Tensor | None = None) -> Tensor:
+    """layer_norm(input + input_bias + residual, ...): an engine extension (not in torch) for the
+    post-norm residual of BERT-style blocks, `LayerNorm(dense(h) + h)`, which a backend may run as
+    one kernel. input_bias is the preceding linear's bias, so the linear can run without it."""
+    x = _floating(input)
+    dims = _norm_dims(x, normalized_shape)
+    if tuple(residual.shape) == tuple(x.shape) and _affine_fits(x, dims, input_bias, weight, bias):
+        fused = _fused_f32("add_layer_norm", [t for t in (x, residual, input_bias, weight, bias) if t is not None],
+                           normalized_dims=len(dims), eps=float(eps), has_input_bias=input_bias is not None,
+                           has_weight=weight is not None, has_bias=bias is not None)
+        if fused is not None:
+            return fused
+    total = x if input_bias is None else add(x, input_bias)
+    return layer_norm(add(total, residual), normalized_shape, weight, bias, eps)
+
+
 def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  # noqa: A002
              eps: float | None = None) -> Tensor:
     x = _floating(input)
@@ -351,6 +368,10 @@ def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tens
 
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:  # noqa: A002
     x = _floating(input)
+    if approximate in ("none", "tanh"):
+        fused = _fused_f32("gelu", [x], approximate=approximate)
+        if fused is not None:
+            return fused
     if approximate == "none":                       # x * Phi(x), Phi the normal CDF
         return mul(mul(x, 0.5), add(erf(mul(x, 1 / math.sqrt(2))), 1.0))
     if approximate == "tanh":
@@ -391,17 +412,22 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
 
     A bool mask marks the pairs that take part (True = attend); a float mask is
     added to the scores. is_causal keeps key j <= query i (top-left aligned).
+    A query row with no key to attend (all masked) is NaN, as softmax of -inf
+    everywhere is (torch 2.13 gives 0 there).
     """
     if dropout_p:
         raise NotImplementedError("scaled_dot_product_attention(dropout_p>0): inference only")
     if is_causal and attn_mask is not None:
         raise ValueError("pass either attn_mask or is_causal=True, not both")
     q, k, v = _floating(query), _floating(key), _floating(value)
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    fused = _fused_attention(q, k, v, attn_mask, is_causal, scale, enable_gqa)
+    if fused is not None:
+        return fused
     if enable_gqa and q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
         rep = q.shape[-3] // k.shape[-3]             # each KV head serves `rep` query heads
         k = _repeat_heads(k, rep)
         v = _repeat_heads(v, rep)
-    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = mul(matmul(q, k.mT), scale)              # (..., L, S)
     L, S = scores.shape[-2:]
     if is_causal:
@@ -413,6 +439,30 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
         else:
             scores = add(scores, attn_mask)
     return matmul(softmax(scores, -1), v)            # (..., L, Ev)
+
+
+def _fused_attention(q, k, v, attn_mask, is_causal, scale, enable_gqa) -> Tensor | None:
+    """The backend's "attention" kernel for (N, H, L, E) float32 q/k/v on one backend (K/V heads
+    equal, one, or a divisor under enable_gqa) and a bool or float32 mask broadcastable to
+    (N, H, L, S); None: run the composite. The kernel writes (N, L, H, Ev) (what an output
+    projection reads); the result is that buffer seen as (N, H, L, Ev)."""
+    backend = q._backend
+    if "attention" not in backend.fused or q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        return None
+    (n, h, l, e), (nk, hk, s, ek), (nv, hv, sv, ev) = q.shape, k.shape, v.shape
+    if not (n == nk == nv and hk == hv and s == sv and e == ek and 0 < hk and h % hk == 0 and
+            (hk in (1, h) or enable_gqa) and n * h * l * s * e * ev) or \
+            _any(t.dtype is not D.float32 or t._backend is not backend for t in (k, v)) or q.dtype is not D.float32:
+        return None
+    tensors = [q, k, v]
+    if attn_mask is not None:
+        if attn_mask._backend is not backend or attn_mask.dtype not in (D.bool_, D.float32) or attn_mask.ndim > 4:
+            return None
+        try:
+            tensors.append(attn_mask.expand(n, h, l, s))
+        except ValueError:
+            return None
+    return _run_fused("attention", tensors, scale=float(scale), is_causal=bool(is_causal)).transpose(1, 2)
 
 
 def _repeat_heads(x: Tensor, rep: int) -> Tensor:

@@ -26,11 +26,18 @@ def test_cli(capsys, monkeypatch):
 
 
 def test_bench_ops_times_each_op_on_each_device(capsys):
+    import engine
     from engine.bench import bench_ops
     result = bench_ops(repeat=1, device="simd", inner=1)
     assert result["devices"] == ["numpy", "simd"] and result["adapters"]["simd"] == "simd"
     assert {c["op"] for c in result["cases"]} >= {"matmul", "conv2d 3x3", "depthwise 3x3", "softmax", "layer_norm"}
     assert all(c[d]["ms"] > 0 for c in result["cases"] for d in result["devices"])
-    assert "depthwise 3x3" in format_table(result)
+    # the fused kernels' ops are timed again as their composites (the kernel taken out of the table)
+    assert {c["op"] for c in result["cases"] if "composite_ms" in c["simd"]} == {"gelu", "attention",
+                                                                                 "add_layer_norm"}
+    assert not any("composite_ms" in c["numpy"] for c in result["cases"])
+    from engine.backends.simd.backend import SimdBackend
+    assert "attention" in SimdBackend.fused and "fused" not in vars(engine.get_backend("simd"))   # restored
+    assert "depthwise 3x3" in format_table(result) and "composite simd" in format_table(result)
     assert cli.main(["bench", "ops", "--device", "simd", "--repeat", "1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["model"] == "ops"

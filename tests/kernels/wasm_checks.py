@@ -14,7 +14,7 @@ from engine.backends.numpy.kernels import _conv2d as numpy_conv2d  # noqa: E402
 from engine.backends.simd import kernels as K  # noqa: E402
 from engine.backends.simd import library  # noqa: E402
 from engine import dtypes as D  # noqa: E402
-from tests.kernels.reference import gemm_reference  # noqa: E402
+from tests.kernels.reference import activation_reference, attention_reference, gemm_reference  # noqa: E402
 
 
 def worst(actual, expected, tolerance) -> float:
@@ -79,6 +79,43 @@ def rowwise_checks(rng, errors):
     errors["clamp"] = worst(K.clamp(x, -1.0, 2.0), np.clip(x, -1, 2), 1e-30)
 
 
+def transformer_checks(rng, errors):
+    x = (rng.standard_normal(1001) * 4).astype(np.float32)
+    for name in ("gelu", "gelu_tanh"):
+        errors[f"activation {name}"] = worst(K.activation(x, name), activation_reference(x, name),
+                                             2e-6 * np.abs(x) + 1e-37)
+    special = K.activation(np.array([np.nan, np.inf, -np.inf, -0.0], np.float32), "gelu")
+    errors["gelu of nan, inf, -inf, -0"] = 0.0 if np.isnan(special[[0, 2]]).all() and special[1] == np.inf and \
+        special[3] == 0 else float("inf")
+    h, r = rng.standard_normal((7, 37), dtype=np.float32), rng.standard_normal((7, 37), dtype=np.float32) + 20
+    ib, w, b = (rng.standard_normal(37, dtype=np.float32) for _ in range(3))
+    total = ((h + ib) + r).astype(np.float64)
+    centred = total - total.mean(-1, keepdims=True)
+    normed = centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + 1e-5) * w + b
+    errors["add_layer_norm"] = worst(K.add_layer_norm(h, r, 37, w, b, 1e-5, ib), normed, 2e-5 * np.abs(w) + 1e-5)
+    for n, heads, kv_heads, l, s, e, ev in [(2, 3, 3, 5, 7, 8, 8), (1, 4, 2, 9, 13, 5, 3), (2, 2, 1, 6, 17, 16, 12),
+                                            (2, 12, 12, 19, 19, 32, 32)]:
+        q = rng.standard_normal((n, heads, l, e), dtype=np.float32)
+        k = rng.standard_normal((n, kv_heads, s, e), dtype=np.float32)
+        v = rng.standard_normal((n, kv_heads, s, ev), dtype=np.float32)
+        padding = np.ones((n, 1, 1, s), bool)
+        padding[-1, ..., s // 2:] = False
+        float_mask = np.where(padding, 0.5, -1e4).astype(np.float32)
+        for name, mask, causal in (("padding", padding, False), ("float mask", float_mask, False),
+                                   ("causal", None, True)):
+            expected, tol = attention_reference(q, k, v, mask, None, causal)
+            errors[f"attention {(n, heads, kv_heads, l, s, e, ev)} {name}"] = worst(
+                K.attention(q, k, v, mask, None, causal), expected, tol)
+    x = rng.standard_normal((2, 11, 3 * 4 * 8), dtype=np.float32)     # BERT's strided head views
+    q, k, v = (x[..., i * 32:(i + 1) * 32].reshape(2, 11, 4, 8).transpose(0, 2, 1, 3) for i in range(3))
+    padding = np.ones((2, 1, 1, 11), bool)
+    padding[0] = False                                                # no key at all: NaN, as the composite
+    expected, tol = attention_reference(q, k, v, padding)
+    out = K.attention(q, k, v, padding)
+    errors["attention bert views"] = worst(out[1], expected[1], tol[1])
+    errors["attention fully masked rows are NaN"] = 0.0 if np.isnan(out[0]).all() else float("inf")
+
+
 def convert_checks(errors):
     bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     f16 = bits.view(np.float16)
@@ -110,6 +147,7 @@ def main(arg: str) -> str:
     gemm_checks(rng, errors)
     conv_checks(rng, errors)
     rowwise_checks(rng, errors)
+    transformer_checks(rng, errors)
     convert_checks(errors)
     mnist_check(rng, errors)
     result["errors"] = errors

@@ -183,6 +183,52 @@ def rowwise_checks(rng, errors):
           q, k, v, atol=1e-5)
 
 
+def transformer_checks(rng, errors):
+    """The fused kernels of a transformer encoder (gelu, attention, add + layer norm) against the
+    numpy backend's composites: odd shapes, strided views, masks, rows with no key (NaN)."""
+    x = rng.standard_normal((7, 33), dtype=np.float32) * 4
+    check(errors, "gelu of a transposed view", lambda t: F.gelu(t.T), x, atol=2e-6, rtol=4e-6)
+    check(errors, "gelu tanh of a slice", lambda t: F.gelu(t[:, 3:], approximate="tanh"), x, atol=2e-6, rtol=4e-6)
+    sdpa = F.scaled_dot_product_attention
+    for n, h, hkv, l, s, e, ev in [(2, 3, 3, 5, 7, 8, 8), (1, 4, 2, 9, 13, 5, 3), (2, 2, 1, 6, 150, 16, 70),
+                                   (1, 2, 2, 70, 40, 8, 8)]:
+        q = rng.standard_normal((n, h, l, e), dtype=np.float32)
+        k = rng.standard_normal((n, hkv, s, e), dtype=np.float32)
+        v = rng.standard_normal((n, hkv, s, ev), dtype=np.float32)
+        padding = np.ones((n, 1, 1, s), bool)
+        padding[-1, ..., s // 2:] = False
+        shape, gqa = (n, h, hkv, l, s, e, ev), hkv != h
+        check(errors, f"attention {shape}", lambda q, k, v: sdpa(q, k, v, enable_gqa=gqa), q, k, v, atol=1e-5)
+        check(errors, f"attention {shape} bool padding", lambda q, k, v, m: sdpa(q, k, v, m, enable_gqa=gqa),
+              q, k, v, padding, atol=1e-5)
+        float_mask = rng.standard_normal((n, 1, l, s)).astype(np.float32)
+        check(errors, f"attention {shape} float mask", lambda q, k, v, m: sdpa(q, k, v, m, enable_gqa=gqa),
+              q, k, v, float_mask, atol=1e-5)
+        check(errors, f"attention {shape} causal", lambda q, k, v: sdpa(q, k, v, is_causal=True, enable_gqa=gqa),
+              q, k, v, atol=1e-5)
+    late = np.zeros((2, 1, 1, 150), bool)                 # keys only past the first chunk of 64; batch 1: none
+    late[0, ..., 100:] = True
+    q = rng.standard_normal((2, 2, 5, 16), dtype=np.float32)
+    k, v = (rng.standard_normal((2, 2, 150, 16), dtype=np.float32) for _ in range(2))
+    check(errors, "attention keys in the last chunk only, rows with none (NaN)",
+          lambda q, k, v, m: sdpa(q, k, v, m), q, k, v, late, atol=1e-5)
+    proj = rng.standard_normal((2, 11, 3 * 4 * 8), dtype=np.float32)
+
+    def bert(t, m):                                       # q, k, v as strided head views of one projection
+        q, k, v = (t[..., i * 32:(i + 1) * 32].reshape(2, 11, 4, 8).transpose(1, 2) for i in range(3))
+        return sdpa(q, k, v, m).transpose(1, 2).reshape(2, 11, 32)
+    check(errors, "attention on BERT's head views", bert, proj, np.arange(11).reshape(1, 1, 1, 11) < np.array(
+        [11, 7]).reshape(2, 1, 1, 1), atol=1e-5)
+    h, r = rng.standard_normal((3, 5, 37), dtype=np.float32), rng.standard_normal((3, 5, 37), dtype=np.float32) + 9
+    ib, w, b = (rng.standard_normal(37, dtype=np.float32) for _ in range(3))
+    check(errors, "add_layer_norm", lambda h, r, ib, w, b: F.add_layer_norm(h, r, 37, w, b, 1e-5, ib),
+          h, r, ib, w, b, atol=1e-5)
+    check(errors, "add_layer_norm no affine, no input bias", lambda h, r: F.add_layer_norm(h, r, (37,)),
+          h, r, atol=1e-5)
+    check(errors, "add_layer_norm of a transposed residual", lambda h, r, w: F.add_layer_norm(
+        h, r.transpose(0, 1).contiguous().transpose(0, 1), 37, w), h, r, w, atol=1e-5)
+
+
 def movement_checks(rng, errors):
     x = rng.standard_normal((4, 6, 5), dtype=np.float32)
     check(errors, "cat dim 1", lambda t: engine.cat([t, t[:, :2] * 2, t[:, 3:]], 1), x)
@@ -202,7 +248,7 @@ def run() -> dict:
     rng = np.random.default_rng(7)
     errors: dict = {}
     for checks in (matmul_checks, tile_checks, conv_checks, pool_checks, elementwise_checks, reduction_checks, rowwise_checks,
-                   movement_checks):
+                   transformer_checks, movement_checks):
         poison(gpu)
         checks(rng, errors)
     return {"adapter": str(gpu.info), "errors": errors}

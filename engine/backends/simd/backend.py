@@ -60,6 +60,18 @@ def _layer_norm(x, *params, normalized_dims, eps, has_weight, has_bias):
     return C.layer_norm(x, math.prod(x.shape[x.ndim - normalized_dims:]), weight, bias, eps)
 
 
+def _add_layer_norm(x, residual, *params, normalized_dims, eps, has_input_bias, has_weight, has_bias):
+    input_bias, weight, bias = _optional_params(params, has_input_bias, has_weight, has_bias)
+    return C.add_layer_norm(x, residual, math.prod(x.shape[x.ndim - normalized_dims:]), weight, bias, eps,
+                            input_bias)
+
+
+def _optional_params(params, *present):
+    """The optional tensors of a fused call, None where absent (they come in this order)."""
+    it = iter(params)
+    return [next(it) if p else None for p in present]
+
+
 def _rms_norm(x, *params, normalized_dims, eps, has_weight):
     return C.rms_norm(x, math.prod(x.shape[x.ndim - normalized_dims:]), params[0] if has_weight else None, eps)
 
@@ -85,6 +97,14 @@ def _mul_add(x, a, b):
     return numpy_kernels.FUSED["mul_add"](x, a, b)
 
 
+def _gelu(x, *, approximate):
+    return C.activation(x, "gelu" if approximate == "none" else "gelu_tanh")
+
+
+def _attention(q, k, v, *mask, scale, is_causal):  # -> (N, L, H, Dv)
+    return C.attention(q, k, v, mask[0] if mask else None, scale, is_causal)
+
+
 def _hardtanh(x, *, min_val, max_val):
     if x.dtype == np.float32:
         return C.clamp(x, min_val, max_val)
@@ -92,7 +112,8 @@ def _hardtanh(x, *, min_val, max_val):
 
 
 FUSED = {"mul_add": _mul_add, "hardtanh": _hardtanh, "softmax": _softmax, "layer_norm": _layer_norm,
-         "rms_norm": _rms_norm, "linear": _linear, "conv2d": _conv2d_bias}
+         "rms_norm": _rms_norm, "linear": _linear, "conv2d": _conv2d_bias, "gelu": _gelu, "attention": _attention,
+         "add_layer_norm": _add_layer_norm}
 
 
 class SimdBackend(NumpyBackend):

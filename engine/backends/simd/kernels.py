@@ -205,6 +205,22 @@ def layer_norm(x, normalized_size: int, weight=None, bias=None, eps: float = 1e-
     return y
 
 
+def add_layer_norm(x, residual, normalized_size: int, weight=None, bias=None, eps: float = 1e-5, input_bias=None,
+                   out=None) -> np.ndarray:
+    """layer_norm((x + input_bias) + residual) over the trailing `normalized_size` elements; residual
+    of x's shape, input_bias/weight/bias of normalized_size elements (or None)."""
+    x, residual = _elements(x), _elements(residual)
+    if residual.shape != x.shape:
+        raise ValueError(f"add_layer_norm: residual {residual.shape} does not match the input {x.shape}")
+    rows, res, y = _rows(x, normalized_size), _rows(residual, normalized_size), _output(x.shape, out)
+    weight, bias = _vector(weight, normalized_size), _vector(bias, normalized_size)
+    input_bias = _vector(input_bias, normalized_size)
+    library.get().add_layer_norm_f32(rows.shape[0], normalized_size, _address(rows), _strides(rows)[0],
+                                     _optional(input_bias), _address(res), _strides(res)[0], _address(y),
+                                     _optional(weight), _optional(bias), eps)
+    return y
+
+
 def rms_norm(x, normalized_size: int, weight=None, eps: float = 1e-6, out=None) -> np.ndarray:
     x = _elements(x)
     rows, y = _rows(x, normalized_size), _output(x.shape, out)
@@ -225,10 +241,52 @@ def scale_shift(x, scale, shift, activation: str = "none", out=None) -> np.ndarr
     return y
 
 
+def activation(x, name: str, out=None) -> np.ndarray:
+    """act(x) elementwise, with the GEMM epilogue's activations ("gelu": x Phi(x) with erf, ...)."""
+    x = np.ascontiguousarray(_elements(x))
+    y = _output(x.shape, out)
+    library.get().activation_f32(x.size, _address(x), _activation(name), _address(y))
+    return y
+
+
 def clamp(x, lo: float, hi: float, out=None) -> np.ndarray:
     x = np.ascontiguousarray(_elements(x))
     y = _output(x.shape, out)
     library.get().clamp_f32(x.size, _address(x), lo, hi, _address(y))
+    return y
+
+
+# --- attention -----------------------------------------------------------------------------------
+_MASK_KINDS = {np.dtype(np.bool_): 1, _F32: 2}
+
+
+def attention(q, k, v, mask=None, scale: float | None = None, is_causal: bool = False, out=None) -> np.ndarray:
+    """softmax(q @ k^T * scale + mask) @ v for q (N, H, L, D), k (N, Hkv, S, D), v (N, Hkv, S, Dv), any
+    strides (BERT's transposed head views pass without a copy); H a multiple of Hkv: query head h
+    reads KV head h // (H // Hkv) (grouped-query attention, K/V never repeated). mask: None, bool
+    (True = attend) or float32 (added), broadcastable to (N, H, L, S); is_causal keeps key j <= query
+    i. Returns (N, L, H, Dv), contiguous: the heads already side by side for the output projection."""
+    q, k, v = _elements(q), _elements(k), _elements(v)
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(f"attention: q, k, v must be (N, H, L, D), got {q.shape}, {k.shape}, {v.shape}")
+    (n, h, l, d), (_, hkv, s, _), dv = q.shape, k.shape, v.shape[-1]
+    if k.shape[0] != n or v.shape[:3] != k.shape[:3] or k.shape[3] != d or not hkv or h % hkv:
+        raise ValueError(f"attention: shapes q {q.shape}, k {k.shape}, v {v.shape} do not match")
+    mask_args = (None, 0, 0, 0, 0, 0)
+    if mask is not None:
+        mask = np.asarray(mask)
+        kind = _MASK_KINDS.get(mask.dtype)
+        if kind is None:
+            raise TypeError(f"attention: the mask must be bool or float32, got {mask.dtype}")
+        mask = np.broadcast_to(mask, (n, h, l, s))
+        if any(st % mask.itemsize for st in mask.strides):
+            mask = np.ascontiguousarray(mask)
+        mask_args = (_address(mask), kind) + tuple(st // mask.itemsize for st in mask.strides)
+    scale = 1 / math.sqrt(d) if scale is None else scale
+    y = _output((n, l, h, dv), out)
+    _call_with_scratch(library.get().attention_f32, n, h, hkv, l, s, d, dv, _address(q), *_strides(q), _address(k),
+                       *_strides(k), _address(v), *_strides(v), *mask_args, int(bool(is_causal)), float(scale),
+                       _address(y))
     return y
 
 

@@ -361,6 +361,25 @@ def _norm(kind):
     return kernel
 
 
+def _add_layer_norm(be, x, residual, *params, normalized_dims, eps, has_input_bias, has_weight, has_bias):
+    x, residual = be.contiguous(x), be.contiguous(residual)
+    n = math.prod(x.shape[len(x.shape) - normalized_dims:])
+    it = iter(params)
+    input_bias, weight, bias = (be.contiguous(next(it)) if present else None
+                                for present in (has_input_bias, has_weight, has_bias))
+    return K.rows(be.gpu, "add_layer_norm", x, x.numel // n if n else 0, n, 1, weight, bias, eps, residual,
+                  input_bias), x.shape
+
+
+def _gelu(be, x, *, approximate):
+    expr = f"activate(a, {K.ACTIVATIONS['gelu' if approximate == 'none' else 'gelu_tanh']}u)"
+    return K.elementwise(be.gpu, expr, [x], "f32"), x.shape
+
+
+def _attention(be, q, k, v, *mask, scale, is_causal):   # -> (N, L, H, Ev)
+    return K.attention(be.gpu, q, k, v, mask[0] if mask else None, scale, is_causal)
+
+
 def _linear(be, x, weight, *bias):                  # x (..., K) @ weight (N, K).T + bias (N,)
     k, n = x.shape[-1], weight.shape[0]
     rows = _collapse(be, x, 1)                      # (rows, K)
@@ -375,4 +394,5 @@ def _conv2d_fused(be, x, weight, *bias, stride, pads, dilation, groups, activati
 
 
 FUSED = {"mul_add": _mul_add, "hardtanh": _hardtanh, "softmax": _softmax, "layer_norm": _norm("layer_norm"),
-         "rms_norm": _norm("rms_norm"), "linear": _linear, "conv2d": _conv2d_fused}
+         "rms_norm": _norm("rms_norm"), "linear": _linear, "conv2d": _conv2d_fused, "gelu": _gelu,
+         "attention": _attention, "add_layer_norm": _add_layer_norm}

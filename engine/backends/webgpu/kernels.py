@@ -330,18 +330,62 @@ def conv2d(gpu: Gpu, x: View, w: View, bias: View | None, stride, pads, dilation
 
 
 # --- row-wise: softmax and the norms -----------------------------------------------------------
-ROW_KINDS = {"softmax": 0, "layer_norm": 1, "rms_norm": 2}
+ROW_KINDS = {"softmax": 0, "layer_norm": 1, "rms_norm": 2, "add_layer_norm": 3}
 
 
 def rows(gpu: Gpu, kind: str, x: View, outer: int, n: int, inner: int, weight: View | None = None,
-         bias: View | None = None, eps: float = 0.0) -> GpuBuffer:
-    """x contiguous, viewed as (outer, n, inner); the result has x's shape, contiguous."""
+         bias: View | None = None, eps: float = 0.0, residual: View | None = None,
+         input_bias: View | None = None) -> GpuBuffer:
+    """x contiguous, viewed as (outer, n, inner); the result has x's shape, contiguous.
+    add_layer_norm: layer norm of (x + input_bias) + residual, residual contiguous like x."""
     out = gpu.buffer(4 * outer * n * inner)
     count = outer * inner
     if count and n:
-        params = _words(count, n, inner, x.offset, int(weight is not None), int(bias is not None),
-                        weight.offset if weight else 0, bias.offset if bias else 0, _f32_bits(eps), 0, 0, 0)
+        optional = [weight, bias, residual, input_bias]
+        params = _words(count, n, inner, x.offset, *[int(v is not None) for v in optional],
+                        *[v.offset if v is not None else 0 for v in optional], _f32_bits(eps), 0, 0, 0)
         gpu.dispatch(shader("rows", KIND=ROW_KINDS[kind]),
-                     [x.buf, out, gpu.params(params), weight.buf if weight else _placeholder(gpu),
-                      bias.buf if bias else _placeholder(gpu)], _grid(count, 1, gpu))
+                     [x.buf, out, gpu.params(params)] + [v.buf if v is not None else _placeholder(gpu)
+                                                          for v in optional], _grid(count, 1, gpu))
     return out
+
+
+# --- attention ------------------------------------------------------------------------------------
+ATTENTION_SHARED = 3840            # floats of workgroup memory for a chunk's K and V rows (of 4096)
+
+
+def attention(gpu: Gpu, q: View, k: View, v: View, mask: View | None, scale: float,
+              causal: bool) -> tuple[GpuBuffer, tuple]:
+    """softmax(q k^T * scale + mask) v for f32 views q (N, H, L, E), k (N, Hkv, S, E), v (N, Hkv, S,
+    Ev) (H a multiple of Hkv), mask None or an (N, H, L, S) view (u32 bool: 0 masks; f32: added);
+    out contiguous (N, L, H, Ev). One shader variant per head size (its loops unroll)."""
+    _check_strides(q, k, v, *([mask] if mask is not None else []))
+    (n, h, l, e), (_, hkv, s, _), ev = q.shape, k.shape, v.shape[3]
+    shape = (n, l, h, ev)
+    out = gpu.buffer(4 * math.prod(shape))
+    blocks = -(-l // 64)
+    if n * h * l * ev:
+        kind = 0 if mask is None else (2 if mask.type == "f32" else 1)
+        m = mask if mask is not None else View(_placeholder(gpu), (1, 1, 1, 1), (0, 0, 0, 0), 0, "u32")
+        info = _words(n, h, h // hkv, l, s, kind, int(causal), _f32_bits(scale), blocks, q.offset, *q.strides,
+                      k.offset, *k.strides, v.offset, *v.strides, m.offset, *m.strides)
+        source = _attention_shader(e, ev, "f32" if kind == 2 else "u32")
+        gpu.dispatch(source, [q.buf, k.buf, v.buf, m.buf, out, gpu.params(info)], _grid(n * h * blocks, 1, gpu))
+    return out, shape
+
+
+@lru_cache(maxsize=None)
+def _attention_shader(e: int, ev: int, mask_type: str) -> str:
+    """attention.wgsl for head sizes e, ev: the query and output row as single variables, the
+    dot product over four partial sums."""
+    bk = max(1, min(32, ATTENTION_SHARED // (e + ev)))
+    pad = " " * 16
+    statements = {
+        "DECLARE": "\n".join([f"    var q{p}: f32;" for p in range(e)] + [f"    var acc{c}: f32;" for c in range(ev)]),
+        "LOAD_Q": "\n".join(f"        q{p} = Q[q_at + {p}u * q_step];" for p in range(e)),
+        "DOT": "\n".join(f"{pad}d{p % 4} = fma(q{p}, Ks[kj + {p}u], d{p % 4});" for p in range(e)),
+        "RESCALE": "\n".join(f"            acc{c} = acc{c} * rescale;" for c in range(ev)),
+        "ACCUMULATE": "\n".join(f"{pad}acc{c} = fma(p, Vs[vj + {c}u], acc{c});" for c in range(ev)),
+        "STORE": "\n".join(f"        Y[out + {c}u] = select(acc{c} / total, nan(), no_key);" for c in range(ev)),
+    }
+    return shader("attention", MASK_T=mask_type, E=e, EV=ev, BK=bk, KS=bk * e, VS=bk * ev, **statements)

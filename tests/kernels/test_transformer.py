@@ -1,0 +1,146 @@
+"""The transformer-encoder kernels (activation_f32, add_layer_norm_f32, attention_f32) against
+float64 NumPy. Tolerances: activations 2e-6 relative to |x| (the erf/exp approximations are good
+to ~5e-7 relative, slopes at most 1.13); add + layer norm as layer norm (tests/kernels/
+test_rowwise.py) on the float32 sum; attention as reference.attention_reference states it
+(scores to 2e-6 of scale |q|.|k|, then through the softmax, + 2e-6 of p.|v|). Every
+output starts as NaN, and rows with no key to attend must come out NaN (as the composite)."""
+import math
+
+import numpy as np
+import pytest
+
+from engine.backends.simd import kernels as K
+from tests.kernels.reference import (activation_reference, assert_within, assert_within_or_nan, attention_reference,
+                                     nan_like)
+from tests.kernels.test_rowwise import norm_tolerance
+
+
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "silu", "relu", "relu6"])
+@pytest.mark.parametrize("count", [1, 3, 4, 7, 8, 9, 1001])
+def test_activation(rng, activation, count):
+    x = (rng.standard_normal(count) * 4).astype(np.float32)
+    if count >= 8:
+        x[:8] = [np.nan, np.inf, -np.inf, -0.0, 12.0, -12.0, 1e-30, -40.0]
+    with np.errstate(all="ignore"):
+        expected = activation_reference(x, activation)            # -inf: NaN (-inf * 0), as the composites
+    y = K.activation(x, activation, out=nan_like(count))
+    special = ~np.isfinite(expected)
+    np.testing.assert_array_equal(y[special], expected[special])
+    assert_within(y[~special], expected[~special], 2e-6 * np.abs(x[~special]) + 1e-37, activation)
+    assert K.activation(np.empty(0, np.float32), activation).shape == (0,)
+
+
+def test_gelu_large_inputs_take_both_branches(rng):
+    """Vectors with every |x| < 1.41 take the erf-only path; others the erfc tail too: both must agree."""
+    x = np.concatenate([rng.uniform(-1.4, 1.4, 64), rng.uniform(-9, 9, 64), rng.uniform(-1.4, 1.4, 3)]
+                       ).astype(np.float32)
+    x[::7] *= 3
+    expected = activation_reference(x, "gelu")
+    assert_within(K.activation(x, "gelu"), expected, 2e-6 * np.abs(x) + 1e-37, "gelu")
+    assert_within(K.gemm(x.reshape(-1, 1), np.ones((1, 5), np.float32), activation="gelu"),
+                  np.repeat(expected[:, None], 5, 1), 2e-6 * np.abs(x)[:, None] + 1e-37, "gemm epilogue")
+
+
+@pytest.mark.parametrize("n", [1, 3, 4, 7, 9, 64, 384, 1001])
+def test_add_layer_norm(rng, n):
+    x = rng.standard_normal((6, n), dtype=np.float32) * 3
+    residual = rng.standard_normal((6, n), dtype=np.float32) * 2 + 50          # an offset to survive
+    input_bias, weight, bias = (rng.standard_normal(n, dtype=np.float32) for _ in range(3))
+    for ib, w, b in ((None, None, None), (input_bias, None, None), (input_bias, weight, bias), (None, weight, None)):
+        total = x + ib + residual if ib is not None else x + residual          # float32, added in this order
+        t64 = total.astype(np.float64)
+        centred = t64 - t64.mean(-1, keepdims=True)
+        expected = centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + 1e-5)
+        expected = expected * (1 if w is None else w) + (0 if b is None else b)
+        out = K.add_layer_norm(x, residual, n, w, b, 1e-5, ib, out=nan_like(x.shape))
+        tol = norm_tolerance(total) * np.abs(1 if w is None else w) + 1e-6
+        assert_within(out, expected, tol, f"input_bias={ib is not None} weight={w is not None}")
+    strided = K.add_layer_norm(np.asfortranarray(x), np.asfortranarray(residual), n, weight, bias, 1e-5, input_bias)
+    assert_within(strided, K.add_layer_norm(x, residual, n, weight, bias, 1e-5, input_bias), 0, "strided rows")
+    with pytest.raises(ValueError, match="residual"):
+        K.add_layer_norm(x, residual[:3], n)
+
+
+def _qkv(rng, n, h, hkv, l, s, e, ev):
+    return (rng.standard_normal((n, h, l, e), dtype=np.float32), rng.standard_normal((n, hkv, s, e), dtype=np.float32),
+            rng.standard_normal((n, hkv, s, ev), dtype=np.float32))
+
+
+def check_attention(q, k, v, mask=None, scale=None, causal=False, what=""):
+    n, h, l, _ = q.shape
+    out = K.attention(q, k, v, mask, scale, causal, out=nan_like((n, l, h, v.shape[-1])))
+    expected, tol = attention_reference(q, k, v, mask, scale, causal)
+    assert_within_or_nan(out, expected, tol, what)
+    return out
+
+
+# (N, H, Hkv, L, S, E, Ev): tails of the 4-row query tile and the 8-key score tile, Ev not a
+# multiple of 4 or 8 (V packed), one key, grouped-query and multi-query heads (their rows share
+# tiles: decoding one token with 9 heads over 3 KV heads, as SmolLM2 does)
+SHAPES = [(1, 1, 1, 1, 1, 1, 1), (2, 3, 3, 5, 7, 8, 8), (1, 4, 2, 9, 13, 5, 3), (2, 2, 1, 6, 17, 16, 12),
+          (1, 2, 2, 4, 8, 32, 36), (3, 12, 12, 17, 33, 32, 32), (1, 9, 3, 1, 37, 64, 64)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_attention_masks(rng, shape):
+    n, h, hkv, l, s, e, ev = shape
+    q, k, v = _qkv(rng, *shape)
+    padding = np.ones((n, 1, 1, s), bool)
+    for b in range(n):
+        padding[b, ..., 1 + rng.integers(0, s):] = False          # key padding: the first key stays
+    check_attention(q, k, v, what="no mask")
+    check_attention(q, k, v, padding, what="bool padding mask")
+    check_attention(q, k, v, np.where(padding, 0, -1e4).astype(np.float32), what="float padding mask")
+    check_attention(q, k, v, rng.standard_normal((n, h, l, s)).astype(np.float32), what="float mask per query")
+    per_query = rng.random((1, h, l, s)) > 0.5
+    per_query[..., 0] = True
+    check_attention(q, k, v, per_query, what="bool mask per head and query")
+    per_head = rng.random((n, h, 1, s)) > 0.5
+    per_head[..., -1] = True
+    check_attention(q, k, v, per_head, what="bool mask per head (the same for every query)")
+    check_attention(q, k, v, causal=True, what="causal")
+    check_attention(q, k, v, scale=0.3, what="scale")
+
+
+def test_attention_on_bert_views(rng):
+    """q, k, v as BERT makes them: one (N, L, 3*H*D) projection, each part viewed (N, L, H, D)
+    and transposed to (N, H, L, D): strided, no copy. K's transposed memory too (ks_d != 1)."""
+    n, l, h, d = 3, 21, 4, 8
+    x = rng.standard_normal((n, l, 3 * h * d), dtype=np.float32)
+    q, k, v = (x[..., i * h * d:(i + 1) * h * d].reshape(n, l, h, d).transpose(0, 2, 1, 3) for i in range(3))
+    assert not q.flags.c_contiguous
+    padding = np.ones((n, 1, 1, l), bool)
+    padding[1, ..., 15:] = False
+    check_attention(q, k, v, padding, what="bert views")
+    check_attention(q, np.ascontiguousarray(k.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2), v.transpose(0, 1, 2, 3),
+                    padding, what="K transposed in memory")
+    check_attention(q, k, np.asfortranarray(v), padding, what="V strided (packed)")
+
+
+def test_attention_rows_without_keys_are_nan(rng):
+    q, k, v = _qkv(rng, 3, 2, 2, 6, 9, 4, 5)
+    mask = np.ones((3, 1, 1, 9), bool)
+    mask[1] = False                                              # batch 1: no key at all
+    out = check_attention(q, k, v, mask, what="fully masked batch")
+    assert np.isnan(out[1]).all() and not np.isnan(out[[0, 2]]).any()
+    per_query = np.ones((3, 2, 6, 9), bool)
+    per_query[0, 1, 4] = False                                   # one query row of one head
+    out = check_attention(q, k, v, per_query, what="one fully masked row")
+    assert np.isnan(out[0, 4, 1]).all() and np.isnan(out).sum() == 5
+    check_attention(q, k, v, np.full((3, 1, 1, 9), -np.inf, np.float32), what="-inf float mask")
+    q[2, 0, 3, 1] = np.nan                                       # NaN in a query: its row only
+    out = check_attention(q, k, v, what="NaN query")
+    assert np.isnan(out[2, 3, 0]).all() and np.isnan(out).sum() == 5
+
+
+def test_attention_checks_its_arguments(rng):
+    q, k, v = _qkv(rng, 1, 3, 2, 4, 5, 8, 8)
+    with pytest.raises(ValueError, match="do not match"):
+        K.attention(q, k, v)                                     # 3 query heads over 2 KV heads
+    with pytest.raises(TypeError, match="bool or float32"):
+        K.attention(q[:, :2], k, v, np.ones((1, 1, 1, 5), np.int32))
+    with pytest.raises(ValueError, match="(N, H, L, D)"):
+        K.attention(q[0], k[0], v[0])
+    big = np.ones((1, 1, 1, 3000), bool)                        # scratch grows with S
+    q1, k1, v1 = _qkv(rng, 1, 1, 1, 3, 3000, 8, 8)
+    check_attention(q1, k1, v1, big, scale=1 / math.sqrt(80), what="long keys")
