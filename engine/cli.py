@@ -1,5 +1,6 @@
-"""Command line: `python -m engine digit IMAGE...`, `python -m engine classify IMAGE...`,
-`python -m engine bench mnist|effnet|gemm`.
+"""Command line: `python -m engine digit IMAGE...`, `classify IMAGE...`, `embed TEXT...`,
+`similarity QUERY CANDIDATE...`, `tokenize --model NAME TEXT...`, `tasks`,
+`bench mnist|effnet|minilm|gemm|ops`.
 
 Exit status: 0 on success, 2 on bad input or arguments (one line on stderr,
 no traceback).
@@ -24,6 +25,14 @@ def _add_device(p: argparse.ArgumentParser) -> None:
                                                   "(default: numpy)")
 
 
+def _add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--weights", default=None, help="a sentence-transformers folder, or a safetensors file, index "
+                                                   "or URL with its tokenizer.json and config.json beside it "
+                                                   "(default: dist/models/all-MiniLM-L6-v2, built by build.py)")
+    p.add_argument("--max-length", type=int, default=None, help="tokens per text (default: the model's, 256)")
+    _add_device(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="python -m engine", description="A Python tensor engine that runs neural networks "
                  "natively and in the browser.")
@@ -46,11 +55,36 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--weights", default=None, help="a safetensors file, index, folder or URL, or a .pth file "
                                                    "(default: dist/models/efficientnet_lite0, built by build.py)")
     _add_device(c)
+    e = sub.add_parser("embed", help="sentence embeddings (all-MiniLM-L6-v2): one unit vector per text",
+                       description="Embed each text as a unit vector (sentence-embedding task). Texts longer "
+                                   "than the model's limit are truncated, with a note on stderr.")
+    e.add_argument("texts", nargs="*", metavar="TEXT")
+    e.add_argument("--file", default=None, help="read the texts from this file, one per line ('-': stdin)")
+    e.add_argument("--json", action="store_true", help='one JSON object per line: {"input", "embedding"}')
+    _add_model_options(e)
+    m = sub.add_parser("similarity", help="rank candidate texts by cosine similarity to a query",
+                       description="Rank the candidates by the cosine similarity of their sentence embeddings "
+                                   "to the query's, best first.")
+    m.add_argument("query", metavar="QUERY")
+    m.add_argument("candidates", nargs="+", metavar="CANDIDATE")
+    m.add_argument("--json", action="store_true", help='one JSON object per line: {"index", "text", "score"}')
+    _add_model_options(m)
+    t = sub.add_parser("tokenize", help="the token ids and tokens of texts, as a model's tokenizer makes them",
+                       description="Tokenize each text with the tokenizer.json of a registry model.")
+    t.add_argument("texts", nargs="+", metavar="TEXT")
+    t.add_argument("--model", default="all-MiniLM-L6-v2", help="a registry model with a tokenizer "
+                                                              "(default all-MiniLM-L6-v2)")
+    t.add_argument("--weights", default=None, help="the model's folder or weights, tokenizer.json beside them "
+                                                   "(default: the built one)")
+    t.add_argument("--json", action="store_true", help='one JSON object per line: {"input", "ids", "tokens"}')
+    sub.add_parser("tasks", help="the registry: every task and the model that serves it")
     b = sub.add_parser("bench", help="time the engine against PyTorch",
                        description="Time a model on the engine and on PyTorch in the same run; prints ratios. "
+                                   "`bench minilm` times sentence embeddings at 1x128, 8x128 and real "
+                                   "sentences on every available backend (or --device); "
                                    "`bench gemm` times float32 matmul on --device (default: every available "
                                    "one) and on numpy, in GFLOP/s; `bench ops` times single ops the same way.")
-    b.add_argument("model", choices=["mnist", "effnet", "gemm", "ops"])
+    b.add_argument("model", choices=["mnist", "effnet", "minilm", "gemm", "ops"])
     b.add_argument("--repeat", type=int, default=20, help="timed runs per case (median is reported)")
     b.add_argument("--json", action="store_true", help="print the results as one JSON object")
     b.add_argument("--weights", default=None, help="the model's weights (default: the bundled or built ones)")
@@ -100,6 +134,11 @@ def _bench(args) -> int:
         if args.weights is not None:
             raise EngineError(f"bench {args.model} takes no --weights")
         result = {"gemm": bench_gemm, "ops": bench_ops}[args.model](repeat=args.repeat, device=args.device)
+    elif args.model == "minilm":
+        from .bench_text import bench_minilm, format_minilm
+        result = bench_minilm(repeat=args.repeat, device=args.device, weights=args.weights)
+        print(json.dumps(result) if args.json else format_minilm(result))
+        return 0
     else:
         bench = {"mnist": bench_mnist, "effnet": bench_effnet}[args.model]
         result = bench(repeat=args.repeat, device=args.device, weights=args.weights, with_profile=args.profile)
@@ -107,10 +146,93 @@ def _bench(args) -> int:
     return 0
 
 
+def _texts(args) -> list[str]:
+    texts = list(args.texts)
+    if args.file is not None:
+        try:
+            source = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")
+            with source:
+                texts += [line.rstrip("\r\n") for line in source]
+        except UnicodeDecodeError as e:
+            raise EngineError(f"{args.file}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if not texts:
+        raise EngineError("no texts: give them as arguments or with --file")
+    return texts
+
+
+def _embedder(args):
+    import warnings
+    from .pipelines import pipeline
+    pipe = pipeline("sentence-embedding", device=args.device, weights=args.weights, max_length=args.max_length)
+    warnings.filterwarnings("ignore", message=".*were truncated")     # said once per text below instead
+    return pipe
+
+
+def _note_truncated(pipe, texts) -> None:
+    for i in pipe.truncated:
+        print(f"note: text {i + 1} is longer than {pipe.max_length} tokens; its embedding is of the first "
+              f"{pipe.max_length} ({texts[i][:40]!r}...)", file=sys.stderr)
+
+
+def _embed(args) -> int:
+    texts = _texts(args)
+    pipe = _embedder(args)
+    vectors = pipe(texts)
+    _note_truncated(pipe, texts)
+    for text, vector in zip(texts, vectors):
+        if args.json:
+            print(json.dumps({"input": text, "embedding": [round(float(v), 7) for v in vector]},
+                             ensure_ascii=False))
+        else:
+            print(f"{text[:60]!r}: [{', '.join(f'{v:.4f}' for v in vector[:6])}, ...] ({len(vector)} dims)")
+    return 0
+
+
+def _similarity(args) -> int:
+    pipe = _embedder(args)
+    ranked = pipe.rank(args.query, args.candidates)
+    _note_truncated(pipe, [args.query, *args.candidates])
+    for r in ranked:
+        if args.json:
+            print(json.dumps({"index": r["index"], "text": r["text"], "score": round(r["score"], 6)},
+                             ensure_ascii=False))
+        else:
+            print(f"{r['score']:.4f}  {r['text']}")
+    return 0
+
+
+def _tokenize(args) -> int:
+    from . import registry
+    from .io.checkpoint import Checkpoint, location_of
+    from .text import Tokenizer
+    entry = registry.model(args.model)
+    if "tokenizer.json" not in entry.processor:
+        raise EngineError(f"model {args.model} has no tokenizer")
+    where = location_of(args.weights) or registry.default_location(entry)
+    tokenizer = Tokenizer.from_buffer(Checkpoint(None, location=where).file("tokenizer.json"),
+                                      file=f"{args.model}/tokenizer.json")
+    tokenizer.no_padding()                        # the text's own tokens, not padded to the json's 128
+    for text in args.texts:
+        enc = tokenizer.encode(text)
+        if args.json:
+            print(json.dumps({"input": text, "ids": enc.ids, "tokens": enc.tokens}, ensure_ascii=False))
+        else:
+            print(f"{text[:60]!r}: " + " ".join(f"{t}({i})" for t, i in zip(enc.tokens, enc.ids)))
+    return 0
+
+
+def _tasks(args) -> int:
+    from . import registry
+    for task, entry in registry.tasks().items():
+        print(f"{task:<22} {entry.name:<20} {entry.title}")
+    return 0
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"digit": _digit, "classify": _classify, "bench": _bench}[args.command](args)
+        return {"digit": _digit, "classify": _classify, "embed": _embed, "similarity": _similarity,
+                "tokenize": _tokenize, "tasks": _tasks, "bench": _bench}[args.command](args)
     except (EngineError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -101,8 +101,10 @@ class BertSelfOutput(nn.Module):
         self.dense = nn.Linear(width, c.hidden_size)
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
 
-    def forward(self, x, residual):
-        return self.LayerNorm(self.dense(x) + residual)           # (N, L, H)
+    def forward(self, x, residual):                             # LayerNorm(dense(x) + residual) in one kernel
+        ln = self.LayerNorm
+        return F.add_layer_norm(F.linear(x, self.dense.weight), residual, ln.normalized_shape, ln.weight,
+                                ln.bias, ln.eps, input_bias=self.dense.bias)      # (N, L, H)
 
 
 class BertAttention(nn.Module):

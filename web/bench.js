@@ -1,7 +1,8 @@
 // The browser benchmark: cold-start stages, bytes fetched, per-op times and MNIST and
 // EfficientNet inference per backend (webgpu with its adapter's name; SwiftShader is a CPU
-// emulation of a GPU, reported as such). Writes one JSON object into
-// [data-testid=bench-results] when done. ?repeat=N, ?gemm=0, ?ops=0, ?effnet=0 trim the run.
+// emulation of a GPU, reported as such), and all-MiniLM-L6-v2 at 1x128 and 8x128 with the
+// tokenizer's throughput. Writes one JSON object into [data-testid=bench-results] when done.
+// ?repeat=N, ?gemm=0, ?ops=0, ?effnet=0, ?minilm=0 trim the run.
 import { EngineClient } from "./engine-client.js";
 
 const params = new URLSearchParams(location.search);
@@ -27,11 +28,11 @@ async function main() {
     mnist: {},
     effnet: {},
   };
-  if (params.get("gemm") !== "0") results.gemm = (await client.benchGemm(Math.max(3, Math.round(repeat / 4)))).cases;
-  if (params.get("ops") !== "0") results.ops = (await client.benchOps(Math.max(3, Math.round(repeat / 4)))).cases;
+  if (params.get("gemm") !== "0") results.gemm = (await client.python("bench_gemm", Math.max(3, Math.round(repeat / 4)))).cases;
+  if (params.get("ops") !== "0") results.ops = (await client.python("bench_ops", Math.max(3, Math.round(repeat / 4)))).cases;
   for (const device of info.devices) {
     await client.setBackend(device);
-    results.mnist[device] = await client.benchDigit(repeat);
+    results.mnist[device] = await client.python("bench_digit", repeat);
   }
   if (params.get("effnet") !== "0") {
     const t = performance.now();
@@ -39,7 +40,17 @@ async function main() {
     results.effnet_load = { ms: round(performance.now() - t), weights: loaded.weights };
     for (const device of info.devices) {
       await client.setBackend(device);
-      results.effnet[device] = await client.benchImage(Math.max(3, Math.round(repeat / 4)));
+      results.effnet[device] = await client.python("bench_image", Math.max(3, Math.round(repeat / 4)));
+    }
+  }
+  if (params.get("minilm") !== "0") {
+    const t = performance.now();
+    const loaded = await client.loadTask("sentence-embedding");
+    results.minilm_load = { ms: round(performance.now() - t), weights: loaded.weights };
+    results.minilm = {};
+    for (const device of info.devices) {
+      await client.setBackend(device);
+      results.minilm[device] = await client.python("bench_text", Math.max(3, Math.round(repeat / 4)));
     }
   }
   return results;

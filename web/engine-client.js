@@ -71,17 +71,14 @@ class EngineClient {
     return this.init(backend, this.kernelsWanted);
   }
 
-  predictDigit(imageData) {
-    const pixels = new Uint8ClampedArray(imageData.data);     // a copy we can transfer
-    return this.call("predictDigit", { pixels, width: imageData.width, height: imageData.height },
-                     [pixels.buffer]);
+  // An entry point of engine/web/worker.py with RGBA pixels first (a copy is transferred).
+  callWithPixels(cmd, imageData, ...args) {
+    const pixels = new Uint8ClampedArray(imageData.data);
+    return this.call(cmd, { args: [pixels, imageData.width, imageData.height, ...args] }, [pixels.buffer]);
   }
 
-  classifyImage(imageData, topK = 5) {
-    const pixels = new Uint8ClampedArray(imageData.data);
-    return this.call("classifyImage", { pixels, width: imageData.width, height: imageData.height, topK },
-                     [pixels.buffer]);
-  }
+  // Any entry point of engine/web/worker.py: python("embed_texts", ["a", "b"]).
+  python(cmd, ...args) { return this.call(cmd, { args }); }
 
   // Load a task's model once (its weights stream in with progress under stage "weights:<task>").
   loadTask(task) {
@@ -94,12 +91,8 @@ class EngineClient {
     return this.tasks.get(task);
   }
 
-  setBackend(backend) { return this.call("setBackend", { backend }); }
-  benchDigit(repeat) { return this.call("benchDigit", { repeat }); }
-  benchImage(repeat) { return this.call("benchImage", { repeat }); }
-  benchGemm(repeat) { return this.call("benchGemm", { repeat }); }
-  benchOps(repeat) { return this.call("benchOps", { repeat }); }
-  run(source) { return this.call("run", { source }); }
+  setBackend(backend) { return this.python("set_device", backend); }
+  run(source) { return this.python("run", source); }
 
   subscribe(fn) { this.listeners.add(fn); fn(this.snapshot()); return () => this.listeners.delete(fn); }
   snapshot() { return { ...this.state, progress: this.progress }; }

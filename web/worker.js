@@ -8,6 +8,7 @@ importScripts(BASE + "pyodide/pyodide.js");
 
 let pyodide = null;
 let api = null;
+let exported = new Set();
 const timings = {};
 
 // Report download progress per stage by watching the runtime's own fetches.
@@ -75,7 +76,9 @@ async function boot(backend, kernels) {
   await pyodide.loadPackage("engine", { messageCallback: () => {} });
   const flavour = await loadKernels(kernels);
   api = pyodide.pyimport("engine.web.worker");
+  exported = new Set(api.EXPORTS.toJs());
   timings.engine_ms = performance.now() - t;
+  const registry = JSON.parse(api.tasks());
   const { available: devices, best, unavailable, adapter } = JSON.parse(await api.devices());
   const device = devices.includes(backend) ? backend : best;
   t = performance.now();
@@ -83,7 +86,7 @@ async function boot(backend, kernels) {
     self.postMessage({ type: "progress", stage: "weights", loaded, total });
   const info = JSON.parse(await api.load("digit-classification", device, BASE, weights));
   timings.weights_ms = performance.now() - t;
-  return { devices, requested: backend, device: info.device, weights: info.weights, timings, unavailable,
+  return { devices, requested: backend, device: info.device, weights: info.weights, timings, unavailable, registry,
            adapter, kernels: flavour, crossOriginIsolated: self.crossOriginIsolated === true };
 }
 
@@ -96,21 +99,19 @@ async function loadTask(task) {
   return { ...info, ms: performance.now() - t };
 }
 
-// The Python entry points are async (so the webgpu backend may wait for the GPU): each
-// returns a promise of a JSON string.
+// Commands handled here; every other command is an entry point of engine/web/worker.py
+// (its EXPORTS), called with the message's `args` and answering a JSON string. The tasks
+// themselves come from the registry (engine/registry.py), never from a list kept here.
 const COMMANDS = {
   init: (m) => boot(m.backend, m.kernels),
   loadTask: (m) => loadTask(m.task),
-  classifyImage: async (m) => JSON.parse(await api.classify_image(m.pixels, m.width, m.height, m.topK || 5)),
-  benchImage: async (m) => JSON.parse(await api.bench_image(m.repeat || 5)),
-  benchGemm: async (m) => JSON.parse(await api.bench_gemm(m.repeat || 5)),
-  benchOps: async (m) => JSON.parse(await api.bench_ops(m.repeat || 5)),
-  predictDigit: async (m) => JSON.parse(await api.predict_digit(m.pixels, m.width, m.height)),
-  setBackend: async (m) => JSON.parse(await api.set_device(m.backend)),
-  benchDigit: async (m) => JSON.parse(await api.bench_digit(m.repeat || 20)),
-  run: async (m) => JSON.parse(await api.run(m.source)),
   resources: () => resourceBytes(),
 };
+
+async function callPython(m) {
+  if (!exported.has(m.cmd)) throw new Error(`unknown command ${m.cmd}`);
+  return JSON.parse(await api[m.cmd](...(m.args || [])));
+}
 
 // What this worker downloaded (its own resource timing; the page has its own).
 function resourceBytes() {
@@ -122,9 +123,8 @@ function resourceBytes() {
 self.onmessage = async (event) => {
   const message = event.data;
   try {
-    const command = COMMANDS[message.cmd];
-    if (!command) throw new Error(`unknown command ${message.cmd}`);
     if (!["init", "resources"].includes(message.cmd) && !api) throw new Error("the engine is not loaded yet");
+    const command = COMMANDS[message.cmd] || callPython;
     const result = await command(message);
     self.postMessage({ id: message.id, ok: true, result });
   } catch (err) {

@@ -17,7 +17,9 @@ import time
 
 import numpy as np
 
-MODELS = {"digit-classification": "models/mnist_cnn/", "image-classification": "models/efficientnet_lite0/"}
+# what web/worker.js may call (by these names, with the message's args)
+EXPORTS = ("devices", "tasks", "set_device", "predict_digit", "classify_image", "embed_texts", "bench_digit",
+           "bench_image", "bench_text", "bench_gemm", "bench_ops", "run")
 _state: dict = {"device": None, "pipelines": {}, "stats": {}, "namespace": None}
 
 
@@ -67,32 +69,31 @@ def _notice(pipe) -> dict:
 
 
 async def load(task: str, device: str | None, base_url: str, progress=None) -> str:
-    """Fetch (lazily, by Range, cache-first) and build the pipeline for `task`."""
-    from engine.io.remote import fetch_manifest, fetch_safetensors
-    from engine.pipelines import TASKS
-    from engine.web.fetch import CacheApiStore, JsFetchTransport
+    """Fetch (lazily, by Range, cache-first) and build the pipeline for `task`: its model and
+    where its weights lie come from the registry."""
+    from engine import pipeline as make_pipeline
+    from engine import registry
+    from engine.web.loader import load_checkpoint
 
-    folder = base_url + MODELS[task]
-    transport, cache = JsFetchTransport(), CacheApiStore()
+    registry.set_site(base_url)
+    entry = registry.for_task(task)
     t0 = time.perf_counter()
-    manifest = await fetch_manifest(folder + "manifest.json", transport)
     report = (lambda loaded, total: progress(loaded, total)) if progress is not None else None
-    weights = await fetch_safetensors(folder + manifest["index"], transport=transport, manifest=manifest,
-                                      cache=cache, progress=report)
-    extra = {}
-    if "labels.json" in manifest.get("extra", {}):
-        status, _, body = await transport.get(folder + "labels.json")
-        if status != 200:
-            raise RuntimeError(f"could not fetch {folder}labels.json (HTTP {status})")
-        extra["labels"] = json.loads(body)
+    checkpoint = await load_checkpoint(entry, progress=report)
     async with _lock:
-        pipe = TASKS[task](device=device or _state["device"], weights=weights, **extra)
+        pipe = make_pipeline(task, device=device or _state["device"], weights=checkpoint)
     _state["pipelines"][task] = pipe
     _state["device"] = pipe.device or "numpy"
-    stats = dict(getattr(weights, "fetch_stats", {}), ms=round((time.perf_counter() - t0) * 1e3, 1),
-                 total_bytes=manifest["total_bytes"])
+    weights = checkpoint.tensors.tensors          # the prefetched part (row tables come later)
+    stats = dict(getattr(weights, "fetch_stats", {}), ms=round((time.perf_counter() - t0) * 1e3, 1))
     _state["stats"][task] = stats
-    return json.dumps({"task": task, "device": _state["device"], "weights": stats})
+    return json.dumps({"task": task, "model": entry.name, "device": _state["device"], "weights": stats})
+
+
+def tasks() -> str:
+    """The registry as the page sees it (engine.registry.describe)."""
+    from engine import registry
+    return json.dumps(registry.describe())
 
 
 def pipeline(task: str = "digit-classification"):
@@ -142,6 +143,48 @@ async def classify_image(pixels, width: int, height: int, top_k: int = 5) -> str
         ms = (time.perf_counter() - t0) * 1e3
         notice = _notice(pipe)
     return json.dumps({"predictions": predictions, "ms": round(ms, 2), "device": _state["device"], **notice})
+
+
+async def embed_texts(texts, task: str = "sentence-embedding") -> str:
+    """Texts -> their unit vectors, the cosine similarity of every pair, the texts truncated,
+    the rows fetched for them and timing."""
+    pipe = _state["pipelines"][task]
+    texts = list(texts.to_py() if hasattr(texts, "to_py") else texts)
+    async with _lock:
+        t0 = time.perf_counter()
+        batch = await pipe.prepare(texts)            # word-embedding rows by Range, without blocking
+        t1 = time.perf_counter()
+        vectors = pipe.run(lambda model: pipe.embed(batch))
+        ms = (time.perf_counter() - t1) * 1e3
+        notice = _notice(pipe)
+    similarity = pipe.similarity(vectors, vectors)
+    return json.dumps({"embeddings": np.round(vectors, 7).tolist(), "similarity": np.round(similarity, 6).tolist(),
+                       "truncated": pipe.truncated, "tokens": int(batch["attention_mask"].sum()),
+                       "fetch_ms": round((t1 - t0) * 1e3, 2), "ms": round(ms, 2), "device": _state["device"],
+                       "rows": _row_stats(pipe), **notice})
+
+
+def _row_stats(pipe) -> dict:
+    tables = getattr(pipe.checkpoint.tensors, "tables", {})
+    return {name: {"fetched_rows": t.fetched_rows, "rows": t.shape[0]} for name, t in tables.items()}
+
+
+async def bench_text(repeat: int = 5, shapes=((1, 128), (8, 128)), task: str = "sentence-embedding") -> str:
+    """Median encoder time (forward, pooling, normalisation) per (batch, length) on the current device,
+    plus tokenizer throughput."""
+    from engine.bench import _median_ms
+    async with _lock:
+        pipe = _state["pipelines"][task]
+        rng = np.random.default_rng(0)
+        out = {}
+        for n, length in shapes:
+            ids = rng.integers(1000, 2000, (n, length))
+            batch = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+            await pipe.fetch_rows(ids)
+            out[f"batch{n}x{length}_ms"] = round(_median_ms(lambda: pipe.embed(batch), repeat), 2)
+        from engine.bench_text import tokenizer_throughput
+        out["tokenizer"] = tokenizer_throughput(pipe.tokenizer)
+    return json.dumps({"device": _state["device"], **out})
 
 
 async def bench_image(repeat: int = 5, batches=(1,)) -> str:

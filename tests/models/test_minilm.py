@@ -83,3 +83,61 @@ def test_minilm_float16_storage(minilm_folder, batch, reference):
     worst = cosines(got, reference).min()
     print(f"float16 storage: worst cosine {worst:.7f} over {len(CORPUS)} sentences")
     assert worst >= 0.9999
+
+
+# --- the pipeline: our tokenizer, the model, pooling, normalisation ------------------------------
+@pytest.fixture(scope="module")
+def site_copy(tmp_path_factory):
+    """The site's copy (float16, row tables, processor files), written by the build's converter."""
+    from buildtools import convert
+    from buildtools.fetch import DEFAULT_CACHE
+    out = tmp_path_factory.mktemp("site")
+    entry = engine.registry.model("all-MiniLM-L6-v2")
+    convert.write_model(entry, convert.locate(entry, out, DEFAULT_CACHE, False), out)
+    return out / "models" / "all-MiniLM-L6-v2"
+
+
+def test_pipeline_end_to_end_matches_the_reference(minilm_folder, reference):
+    pipe = engine.pipeline("sentence-embedding", weights=minilm_folder)
+    with pytest.warns(UserWarning, match="1 text.*truncated"):
+        got = pipe(CORPUS)
+    assert pipe.truncated == [len(CORPUS) - 1] and pipe.max_length == MAX_LENGTH
+    assert got.shape == (len(CORPUS), 384) and got.dtype == np.float32
+    assert cosines(got, reference).min() >= 0.99999
+    one = pipe(CORPUS[0])
+    assert one.shape == (384,) and cosines(one[None], reference[:1])[0] >= 0.99999
+
+
+def test_site_copy_float16_figure(site_copy, reference):
+    """What the page computes with (float16 weights, rows by block): its worst cosine."""
+    pipe = engine.pipeline("feature-extraction", weights=site_copy)
+    with pytest.warns(UserWarning):
+        got = pipe(CORPUS)
+    worst = cosines(got, reference).min()
+    print(f"site copy (float16): worst cosine {worst:.7f}")
+    assert worst >= 0.9999
+
+
+def test_rank_and_similarity(minilm_folder):
+    pipe = engine.pipeline("sentence-embedding", weights=minilm_folder)
+    ranked = pipe.rank("A man is eating pasta.", ["A monkey is playing drums.", "A man is eating food.",
+                                                  "A man is eating pasta."])
+    assert [r["index"] for r in ranked] == [2, 1, 0]
+    assert ranked[0]["score"] == pytest.approx(1.0, abs=1e-5) and ranked[0]["text"] == "A man is eating pasta."
+    m = pipe.similarity(pipe(["a", "b"]), pipe(["a", "b", "c"]))
+    assert m.shape == (2, 3) and m[0, 0] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_bad_inputs_get_clear_errors(minilm_folder):
+    from engine.errors import InputError
+    pipe = engine.pipeline("sentence-embedding", weights=minilm_folder)
+    with pytest.raises(InputError, match="empty list"):
+        pipe([])
+    with pytest.raises(InputError, match="int"):
+        pipe(["fine", 42])
+    with pytest.raises(InputError, match="string or a list"):
+        pipe(42)
+    with pytest.raises(InputError, match="candidate"):
+        pipe.rank("q", [])
+    with pytest.raises(InputError, match="max_length"):
+        engine.pipeline("sentence-embedding", weights=minilm_folder, max_length=10_000)
