@@ -51,16 +51,18 @@ def _compare(name: str, model, reference, shape, batches, repeat: int, device: s
     return info
 
 
-def profile(model, shape, device: str | None = None, repeat: int = 3) -> dict:
-    """Where a forward pass of `model` on a (*shape) input spends its time, per kernel: each
-    op is followed by a device sync, so a GPU's time is charged to the op that queued it
-    (the sum exceeds an unprofiled pass by the syncs). Rows sorted by total time."""
+def profile(model, shape, device: str | None = None, repeat: int = 3, forward=None) -> dict:
+    """Where a forward pass of `model` on a (*shape) input (or a call of `forward()`) spends its
+    time, per kernel: each op is followed by a device sync, so a GPU's time is charged to the op
+    that queued it (the sum exceeds an unprofiled pass by the syncs). Rows sorted by total time."""
     from .device import get_backend
     from .tensor import from_numpy
 
     backend = get_backend(device)
-    x = np.random.default_rng(0).random(shape, dtype=np.float32)
-    model(from_numpy(x, device)).numpy()             # warm: pipelines, caches
+    if forward is None:
+        x = np.random.default_rng(0).random(shape, dtype=np.float32)
+        forward = lambda: model(from_numpy(x, device)).numpy()        # noqa: E731
+    forward()                                        # warm: pipelines, caches
     rows: dict = {}
 
     def timed(method, label):
@@ -85,7 +87,7 @@ def profile(model, shape, device: str | None = None, repeat: int = 3) -> dict:
     try:
         t0 = time.perf_counter()
         for _ in range(repeat):
-            model(from_numpy(x, device)).numpy()
+            forward()
         total = (time.perf_counter() - t0) * 1e3 / repeat
     finally:
         del backend.run, backend.run_fused

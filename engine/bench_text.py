@@ -67,13 +67,15 @@ def _torch_embed(torch, net, batch):
         return torch.nn.functional.normalize(pooled, p=2, dim=1).numpy()
 
 
-def bench_minilm(repeat: int = 10, device: str | None = None, weights=None, shapes=SHAPES) -> dict:
+def bench_minilm(repeat: int = 10, device: str | None = None, weights=None, shapes=SHAPES,
+                 with_profile: bool = False) -> dict:
     """Sentence embeddings (encoder, mean pooling, normalisation) at (batch, tokens) = `shapes` and on
     SENTENCES, on `device` (None: every available backend) and on torch, same token ids, one run."""
-    from .device import available, describe
+    from .device import auto_selectable, describe, known
     from .pipelines import pipeline
 
-    devices = [device] if device else available()
+    # every backend worth using here (not a CPU emulation of a GPU, unless asked for by name)
+    devices = [device] if device else [d for d in known() if auto_selectable(d)]
     pipe = pipeline("sentence-embedding", device=devices[0], weights=weights)
     reference = _torch_minilm(pipe)
     rng = np.random.default_rng(0)
@@ -96,6 +98,11 @@ def bench_minilm(repeat: int = 10, device: str | None = None, weights=None, shap
             if torch_ms is not None:
                 case.update(torch_ms=round(torch_ms, 2), ratio=round(engine_ms / torch_ms, 2))
             cases.append(case)
+    if with_profile:                                   # the first shape on the first device
+        from .bench import profile
+        pipe.to(devices[0])
+        batch = next(iter(inputs.values()))
+        info_profile = profile(None, None, devices[0], forward=lambda: pipe.embed(batch))
     t0 = time.perf_counter()
     tokenizer = tokenizer_throughput(pipe.tokenizer)
     info = {"model": "all-MiniLM-L6-v2", "devices": devices, "adapters": {d: describe(d) for d in devices},
@@ -105,6 +112,8 @@ def bench_minilm(repeat: int = 10, device: str | None = None, weights=None, shap
         info["torch"] = f"{reference[0].__version__} ({reference[0].get_num_threads()} threads)"
     else:
         info["torch"] = "not installed: engine times only"
+    if with_profile:
+        info["profile"] = info_profile
     return info
 
 
@@ -118,4 +127,10 @@ def format_minilm(result: dict) -> str:
     t = result["tokenizer"]
     lines.append(f"tokenizer: {t['tokens_per_s']:,} tokens/s, {t['texts_per_s']:,} texts/s "
                  f"({t['texts']} texts, {t['tokens']} tokens)")
+    if "profile" in result:
+        prof = result["profile"]
+        lines.append(f"profile of one {result['cases'][0]['input']} pass on {result['devices'][0]}, a sync after "
+                     f"each op ({prof['total_ms']:.3f} ms in all):")
+        lines += [f"{r['op']:>24} {r['calls']:>6} {r['ms']:>9.3f} {r['ms'] / prof['total_ms']:>6.0%}"
+                  for r in prof["ops"]]
     return "\n".join(lines)

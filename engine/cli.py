@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeat", type=int, default=20, help="timed runs per case (median is reported)")
     b.add_argument("--json", action="store_true", help="print the results as one JSON object")
     b.add_argument("--weights", default=None, help="the model's weights (default: the bundled or built ones)")
-    b.add_argument("--profile", action="store_true", help="mnist, effnet: also the time per kernel of one pass")
+    b.add_argument("--profile", action="store_true", help="mnist, effnet, minilm: also the time per kernel of one pass")
     _add_device(b)
     return ap
 
@@ -136,7 +136,8 @@ def _bench(args) -> int:
         result = {"gemm": bench_gemm, "ops": bench_ops}[args.model](repeat=args.repeat, device=args.device)
     elif args.model == "minilm":
         from .bench_text import bench_minilm, format_minilm
-        result = bench_minilm(repeat=args.repeat, device=args.device, weights=args.weights)
+        result = bench_minilm(repeat=args.repeat, device=args.device, weights=args.weights,
+                              with_profile=args.profile)
         print(json.dumps(result) if args.json else format_minilm(result))
         return 0
     else:
