@@ -277,13 +277,16 @@ def format_table(result: dict) -> str:
         lines.append(f"{c['batch']:>6} {c['engine_ms']:>10.3f} {c.get('torch_ms', float('nan')):>10.3f} "
                      f"{c.get('ratio', float('nan')):>12.2f}x")
     if "profile" in result:
-        prof = result["profile"]
-        lines.append(f"profile of one batch-{result['cases'][0]['batch']} pass, a sync after each op "
-                     f"({prof['total_ms']:.3f} ms in all):")
-        lines.append(f"{'op':>24} {'calls':>6} {'ms':>9} {'share':>6}")
-        lines += [f"{r['op']:>24} {r['calls']:>6} {r['ms']:>9.3f} {r['ms'] / prof['total_ms']:>6.0%}"
-                  for r in prof["ops"]]
+        lines += format_profile(result["profile"], f"batch-{result['cases'][0]['batch']}")
     return "\n".join(lines)
+
+
+def format_profile(prof: dict, what: str) -> list[str]:
+    """The lines of a profile() table: one row per kernel, its calls, time and share."""
+    return [f"profile of one {what} pass, a sync after each op ({prof['total_ms']:.3f} ms in all):",
+            f"{'op':>24} {'calls':>6} {'ms':>9} {'share':>6}",
+            *(f"{r['op']:>24} {r['calls']:>6} {r['ms']:>9.3f} {r['ms'] / prof['total_ms']:>6.0%}"
+              for r in prof["ops"])]
 
 
 def _format_gemm(result: dict) -> str:

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from .bench import _machine, _median_ms
+from .bench import _machine, _median_ms, format_profile
 
 SHAPES = ((1, 128), (8, 128))           # (batch, tokens): the bench page's and the shapes
 # real sentences of mixed length for the "sentences" case and the tokenizer's throughput
@@ -128,9 +128,5 @@ def format_minilm(result: dict) -> str:
     lines.append(f"tokenizer: {t['tokens_per_s']:,} tokens/s, {t['texts_per_s']:,} texts/s "
                  f"({t['texts']} texts, {t['tokens']} tokens)")
     if "profile" in result:
-        prof = result["profile"]
-        lines.append(f"profile of one {result['cases'][0]['input']} pass on {result['devices'][0]}, a sync after "
-                     f"each op ({prof['total_ms']:.3f} ms in all):")
-        lines += [f"{r['op']:>24} {r['calls']:>6} {r['ms']:>9.3f} {r['ms'] / prof['total_ms']:>6.0%}"
-                  for r in prof["ops"]]
+        lines += format_profile(result["profile"], f"{result['cases'][0]['input']} ({result['devices'][0]})")
     return "\n".join(lines)

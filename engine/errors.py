@@ -2,6 +2,12 @@
 from __future__ import annotations
 
 
+def _placed(message: str, file: str | None, **named) -> str:
+    """`message (file F, tensor 'T')`: the message with where it happened, as far as known."""
+    where = ([f"file {file}"] if file else []) + [f"{k} {v!r}" for k, v in named.items() if v is not None]
+    return f"{message} ({', '.join(where)})" if where else message
+
+
 class EngineError(Exception):
     """Base of every error the engine raises on bad input or configuration."""
 
@@ -28,12 +34,7 @@ class WeightsError(EngineError):
     def __init__(self, message: str, *, file=None, tensor: str | None = None):
         self.file = None if file is None else str(file)
         self.tensor = tensor
-        where = []
-        if self.file:
-            where.append(f"file {self.file}")
-        if tensor is not None:
-            where.append(f"tensor {tensor!r}")
-        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+        super().__init__(_placed(message, self.file, tensor=tensor))
 
 
 class TruncatedFile(WeightsError):
@@ -106,9 +107,4 @@ class TokenizerError(InputError):
     def __init__(self, message: str, *, file=None, field: str | None = None):
         self.file = None if file is None else str(file)
         self.field = field
-        where = []
-        if self.file:
-            where.append(f"file {self.file}")
-        if field is not None:
-            where.append(f"field {field!r}")
-        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+        super().__init__(_placed(message, self.file, field=field))

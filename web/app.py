@@ -66,8 +66,21 @@ def became_ready(info):
     by_id("adapter-info").textContent = f"GPU: {info.adapter}" if info.adapter else f"no WebGPU: {no_gpu}"
     by_id("isolation").textContent = ("cross-origin isolated: precise timers" if info.crossOriginIsolated
                                       else "not cross-origin isolated: coarse timers")
+    show_registry(info.registry.to_py())
     document.body.dataset.ready = "true"
     schedule_prediction()
+
+
+def show_registry(models):
+    """Each card names the model the registry serves its task with; a card whose task this site
+    does not serve is hidden."""
+    by_task = {task: m for m in models for task in m["tasks"]}
+    for card in document.querySelectorAll("section[data-task]"):
+        entry = by_task.get(card.dataset.task)
+        card.hidden = entry is None
+        label = card.querySelector("[data-model]")
+        if entry is not None and label is not None:
+            label.textContent = entry["title"].split(" · ", 1)[-1]
 
 
 def retry(event=None):
@@ -220,7 +233,7 @@ client.subscribe(create_proxy(show_state))
 
 
 # --- photo classification -----------------------------------------------------------------
-IMAGE_TASK = "image-classification"
+IMAGE_TASK = by_id("image-card").dataset.task
 MAX_PIXELS = 64_000_000              # the same limit as natively: refuse before decoding more
 
 
@@ -363,9 +376,8 @@ asyncio.ensure_future(show_samples())
 
 
 # --- sentences: ranked by meaning, and the similarity of every pair ---------------------------
-SENTENCE_TASK = "sentence-embedding"
+SENTENCE_TASK = by_id("sentences-card").dataset.task
 MAX_SENTENCES = 64                   # one request; more would make a heatmap nobody can read
-MAX_TOKENS = 256                     # all-MiniLM-L6-v2's max_seq_length: longer texts are cut
 RERANK_MS = 250                      # after the first ranking, edits re-rank once typing pauses
 DENSE = 12                           # above this many sentences the heatmap cells carry no numbers
 ranking = {"timer": None, "running": False, "dirty": False, "ranked": False}
@@ -497,7 +509,7 @@ def show_sentence_notes(result, lines):
     note.hidden = not cut
     if cut:
         names = cut[0] if len(cut) == 1 else ", ".join(cut[:-1]) + " and " + cut[-1]
-        note.textContent = (f"{names} {'is' if len(cut) == 1 else 'are'} longer than {MAX_TOKENS} tokens; "
+        note.textContent = (f"{names} {'is' if len(cut) == 1 else 'are'} longer than {result.max_length} tokens; "
                             f"only {'its' if len(cut) == 1 else 'their'} start was used")
     tables = result.rows.to_py().values()
     fetched, total = sum(t["fetched_rows"] for t in tables), sum(t["rows"] for t in tables)

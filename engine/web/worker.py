@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import warnings
 
 import numpy as np
 
@@ -152,14 +153,17 @@ async def embed_texts(texts, task: str = "sentence-embedding") -> str:
     texts = list(texts.to_py() if hasattr(texts, "to_py") else texts)
     async with _lock:
         t0 = time.perf_counter()
-        batch = await pipe.prepare(texts)            # word-embedding rows by Range, without blocking
+        with warnings.catch_warnings():              # truncation is reported in the result instead
+            warnings.simplefilter("ignore", UserWarning)
+            batch = await pipe.prepare(texts)        # word-embedding rows by Range, without blocking
         t1 = time.perf_counter()
         vectors = pipe.run(lambda model: pipe.embed(batch))
         ms = (time.perf_counter() - t1) * 1e3
         notice = _notice(pipe)
     similarity = pipe.similarity(vectors, vectors)
     return json.dumps({"embeddings": np.round(vectors, 7).tolist(), "similarity": np.round(similarity, 6).tolist(),
-                       "truncated": pipe.truncated, "tokens": int(batch["attention_mask"].sum()),
+                       "truncated": pipe.truncated, "max_length": pipe.max_length,
+                       "tokens": int(batch["attention_mask"].sum()),
                        "fetch_ms": round((t1 - t0) * 1e3, 2), "ms": round(ms, 2), "device": _state["device"],
                        "rows": _row_stats(pipe), **notice})
 

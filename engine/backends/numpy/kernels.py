@@ -11,28 +11,33 @@ from ...ops import Op
 _SQRT_PI = math.sqrt(math.pi)
 
 
+# erf's Maclaurin series x * sum c_n x^2n, c_n = 2/sqrt(pi) (-1)^n / (n! (2n + 1)), highest first (Horner)
+_ERF_SERIES = [2 / _SQRT_PI * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(22)][::-1]
+
+
 def erf(x: np.ndarray) -> np.ndarray:
     """erf without SciPy, accurate to ~1e-9 in float64.
 
-    |x| < 2: Maclaurin series (22 terms); |x| >= 2: the continued fraction of
-    erfc (20 levels). Evaluated in float64 and rounded to the input's type.
+    |x| < 2: Maclaurin series (22 terms, Horner, in place); |x| >= 2: the continued fraction of
+    erfc (20 levels), evaluated only where needed. In float64, rounded to the input's type.
     """
     x64 = np.asarray(x, np.float64)
     ax = np.abs(x64)
     small = np.minimum(ax, 2.0)
     x2 = small * small
-    term = small.copy()
-    series = small.copy()
-    for n in range(1, 22):
-        term *= -x2 / n
-        series += term / (2 * n + 1)
-    series *= 2 / _SQRT_PI
-    big = np.maximum(ax, 2.0)
-    frac = big.copy()
-    for k in range(20, 0, -1):
-        frac = big + (k / 2) / frac
-    tail = 1 - np.exp(-big * big) / _SQRT_PI / frac
-    return (np.sign(x64) * np.where(ax < 2.0, series, tail)).astype(x.dtype)
+    series = np.full_like(x2, _ERF_SERIES[0])
+    for c in _ERF_SERIES[1:]:
+        series *= x2
+        series += c
+    series *= small
+    far = ax >= 2.0
+    if far.any():
+        big = ax[far]
+        frac = big.copy()
+        for k in range(20, 0, -1):
+            frac = big + (k / 2) / frac
+        series[far] = 1 - np.exp(-big * big) / _SQRT_PI / frac
+    return np.copysign(series, x64).astype(x.dtype)
 
 
 def _topk(a, *, dtype, axis, k, largest, sorted):  # noqa: A002 - torch's name
