@@ -67,3 +67,14 @@ def test_mean_pooling_ignores_padding(reference):
 def test_config_from_json():
     c = bert.Config.from_json('{"hidden_size": 64, "num_attention_heads": 4, "model_type": "bert"}')
     assert (c.hidden_size, c.num_attention_heads, c.num_hidden_layers) == (64, 4, 6)
+
+
+def test_import_engine_alone_reaches_nn_functional_and_text():
+    """As with torch: engine.nn, engine.nn.functional and engine.text after a bare `import engine`."""
+    import subprocess
+    import sys
+    code = ("import engine; print(engine.nn.functional.gelu.__name__, engine.nn.Linear.__name__, "
+            "engine.text.Tokenizer.__name__, 'models' in __import__('sys').modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["gelu", "Linear", "Tokenizer", "False"]     # the model package: on first use only
