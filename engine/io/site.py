@@ -18,7 +18,7 @@ import hashlib
 from .. import dtypes as D
 from ..errors import IntegrityError, InvalidHeader
 from .checkpoint import Checkpoint
-from .manifest import cache_key
+from .manifest import _key_prefix, cache_key
 from .remote import _Loader, fetch_manifest, fetch_safetensors
 from .rows import RowTable
 
@@ -108,6 +108,15 @@ def _row_fetcher(loader: _Loader, url: str, name: str, entry: dict, block_rows: 
     return fetch
 
 
+async def _prune_rows(loader: _Loader, url: str, name: str, shas: list[str]) -> None:
+    """Delete the cached row blocks of `name` in `url` that the current manifest would not make."""
+    current = {cache_key(url, f"engine-rows={name}:{block}", sha) for block, sha in enumerate(shas)}
+    prefix = f"{_key_prefix(url)}engine-rows={name}:"
+    for key in await loader._cache("keys") or []:
+        if key.startswith(prefix) and key not in current:
+            await loader._cache("delete", key)
+
+
 async def fetch_file(loader: _Loader, url: str, sha256: str, size: int) -> bytes:
     """A whole small file, cached by its sha256 and verified."""
     key = cache_key(url, "engine-file", sha256) if loader.cache is not None else None
@@ -147,6 +156,8 @@ async def fetch_model(folder: str, *, transport, cache=None, progress=None, **op
                                 file=folder + MANIFEST_NAME, tensor=name)
         tables[name] = RowTable(name, tuple(entry["shape"]), dtype, block_rows,
                                 _row_fetcher(loader, folder + entry["file"], name, entry, block_rows, shas))
+        if cache is not None:                       # blocks of an older build of this table: gone
+            await _prune_rows(loader, folder + entry["file"], name, shas)
     files = {}
     for name, entry in manifest.get("extra", {}).items():
         files[name] = await fetch_file(loader, folder + name, entry["sha256"], entry["size"])

@@ -105,3 +105,15 @@ def test_a_changed_processor_file_is_refused(folder):
     _, files = folder
     with pytest.raises(IntegrityError, match="vocab.json"):
         load({**files, "vocab.json": b'{"a": 2}'})
+
+
+def test_row_blocks_of_an_older_build_are_pruned(folder):
+    _, files = folder
+    cache = MemoryCache()
+    asyncio.run(load(files, cache).tensors["emb"].fetch([0, VOCAB - 1]))
+    manifest = json.loads(files["manifest.json"])
+    shas = manifest["tensors"]["emb"]["rows"]["sha256"]
+    shas[0] = "0" * 64                                        # a new build changed block 0
+    load({**files, "manifest.json": json.dumps(manifest).encode()}, cache)
+    rows = sorted(k for k in cache.entries if "engine-rows" in k)
+    assert len(rows) == 1 and rows[0].endswith(shas[-1])      # the unchanged last block stays
