@@ -73,24 +73,31 @@ static void pack_v(size_t s, size_t dv, const float *v, ptrdiff_t vs_s, ptrdiff_
     }
 }
 
+/* The register tile both products use: acc[r][h] = sum over t < n of x[t * ROWS + r] * y[t * ys + 4h .. +4],
+ * x holding ROWS rows interleaved (query rows, or the exps transposed), y 8 columns of K^T or V. */
+static inline void tile_4x8(size_t n, const float *x, const float *y, ptrdiff_t ys, v4f acc[ROWS][2]) {
+    v4f a00 = splat(0.0f), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+    for (size_t t = 0; t < n; ++t, y += ys) {
+        v4f q = load4(x + t * ROWS), y0 = load4(y), y1 = load4(y + 4);
+        v4f q0 = lane(q, 0), q1 = lane(q, 1), q2 = lane(q, 2), q3 = lane(q, 3);
+        a00 = madd(q0, y0, a00); a01 = madd(q0, y1, a01);
+        a10 = madd(q1, y0, a10); a11 = madd(q1, y1, a11);
+        a20 = madd(q2, y0, a20); a21 = madd(q2, y1, a21);
+        a30 = madd(q3, y0, a30); a31 = madd(q3, y1, a31);
+    }
+    acc[0][0] = a00; acc[0][1] = a01; acc[1][0] = a10; acc[1][1] = a11;
+    acc[2][0] = a20; acc[2][1] = a21; acc[3][0] = a30; acc[3][1] = a31;
+}
+
 /* scores of ROWS query rows (qp[p * ROWS + r]) against all keys: sc[r * sp + j] */
 static void score_tile(size_t d, size_t sp, const float *qp, const float *kt, float scale, float *sc) {
-    v4f sv = splat(scale);
+    v4f sv = splat(scale), acc[ROWS][2];
     for (size_t j = 0; j < sp; j += 8) {
-        v4f a00 = splat(0.0f), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
-        const float *kp = kt + j;
-        for (size_t p = 0; p < d; ++p, kp += sp) {
-            v4f q = load4(qp + p * ROWS), k0 = load4(kp), k1 = load4(kp + 4);
-            v4f q0 = lane(q, 0), q1 = lane(q, 1), q2 = lane(q, 2), q3 = lane(q, 3);
-            a00 = madd(q0, k0, a00); a01 = madd(q0, k1, a01);
-            a10 = madd(q1, k0, a10); a11 = madd(q1, k1, a11);
-            a20 = madd(q2, k0, a20); a21 = madd(q2, k1, a21);
-            a30 = madd(q3, k0, a30); a31 = madd(q3, k1, a31);
+        tile_4x8(d, qp, kt + j, (ptrdiff_t)sp, acc);
+        for (size_t r = 0; r < ROWS; ++r) {
+            store4(sc + r * sp + j, acc[r][0] * sv);
+            store4(sc + r * sp + j + 4, acc[r][1] * sv);
         }
-        store4(sc + j, a00 * sv); store4(sc + j + 4, a01 * sv);
-        store4(sc + sp + j, a10 * sv); store4(sc + sp + j + 4, a11 * sv);
-        store4(sc + 2 * sp + j, a20 * sv); store4(sc + 2 * sp + j + 4, a21 * sv);
-        store4(sc + 3 * sp + j, a30 * sv); store4(sc + 3 * sp + j + 4, a31 * sv);
     }
 }
 
@@ -162,17 +169,8 @@ static void value_tile(size_t s, size_t dv, size_t dvp, const float *pt, const f
                        const float *sums, size_t rows, float *const outs[ROWS]) {
     size_t c = 0;
     for (; c + 8 <= dvp; c += 8) {
-        v4f a00 = splat(0.0f), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
-        const float *vj = v + c;
-        for (size_t j = 0; j < s; ++j, vj += vs) {
-            v4f p = load4(pt + j * ROWS), v0 = load4(vj), v1 = load4(vj + 4);
-            v4f p0 = lane(p, 0), p1 = lane(p, 1), p2 = lane(p, 2), p3 = lane(p, 3);
-            a00 = madd(p0, v0, a00); a01 = madd(p0, v1, a01);
-            a10 = madd(p1, v0, a10); a11 = madd(p1, v1, a11);
-            a20 = madd(p2, v0, a20); a21 = madd(p2, v1, a21);
-            a30 = madd(p3, v0, a30); a31 = madd(p3, v1, a31);
-        }
-        v4f acc[ROWS][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}};
+        v4f acc[ROWS][2];
+        tile_4x8(s, pt, v + c, vs, acc);
         for (size_t r = 0; r < rows; ++r) {
             acc[r][0] /= splat(sums[r]);
             acc[r][1] /= splat(sums[r]);

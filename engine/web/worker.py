@@ -157,7 +157,7 @@ async def embed_texts(texts, task: str = "sentence-embedding") -> str:
             warnings.simplefilter("ignore", UserWarning)
             batch = await pipe.prepare(texts)        # word-embedding rows by Range, without blocking
         t1 = time.perf_counter()
-        vectors = pipe.run(lambda model: pipe.embed(batch))
+        vectors = pipe.embed(batch)                  # falls back by itself if the GPU is lost
         ms = (time.perf_counter() - t1) * 1e3
         notice = _notice(pipe)
     similarity = pipe.similarity(vectors, vectors)
