@@ -11,6 +11,26 @@ Layouts follow ggml's documentation of its formats (ggml/src/ggml-common.h):
 - Q8_0: f16 d, 32 int8; w = d * q
 Nibbles: byte i holds element i in its low half and element i + 16 in its high half.
 
+K-quants pack 256 elements in a super-block of sub-blocks, each with its own scale
+(and min), the sub-block scales quantized against f16 super-scales d (and dmin):
+
+- Q2_K: 16 u8 scales (low 4 bits scale, high 4 bits min), 64 bytes of 2-bit q, f16 d,
+  f16 dmin; 16 sub-blocks of 16; w = (d * sc) * q - (dmin * m)
+- Q3_K: 32 bytes hmask, 64 bytes of 2-bit q, 12 bytes of 6-bit scales, f16 d; 16
+  sub-blocks of 16; the hmask bit clear subtracts 4; w = (d * (sc - 32)) * q
+- Q4_K: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles; 8
+  sub-blocks of 32; w = (d * sc) * q - (dmin * m)
+- Q5_K: as Q4_K, with 32 bytes qh of 5th bits between scales and nibbles
+- Q6_K: 128 bytes of low nibbles, 64 bytes of 2-bit high parts, 16 int8 scales, f16 d;
+  16 sub-blocks of 16; w = (d * sc) * (q - 32)
+
+K-quant bits are packed in planes (`_planes`): a run of W bytes holding b-bit fields
+gives 8/b runs of W consecutive elements, lowest bits first. Q2_K/Q3_K q: two runs of
+32 bytes; Q4_K/Q5_K nibbles: four runs of 32; Q6_K: low nibbles two runs of 64, high
+2 bits two runs of 32; Q3_K hmask and Q5_K qh: one run of 32 (bit j of byte l belongs
+to element 32 j + l). Q3_K's 16 scales: low 4 bits from the nibbles of bytes 0-7
+(low halves first), high 2 bits from bytes 8-11 in 2-bit planes.
+
 Dequantization computes in float32 with one rounding per multiply and per add, in
 the order written above, so it equals ggml's reference (and gguf-py's) bit for bit.
 """
@@ -21,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import dtypes
+from ..errors import SizeMismatch
 
 
 @dataclass(frozen=True)
@@ -86,13 +107,29 @@ _BLOCKS = {
     "q5_0": np.dtype([("d", "<f2"), ("qh", "<u4"), ("qs", "u1", 16)]),
     "q5_1": np.dtype([("d", "<f2"), ("m", "<f2"), ("qh", "<u4"), ("qs", "u1", 16)]),
     "q8_0": np.dtype([("d", "<f2"), ("qs", "i1", 32)]),
+    "q2_k": np.dtype([("scales", "u1", 16), ("qs", "u1", 64), ("d", "<f2"), ("dmin", "<f2")]),
+    "q3_k": np.dtype([("hmask", "u1", 32), ("qs", "u1", 64), ("scales", "u1", 12),
+                      ("d", "<f2")]),
+    "q4_k": np.dtype([("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12), ("qs", "u1", 128)]),
+    "q5_k": np.dtype([("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12), ("qh", "u1", 32),
+                      ("qs", "u1", 128)]),
+    "q6_k": np.dtype([("ql", "u1", 128), ("qh", "u1", 64), ("scales", "i1", 16), ("d", "<f2")]),
 }
 _BIT = np.arange(32, dtype=np.uint32)
 
 
+def _planes(packed: np.ndarray, runs: int, bits: int) -> np.ndarray:
+    """(n, runs * W) bytes -> (n, runs * 8/bits * W) values of `bits` bits in element order:
+    each run of W bytes gives W elements per plane, lowest bits first."""
+    n = packed.shape[0]
+    shifts = np.arange(0, 8, bits, dtype=np.uint8)[:, None]            # (8/bits, 1)
+    values = packed.reshape(n, runs, 1, -1) >> shifts                  # (n, runs, 8/bits, W)
+    return (values & np.uint8((1 << bits) - 1)).reshape(n, -1)
+
+
 def _nibbles(qs: np.ndarray) -> np.ndarray:
     """(n, 16) packed bytes -> (n, 32) values 0..15 in element order."""
-    return np.concatenate([qs & np.uint8(0x0F), qs >> np.uint8(4)], axis=1)
+    return _planes(qs, 1, 4)
 
 
 def _fifth_bits(qh: np.ndarray) -> np.ndarray:
@@ -127,7 +164,57 @@ def _q8_0(b):
     return _scale(b, "d") * b["qs"].astype(np.float32)
 
 
-_DEQUANTIZE = {"q4_0": _q4_0, "q4_1": _q4_1, "q5_0": _q5_0, "q5_1": _q5_1, "q8_0": _q8_0}
+def _sub_scales(b, field: str, sub_scales: np.ndarray) -> np.ndarray:
+    """f16 super-scale times the sub-block scales, rounded once: (n, subs, 1)."""
+    return (_scale(b, field) * sub_scales.astype(np.float32))[:, :, None]
+
+
+def _k_scales_mins(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K/Q5_K: (n, 12) bytes -> 8 six-bit scales and 8 six-bit mins, each (n, 8).
+    Bytes 0-3 hold scales 0-3, bytes 4-7 mins 0-3 (low 6 bits); scales/mins 4-7 take
+    their low 4 bits from bytes 8-11 (low/high nibble) and high 2 bits from the top
+    of bytes 0-3 / 4-7."""
+    low, high, extra = scales[:, 0:4], scales[:, 4:8], scales[:, 8:12]
+    sc = np.concatenate([low & np.uint8(63), (extra & np.uint8(15)) | (low >> 6 << 4)], axis=1)
+    m = np.concatenate([high & np.uint8(63), (extra >> 4) | (high >> 6 << 4)], axis=1)
+    return sc, m
+
+
+def _q2_k(b):
+    scales = b["scales"]                                                    # (n, 16)
+    q = _planes(b["qs"], 2, 2).reshape(-1, 16, 16).astype(np.float32)     # (n, sub, 16)
+    return (_sub_scales(b, "d", scales & np.uint8(15)) * q
+            - _sub_scales(b, "dmin", scales >> 4))
+
+
+def _q3_k(b):
+    scales = b["scales"]                                                    # (n, 12)
+    sc = _planes(scales[:, :8], 1, 4) | (_planes(scales[:, 8:], 1, 2) << 4)   # (n, 16) 0..63
+    low = _planes(b["qs"], 2, 2).astype(np.int8)                             # 0..3
+    q = low - (_planes(b["hmask"], 1, 1) ^ 1).astype(np.int8) * np.int8(4)  # clear bit: -4
+    d = _sub_scales(b, "d", sc.astype(np.int8) - np.int8(32))
+    return d * q.reshape(-1, 16, 16).astype(np.float32)
+
+
+def _q4_k(b):
+    sc, m = _k_scales_mins(b["scales"])
+    q = _planes(b["qs"], 4, 4).reshape(-1, 8, 32).astype(np.float32)
+    return _sub_scales(b, "d", sc) * q - _sub_scales(b, "dmin", m)
+
+
+def _q5_k(b):
+    sc, m = _k_scales_mins(b["scales"])
+    q = (_planes(b["qs"], 4, 4) | (_planes(b["qh"], 1, 1) << 4)).reshape(-1, 8, 32)
+    return _sub_scales(b, "d", sc) * q.astype(np.float32) - _sub_scales(b, "dmin", m)
+
+
+def _q6_k(b):
+    q = (_planes(b["ql"], 2, 4) | (_planes(b["qh"], 2, 2) << 4)).astype(np.int8) - np.int8(32)
+    return _sub_scales(b, "d", b["scales"]) * q.reshape(-1, 16, 16).astype(np.float32)
+
+
+_DEQUANTIZE = {"q4_0": _q4_0, "q4_1": _q4_1, "q5_0": _q5_0, "q5_1": _q5_1, "q8_0": _q8_0,
+               "q2_k": _q2_k, "q3_k": _q3_k, "q4_k": _q4_k, "q5_k": _q5_k, "q6_k": _q6_k}
 PLAIN = tuple(t.name for t in TYPES.values() if not t.quantized)
 DEQUANTIZABLE = PLAIN + tuple(_DEQUANTIZE)
 
@@ -139,12 +226,14 @@ def can_dequantize(name: str) -> bool:
 def dequantize(raw: np.ndarray, name: str) -> np.ndarray:
     """Raw bytes (uint8, whole blocks) of GGML type `name` -> flat float32 array.
 
-    Raises KeyError for a type without a dequantizer; callers name the tensor.
+    Raises KeyError for a type without a dequantizer and SizeMismatch (a WeightsError)
+    for a byte count that is not whole blocks; callers name the tensor.
     """
     kind = BY_NAME[name]
     raw = np.ascontiguousarray(raw, dtype=np.uint8).reshape(-1)
     if raw.size % kind.type_size:
-        raise ValueError(f"{raw.size} bytes are not whole {name} blocks of {kind.type_size}")
+        raise SizeMismatch(f"{raw.size} bytes are not whole {name} blocks of "
+                           f"{kind.type_size} bytes ({kind.block_size} elements each)")
     if not kind.quantized:
         values = raw.view(kind.dtype.storage.newbyteorder("<"))
         return dtypes.to_numpy_compute(values, kind.dtype).astype(np.float32)

@@ -182,22 +182,22 @@ def test_type_table_matches_gguf_py():
     assert set(quants.TYPES) == {q.value for q in Q}
 
 
-def test_k_quant_lists_but_refuses_to_dequantize(tmp_path):
-    blocks = np.random.default_rng(0).integers(0, 255, (2, 144), dtype=np.uint8)  # 2 rows of 256
+def test_unsupported_quant_lists_but_refuses_to_dequantize(tmp_path):
+    blocks = np.random.default_rng(0).integers(0, 255, (2, 136), dtype=np.uint8)  # 2 rows of 256
     writer = gguf.GGUFWriter(str(tmp_path / "k.gguf"), arch="test")
-    writer.add_tensor("w.q4_k", blocks, raw_dtype=Q.Q4_K)
+    writer.add_tensor("w.iq4_xs", blocks, raw_dtype=Q.IQ4_XS)
     writer.add_tensor("w.f32", np.ones(4, np.float32))
     for step in (writer.write_header_to_file, writer.write_kv_data_to_file,
                  writer.write_tensors_to_file, writer.close):
         step()
     f = load_gguf(tmp_path / "k.gguf")
-    info = f.info("w.q4_k")
-    assert (info.ggml_type, info.shape, info.nbytes, info.dtype) == ("q4_k", (2, 256), 288, None)
-    q = f["w.q4_k"]
+    info = f.info("w.iq4_xs")
+    assert (info.ggml_type, info.shape, info.nbytes, info.dtype) == ("iq4_xs", (2, 256), 272, None)
+    q = f["w.iq4_xs"]
     assert np.array_equal(q.raw, blocks.reshape(-1))
     with pytest.raises(UnknownDtype) as e:
         q.dequantize()
-    assert "q4_k" in str(e.value) and "'w.q4_k'" in str(e.value) and "k.gguf" in str(e.value)
+    assert "iq4_xs" in str(e.value) and "'w.iq4_xs'" in str(e.value) and "k.gguf" in str(e.value)
     assert f["w.f32"].numpy().tolist() == [1, 1, 1, 1]
 
 

@@ -171,10 +171,10 @@ def test_unknown_type_id_fails_at_open(tmp_path):
 
 
 def test_known_type_without_dequantizer_fails_when_read(tmp_path):
-    data = build([], [tensor("w", [256], 14, 0)], b"\0" * 210)     # q6_k
+    data = build([], [tensor("w", [256], 23, 0)], b"\0" * 136)     # iq4_xs
     f = load_gguf(write(tmp_path, data, "k.gguf"))
-    assert f.info("w").ggml_type == "q6_k"
-    assert "q6_k" in expect(UnknownDtype, tmp_path, data, tensor="w", read="w")
+    assert f.info("w").ggml_type == "iq4_xs"
+    assert "iq4_xs" in expect(UnknownDtype, tmp_path, data, tensor="w", read="w")
 
 
 def test_missing_tensor(tmp_path):
