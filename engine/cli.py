@@ -1,6 +1,6 @@
 """Command line: `python -m engine digit IMAGE...`, `classify IMAGE...`, `embed TEXT...`,
 `similarity QUERY CANDIDATE...`, `tokenize --model NAME TEXT...`, `tasks`,
-`bench mnist|effnet|minilm|gemm|ops`.
+`bench mnist|effnet|minilm|gemm|ops`, `inspect FILE`.
 
 Exit status: 0 on success, 2 on bad input or arguments (one line on stderr,
 no traceback).
@@ -78,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "(default: the built one)")
     t.add_argument("--json", action="store_true", help='one JSON object per line: {"input", "ids", "tokens"}')
     sub.add_parser("tasks", help="the registry: every task and the model that serves it")
+    i = sub.add_parser("inspect", help="list the tensors and metadata of a weights file",
+                       description="List the tensors (name, type, shape, bytes) and the metadata of a "
+                                   "safetensors file, index or folder, a GGUF file or a PyTorch .pth, "
+                                   "from its header only; long metadata is abbreviated.")
+    i.add_argument("file", metavar="FILE")
+    i.add_argument("--json", action="store_true", help='one JSON object: {"file", "format", "tensors": '
+                                                      '[{"name", "type", "shape", "bytes"}], "metadata", ...}')
     b = sub.add_parser("bench", help="time the engine against PyTorch",
                        description="Time a model on the engine and on PyTorch in the same run; prints ratios. "
                                    "`bench minilm` times sentence embeddings at 1x128, 8x128 and real "
@@ -229,11 +236,19 @@ def _tasks(args) -> int:
     return 0
 
 
+def _inspect(args) -> int:
+    from .inspect import format_text, inspect_file
+    report = inspect_file(args.file)
+    print(json.dumps(report, ensure_ascii=False) if args.json else format_text(report))
+    return 0
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return {"digit": _digit, "classify": _classify, "embed": _embed, "similarity": _similarity,
-                "tokenize": _tokenize, "tasks": _tasks, "bench": _bench}[args.command](args)
+                "tokenize": _tokenize, "tasks": _tasks, "bench": _bench,
+                "inspect": _inspect}[args.command](args)
     except (EngineError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,256 @@
+"""`python -m engine inspect FILE`: the tensors and metadata of a weights file, from its header.
+
+Reads safetensors (a file, an index .json, or a folder holding either), GGUF and PyTorch
+.pth/.pt checkpoints (zip or legacy). The format is told by content (magic "GGUF", a zip or
+pickle stream, a safetensors header length followed by "{"); the extension only picks
+which reader explains a file that matches none. Only headers are read, never tensor data,
+so a many-gigabyte file is listed at once. Long metadata (token lists, merges, chat
+templates) is abbreviated so the report stays readable.
+"""
+from __future__ import annotations
+
+import io
+import math
+import os
+import struct
+import zipfile
+
+import numpy as np
+
+from .errors import InvalidHeader, SourceNotFound, TruncatedFile
+
+LONG_STRING = 200          # strings longer than this are cut, with their length
+LONG_LIST = 16             # lists longer than this become "[N items: first, ... ]"
+SHOWN_ITEMS = 3            # items shown of an abbreviated list
+SHOWN_ITEM_CHARS = 40      # characters shown of each string item of an abbreviated list
+
+_ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
+_EXTENSIONS = {".safetensors": "safetensors", ".json": "safetensors", ".gguf": "gguf",
+               ".pth": "pth", ".pt": "pth", ".bin": "pth", ".ckpt": "pth"}
+
+
+# --- metadata abbreviation ----------------------------------------------------------------
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
+
+
+def _item_repr(value) -> str:
+    """One item of an abbreviated list, itself kept short."""
+    value = abbreviate(value)
+    if isinstance(value, str):
+        return repr(_cut(value, SHOWN_ITEM_CHARS))
+    return _cut(repr(value), SHOWN_ITEM_CHARS)
+
+
+def abbreviate(value):
+    """A JSON-ready copy of a metadata value: long strings cut, long lists and arrays as
+    "[N items: a, b, c, ... ]", NumPy scalars as Python numbers, bytes described."""
+    if isinstance(value, np.ndarray):
+        if value.size > LONG_LIST:
+            head = ", ".join(_item_repr(v) for v in value.reshape(-1)[:SHOWN_ITEMS].tolist())
+            return f"[{value.size} items of {value.dtype}: {head}, ... ]"
+        return [abbreviate(v) for v in value.tolist()]
+    if isinstance(value, (list, tuple)):
+        if len(value) > LONG_LIST:
+            head = ", ".join(_item_repr(v) for v in value[:SHOWN_ITEMS])
+            return f"[{len(value)} items: {head}, ... ]"
+        return [abbreviate(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): abbreviate(v) for k, v in value.items()}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        return f"<{len(raw)} bytes, not UTF-8: {raw[:SHOWN_ITEM_CHARS]!r}>"
+    if isinstance(value, str):
+        return _cut(value, LONG_STRING)
+    return value
+
+
+# --- format detection ---------------------------------------------------------------------
+
+def _looks_like_safetensors(head: bytes, size: int) -> bool:
+    if len(head) < 9:
+        return False
+    (length,) = struct.unpack("<Q", head[:8])
+    return 2 <= length <= size - 8 and head[8:9] == b"{"
+
+
+def detect_format(path: str) -> str:
+    """"safetensors", "gguf" or "pth", from the file's first bytes. Raises SourceNotFound, or InvalidHeader naming the file."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+            size = os.fstat(f.fileno()).st_size
+    except FileNotFoundError:
+        raise SourceNotFound("no such file", file=path) from None
+    hint = _EXTENSIONS.get(os.path.splitext(path)[1].lower())
+    if head[:4] == b"GGUF":
+        return "gguf"
+    if head[:4] in _ZIP_MAGICS or head[:1] == b"\x80":     # zip archive, or pickle protocol >= 2
+        return "pth"
+    if _looks_like_safetensors(head, size) or (hint == "safetensors" and head[:1] == b"{"):
+        return "safetensors"
+    if hint is not None and size > 0:
+        return hint                       # the reader for that format says what is wrong
+    if size == 0:
+        raise TruncatedFile("empty file", file=path)
+    raise InvalidHeader("not a safetensors, GGUF or PyTorch checkpoint file", file=path)
+
+
+def _resolve_folder(path: str) -> str:
+    """A folder: the standard names first, else its only index or its only weights file."""
+    from .io.safetensors import INDEX_NAME, SINGLE_NAME
+    names = sorted(os.listdir(path))
+    for wanted in (INDEX_NAME, SINGLE_NAME):
+        if wanted in names:
+            return os.path.join(path, wanted)
+    for suffix in (".safetensors.index.json", ".safetensors", ".gguf", ".pth", ".pt"):
+        found = [n for n in names if n.endswith(suffix)]
+        if len(found) == 1:
+            return os.path.join(path, found[0])
+    raise SourceNotFound(f"folder holds no {INDEX_NAME}, {SINGLE_NAME} or single weights file",
+                         file=path)
+
+
+# --- readers: each returns (tensors, metadata, extra summary fields) ----------------------
+
+def _tensor(name: str, type_name: str, shape, nbytes: int) -> dict:
+    return {"name": name, "type": type_name, "shape": list(shape), "bytes": int(nbytes)}
+
+
+def _inspect_safetensors(path: str):
+    from .io.safetensors import ShardedSafetensors, load_safetensors
+    with load_safetensors(path) as weights:
+        tensors = []
+        for name in weights:
+            info = weights.info(name)
+            tensors.append(_tensor(name, info.dtype.name, info.shape, info.nbytes))
+        extra = {}
+        if isinstance(weights, ShardedSafetensors):
+            extra["shards"] = weights.shard_names
+        return tensors, dict(weights.metadata), extra
+
+
+def _inspect_gguf(path: str):
+    from .io.gguf import load_gguf
+    with load_gguf(path) as weights:
+        tensors = [_tensor(name, info.ggml_type, info.shape, info.nbytes)
+                   for name, info in ((n, weights.info(n)) for n in weights)]
+        return tensors, dict(weights.metadata), {"version": weights.version,
+                                                 "alignment": weights.alignment}
+
+
+def _pth_state(path: str):
+    """The unpickled state dict of a checkpoint (stand-ins only: no storage is read) and
+    its layout name. Mirrors engine.io.pth's readers up to the point where they fetch data."""
+    from .io import pth
+    with open(path, "rb") as handle:
+        if handle.read(4) in _ZIP_MAGICS:
+            handle.seek(0)
+            try:
+                archive = zipfile.ZipFile(handle)
+                pickles = sorted(n for n in archive.namelist()
+                                 if n.endswith("/data.pkl") and n.count("/") == 1)
+                if len(pickles) != 1:
+                    raise InvalidHeader(f"zip archive has {len(pickles)} top-level */data.pkl "
+                                        f"entries, expected one (is it a torch checkpoint?)",
+                                        file=path)
+                data = archive.read(pickles[0])
+            except (zipfile.BadZipFile, EOFError, ValueError) as e:
+                raise TruncatedFile(f"zip archive is truncated or corrupt: {e}", file=path) from None
+            unpickler = pth._Unpickler(io.BytesIO(data), path, legacy=False)
+            return pth._state_dict(pth._unpickle(unpickler), path), "zip"
+        handle.seek(0)
+
+        def header():
+            return pth._unpickle(pth._Unpickler(handle, path, legacy=True, storages=False))
+
+        try:
+            magic = header()
+        except (InvalidHeader, TruncatedFile):
+            magic = None
+        if magic != pth.MAGIC_NUMBER:
+            raise InvalidHeader("not a PyTorch checkpoint: neither a zip archive nor a legacy "
+                                "stream starting with torch's magic number", file=path)
+        header()                                   # protocol version
+        header()                                   # sys_info
+        unpickler = pth._Unpickler(handle, path, legacy=True)
+        return pth._state_dict(pth._unpickle(unpickler), path), "legacy"
+
+
+def _inspect_pth(path: str):
+    from .io import pth
+    state, layout = _pth_state(path)
+    tensors = []
+    for name, ref in dict.items(state):
+        storage, size = ref.storage, ref.size
+        if not isinstance(storage, pth._StorageRef) or not pth._is_index_tuple(size):
+            raise InvalidHeader(f"malformed tensor: storage {storage!r:.50}, size {size!r:.100}",
+                                file=path, tensor=name)
+        tensors.append(_tensor(name, storage.dtype.name, size,
+                               math.prod(size) * storage.dtype.itemsize))
+    return tensors, {}, {"layout": layout}
+
+
+_READERS = {"safetensors": _inspect_safetensors, "gguf": _inspect_gguf, "pth": _inspect_pth}
+
+
+def inspect_file(path) -> dict:
+    """The report: {"file", "format", "tensor_count", "total_bytes", "tensors": [{"name",
+    "type", "shape", "bytes"}], "metadata"} plus, per format, GGUF "version"/"alignment",
+    sharded safetensors "shards", .pth "layout"."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise SourceNotFound("no such file", file=path)
+    target = _resolve_folder(path) if os.path.isdir(path) else path
+    fmt = detect_format(target)
+    tensors, metadata, extra = _READERS[fmt](target)
+    return {"file": target, "format": fmt, "tensor_count": len(tensors),
+            "total_bytes": sum(t["bytes"] for t in tensors), **extra,
+            "tensors": tensors, "metadata": abbreviate(metadata)}
+
+
+# --- text ---------------------------------------------------------------------------------
+
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def summary_line(report: dict) -> str:
+    count = report["tensor_count"]
+    parts = [f"{count} tensor{'' if count == 1 else 's'}", f"{report['total_bytes']} bytes "
+             f"({human_bytes(report['total_bytes'])})", report["format"]]
+    if report["format"] == "gguf":
+        parts += [f"version {report['version']}", f"alignment {report['alignment']}"]
+    if "shards" in report:
+        parts.append(f"{len(report['shards'])} shards")
+    if "layout" in report:
+        parts.append(f"{report['layout']} layout")
+    return ", ".join(parts)
+
+
+def format_text(report: dict) -> str:
+    lines = [f"{report['file']}: {report['format']}"]
+    if report["metadata"]:
+        lines.append("metadata:")
+        width = max(len(k) for k in report["metadata"])
+        for key, value in report["metadata"].items():
+            # a template's newlines would break the table: those strings are shown escaped
+            shown = value if isinstance(value, str) and value.isprintable() else repr(value)
+            lines.append(f"  {key:<{width}}  {shown}")
+    rows = [(t["name"], t["type"], "[" + ", ".join(map(str, t["shape"])) + "]", str(t["bytes"]))
+            for t in report["tensors"]]
+    header = ("name", "type", "shape", "bytes")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    lines.append("tensors:")
+    for row in [header, *rows]:
+        lines.append(f"  {row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]:<{widths[2]}}  "
+                     f"{row[3]:>{widths[3]}}")
+    lines.append(summary_line(report))
+    return "\n".join(lines)
