@@ -16,18 +16,16 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 from .. import dtypes
-from ..errors import (InvalidHeader, InvalidOffsets, MissingTensor, TruncatedFile,
-                      UnknownDtype)
+from ..errors import InvalidHeader, InvalidOffsets, TruncatedFile, UnknownDtype
 from ..tensor import Tensor, from_numpy
 from . import quants
-from .safetensors import _LazyWeights, _to_tensor
-from .sources import ByteSource, BytesSource, open_source
+from .safetensors import _SingleFile, _to_tensor
+from .sources import ByteSource, BytesSource
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -275,51 +273,21 @@ def _check_layout(infos: dict, data_start: int, size: int, file: str) -> None:
             covered, owner = end, info.name
 
 
-class GGUFFile(_LazyWeights):
+class GGUFFile(_SingleFile):
     """One .gguf file as a lazy Mapping[str, Tensor | QuantizedTensor].
 
     `metadata` maps each GGUF key to a Python value (arrays as lists; numeric arrays of
     more than LONG_ARRAY items as NumPy arrays; strings that are not UTF-8 as bytes).
     """
 
-    @property
-    def _names(self) -> dict:
-        return self._infos
-
-    def __init__(self, source):
-        self.source = open_source(source)
-        self.name = self.source.name
-        try:
-            (self.version, self.metadata, self._infos, self.alignment,
-             self.data_offset) = read_header(self.source)
-        except BaseException:
-            if self.source is not source:   # opened here: do not leak the mapping
-                self.source.close()
-            raise
-
-    def info(self, name: str) -> GGUFTensorInfo:
-        try:
-            return self._infos[name]
-        except KeyError:
-            raise MissingTensor("no such tensor", file=self.name, tensor=name) from None
+    def _read_header(self) -> None:
+        (self.version, self.metadata, self._infos, self.alignment,
+         self.data_offset) = read_header(self.source)
 
     def _wrap(self, info: GGUFTensorInfo, buffer) -> Tensor | QuantizedTensor:
         if info.dtype is not None:
             return _to_tensor(info, buffer)
         return QuantizedTensor(info, np.frombuffer(buffer, np.uint8))
-
-    def __getitem__(self, name: str) -> Tensor | QuantizedTensor:
-        info = self.info(name)
-        return self._wrap(info, self.source.read(info.offset, info.nbytes))
-
-    def get_many(self, names: Iterable[str] | None = None) -> dict:
-        """Several tensors (all by default) through one coalesced `read_many`."""
-        infos = [self.info(n) for n in (self._infos if names is None else names)]
-        buffers = self.source.read_many([(i.offset, i.nbytes) for i in infos])
-        return {i.name: self._wrap(i, b) for i, b in zip(infos, buffers)}
-
-    def close(self) -> None:
-        self.source.close()
 
 
 def load_gguf(location) -> GGUFFile:

@@ -183,8 +183,10 @@ class _LazyWeights(Mapping):
         return f"{type(self).__name__}({self.name!r}, {len(self)} tensors)"
 
 
-class SafetensorsFile(_LazyWeights):
-    """One .safetensors file as a lazy Mapping[str, Tensor]; only the header is read."""
+class _SingleFile(_LazyWeights):
+    """One weights file over a ByteSource: its header parsed at open (`_read_header` sets
+    `metadata` and `_infos`, name -> info with offset and nbytes), tensors read on access and
+    made by `_wrap(info, buffer)`."""
 
     @property
     def _names(self) -> dict:
@@ -194,30 +196,43 @@ class SafetensorsFile(_LazyWeights):
         self.source = open_source(source)
         self.name = self.source.name
         try:
-            self.metadata, self._infos = read_header(self.source)
+            self._read_header()
         except BaseException:
             if self.source is not source:   # opened here: do not leak the mapping
                 self.source.close()
             raise
 
-    def info(self, name: str) -> TensorInfo:
+    def _read_header(self) -> None:
+        raise NotImplementedError
+
+    def _wrap(self, info, buffer):
+        return _to_tensor(info, buffer)
+
+    def info(self, name: str):
         try:
             return self._infos[name]
         except KeyError:
             raise MissingTensor("no such tensor", file=self.name, tensor=name) from None
 
-    def __getitem__(self, name: str) -> Tensor:
+    def __getitem__(self, name: str):
         info = self.info(name)
-        return _to_tensor(info, self.source.read(info.offset, info.nbytes))
+        return self._wrap(info, self.source.read(info.offset, info.nbytes))
 
-    def get_many(self, names: Iterable[str] | None = None) -> dict[str, Tensor]:
+    def get_many(self, names: Iterable[str] | None = None) -> dict:
         """Several tensors (all by default) through one coalesced `read_many`."""
         infos = [self.info(n) for n in (self._infos if names is None else names)]
         buffers = self.source.read_many([(i.offset, i.nbytes) for i in infos])
-        return {i.name: _to_tensor(i, b) for i, b in zip(infos, buffers)}
+        return {i.name: self._wrap(i, b) for i, b in zip(infos, buffers)}
 
     def close(self) -> None:
         self.source.close()
+
+
+class SafetensorsFile(_SingleFile):
+    """One .safetensors file as a lazy Mapping[str, Tensor]; only the header is read."""
+
+    def _read_header(self) -> None:
+        self.metadata, self._infos = read_header(self.source)
 
 
 def _safe_shard_name(filename) -> bool:
