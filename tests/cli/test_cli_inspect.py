@@ -1,34 +1,22 @@
 """`python -m engine inspect FILE [--json]`: safetensors (file, sharded folder), GGUF, .pth."""
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+import test_cli
+from test_cli import one_line_error
 
 import engine
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "engine", "inspect", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    return test_cli.run("inspect", *args)
 
 
 def inspect_json(path) -> dict:
     r = run(str(path), "--json")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
-
-
-def one_line_error(r, *needles):
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    err = r.stderr.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    for n in needles:
-        assert n in err, err
 
 
 def by_name(report) -> dict:

@@ -1,19 +1,11 @@
 """`python -m engine embed | similarity | tokenize | tasks`: outputs checked against the references."""
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from test_cli import run
 
-ROOT = Path(__file__).resolve().parents[2]
 tokenizers = pytest.importorskip("tokenizers")
-
-
-def run(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "engine", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, input=stdin)
 
 
 def test_tokenize_json_equals_the_tokenizers_package(minilm_folder):
