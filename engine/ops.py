@@ -31,6 +31,17 @@ result with the composite's exact semantics; callers check dtypes first):
 - "add_layer_norm" (x, residual, [input_bias], [weight], [bias], normalized_dims, eps,
   has_input_bias, has_weight, has_bias): layer_norm((x + input_bias) + residual), residual
   of x's shape, the others of the normalized shape, all float32.
+
+Quantized kernels every backend must have (no composite of the ops below reads GGML blocks;
+engine.quantized). `weight` is the backend's storage of `rows` rows of `cols` elements in
+GGML type `qtype` (made by `backend.quantized_in(raw, qtype, rows)`):
+- "linear_q" (x, [bias], weight, qtype, rows, cols): float32 x (..., cols) times the
+  dequantized weight transposed, plus bias (rows,): (..., rows). Kernels may quantize x per
+  block (int8 dot products, as llama.cpp does): results then agree with the float32 product
+  to int8 activation precision, not bit for bit;
+- "embedding_q" (ids, weight, qtype, rows, cols): int64 ids (any shape, each in [0, rows),
+  else IndexError) -> ids.shape + (cols,) float32 rows, dequantized exactly as
+  engine.quants.dequantize does.
 """
 from __future__ import annotations
 

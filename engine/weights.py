@@ -12,6 +12,7 @@ import numpy as np
 from . import dtypes as D
 from .errors import DtypeMismatch, MissingTensor, ShapeMismatch
 from .io.rows import RowTable
+from .quantized import QuantizedTensor
 from .tensor import Tensor, from_numpy
 
 
@@ -49,7 +50,7 @@ class Weights:
             meta = info(name)
             self._check(name, tuple(meta.shape), meta.dtype, shape, dtype)
         t = self.tensors[name]
-        if isinstance(t, RowTable):                       # rows fetched on demand: checked, kept lazy
+        if isinstance(t, (RowTable, QuantizedTensor)):    # rows on demand / GGML blocks: kept as they are
             self._check(name, t.shape, t.dtype, shape, dtype)
             return t if self.device is None else t.to(self.device)
         if not isinstance(t, Tensor):                     # plain NumPy state dicts work too

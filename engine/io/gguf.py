@@ -21,9 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import dtypes
+from .. import quants
 from ..errors import InvalidHeader, InvalidOffsets, TruncatedFile, UnknownDtype
-from ..tensor import Tensor, from_numpy
-from . import quants
+from ..quantized import QuantizedTensor
+from ..tensor import Tensor
 from .safetensors import _SingleFile, _to_tensor
 from .sources import ByteSource, BytesSource
 
@@ -58,33 +59,13 @@ class GGUFTensorInfo:
     file: str
 
     @property
-    def dtype(self) -> dtypes.DType | None:
-        """The engine dtype of a plain type; None for a quantized one."""
-        return quants.BY_NAME[self.ggml_type].dtype
-
-
-class QuantizedTensor:
-    """A quantized GGML tensor: raw blocks, dequantized to float32 on request."""
-
-    def __init__(self, info: GGUFTensorInfo, raw: np.ndarray):
-        self.name, self.file = info.name, info.file
-        self.qtype = info.ggml_type
-        self.shape = info.shape
-        self.raw = raw                       # uint8, (nbytes,), whole blocks row by row
+    def quantized(self) -> bool:
+        return quants.BY_NAME[self.ggml_type].quantized
 
     @property
-    def nbytes(self) -> int:
-        return self.raw.nbytes
-
-    def dequantize(self) -> Tensor:
-        if not quants.can_dequantize(self.qtype):
-            raise UnknownDtype(f"cannot dequantize GGML type {self.qtype!r} yet; supported: "
-                               f"{', '.join(quants.DEQUANTIZABLE)}", file=self.file,
-                               tensor=self.name)
-        return from_numpy(quants.dequantize(self.raw, self.qtype).reshape(self.shape))
-
-    def __repr__(self) -> str:
-        return f"QuantizedTensor({self.name!r}, {self.qtype}, shape={self.shape})"
+    def dtype(self) -> dtypes.DType:
+        """The engine dtype of a plain type; float32, what it computes as, for a quantized one."""
+        return quants.BY_NAME[self.ggml_type].dtype or dtypes.float32
 
 
 def _fail(error, message: str, file: str, *, key: str | None = None,
@@ -285,9 +266,10 @@ class GGUFFile(_SingleFile):
          self.data_offset) = read_header(self.source)
 
     def _wrap(self, info: GGUFTensorInfo, buffer) -> Tensor | QuantizedTensor:
-        if info.dtype is not None:
+        if not info.quantized:
             return _to_tensor(info, buffer)
-        return QuantizedTensor(info, np.frombuffer(buffer, np.uint8))
+        return QuantizedTensor.from_raw(np.frombuffer(buffer, np.uint8), info.ggml_type, info.shape,
+                                        name=info.name, file=info.file)
 
 
 def load_gguf(location) -> GGUFFile:

@@ -15,8 +15,11 @@ from ..functions import *  # noqa: F401,F403  (F.cat, F.softmax, ... as in one n
 from ..functions import (_floating, add, cast, div, erf, index_select, masked_fill, matmul, maximum, mean, minimum,
                          mul, rsqrt, sigmoid, softmax, sqrt, sub, sum, tanh)
 from ..functions import _run, _run_fused
+from ..errors import BackendError
 from ..io.rows import RowTable
+from ..layout import Layout
 from ..ops import Op
+from ..quantized import QuantizedTensor
 from ..tensor import Tensor, _from_raw
 
 # the star import above shadows these builtins with tensor functions
@@ -52,6 +55,8 @@ def _const(a: np.ndarray, like: Tensor) -> Tensor:
 
 # --- layers -----------------------------------------------------------------------------
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # noqa: A002
+    if isinstance(weight, QuantizedTensor):           # multiplied block by block, never dequantized whole
+        return _linear_quantized(input, weight, bias)
     if weight.ndim == 2 and input.ndim >= 1 and input.shape[-1] == weight.shape[1] and \
             (bias is None or bias.shape == weight.shape[:1]):
         fused = _fused_f32("linear", [input, weight] + ([bias] if bias is not None else []))
@@ -59,6 +64,29 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             return fused
     out = matmul(input, weight.T)                     # (..., in) @ (in, out) -> (..., out)
     return out if bias is None else add(out, bias)
+
+
+def _quantized_kernel(name: str, tensors, weight: QuantizedTensor) -> Tensor:
+    """The backend's quantized kernel `name` (engine.ops) on `tensors` and `weight`: float32 out."""
+    x = tensors[0]
+    weight.check_computable()
+    if _any(t._backend is not weight._backend for t in tensors):
+        raise BackendError(f"{name[:-2]}: the input is on {x.device!r} and the {weight.qtype} weight on "
+                           f"{weight.device!r}; move one of them with .to(device)")
+    buf, shape = weight._backend.run_fused(name, list(tensors), D.float32, {
+        "weight": weight._buf, "qtype": weight.qtype, "rows": weight.rows, "cols": weight.shape[-1]})[0]
+    return Tensor(buf, Layout(shape), D.float32, weight._backend)
+
+
+def _linear_quantized(input: Tensor, weight: QuantizedTensor, bias: Tensor | None) -> Tensor:  # noqa: A002
+    if weight.ndim != 2 or input.ndim < 1 or input.shape[-1] != weight.shape[1]:
+        raise ValueError(f"linear: input of shape {input.shape} cannot multiply a weight of shape "
+                         f"{weight.shape} ({weight.qtype}): the last dims must match")
+    if bias is not None and tuple(bias.shape) != weight.shape[:1]:
+        raise ValueError(f"linear: bias of shape {bias.shape} for a weight of shape {weight.shape}")
+    tensors = [cast(input, D.float32)] + ([cast(bias, D.float32)] if bias is not None else [])
+    out = _quantized_kernel("linear_q", tensors, weight)      # (..., in) -> (..., out) float32
+    return cast(out, input.dtype) if input.dtype.is_floating_point else out
 
 
 def pad(input: Tensor, pad, mode: str = "constant", value=None) -> Tensor:  # noqa: A002
@@ -394,6 +422,14 @@ def embedding(input: Tensor, weight: Tensor, padding_idx=None, max_norm=None, no
               scale_grad_by_freq=False, sparse=False) -> Tensor:
     if max_norm is not None:
         raise NotImplementedError("embedding(max_norm=...) renormalises weights in place; not supported")
+    if isinstance(weight, QuantizedTensor):           # only the rows asked for are dequantized
+        if weight.ndim != 2:
+            raise ValueError(f"embedding: the weight must be 2-D, got shape {weight.shape}")
+        idx = input if isinstance(input, Tensor) else _from_raw(np.asarray(input, np.int64), D.int64,
+                                                                np.shape(input), weight.device)
+        if idx.dtype.kind not in "iu":
+            raise TypeError(f"embedding indices must be integer, got {idx.dtype}")
+        return _quantized_kernel("embedding_q", [cast(idx, D.int64)], weight)
     if isinstance(weight, RowTable):                  # rows fetched on demand (engine.io.rows)
         ids = np.asarray(input.numpy() if isinstance(input, Tensor) else input)
         rows = weight.gather(ids)                     # (numel, D) float32 on the host

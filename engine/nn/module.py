@@ -147,7 +147,8 @@ class Module:
             for table in (m._parameters, m._buffers):
                 for n, t in table.items():
                     if t is not None:
-                        cast = dtype if dtype is not None and t.dtype.is_floating_point else None
+                        cast = dtype if dtype is not None and t.dtype.is_floating_point and not \
+                            getattr(t, "is_quantized", False) else None     # quantized weights stay so
                         table[n] = t.to(dtype=cast, device=device)
         return self
 

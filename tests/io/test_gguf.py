@@ -15,7 +15,7 @@ import engine
 from engine import dtypes
 from engine.errors import UnknownDtype
 from engine.io import gguf as ours
-from engine.io import quants
+from engine import quants
 from engine.io.gguf import GGUFFile, QuantizedTensor, load_gguf
 from engine.io import safetensors as st
 from engine.io.sources import BytesSource, FileSource
@@ -192,12 +192,13 @@ def test_unsupported_quant_lists_but_refuses_to_dequantize(tmp_path):
         step()
     f = load_gguf(tmp_path / "k.gguf")
     info = f.info("w.iq4_xs")
-    assert (info.ggml_type, info.shape, info.nbytes, info.dtype) == ("iq4_xs", (2, 256), 272, None)
+    assert (info.ggml_type, info.shape, info.nbytes, info.quantized) == ("iq4_xs", (2, 256), 272, True)
     q = f["w.iq4_xs"]
     assert np.array_equal(q.raw, blocks.reshape(-1))
-    with pytest.raises(UnknownDtype) as e:
-        q.dequantize()
-    assert "iq4_xs" in str(e.value) and "'w.iq4_xs'" in str(e.value) and "k.gguf" in str(e.value)
+    for use in (q.dequantize, lambda: engine.nn.functional.linear(engine.ones(3, 256), q)):
+        with pytest.raises(UnknownDtype) as e:
+            use()
+        assert "iq4_xs" in str(e.value) and "'w.iq4_xs'" in str(e.value) and "k.gguf" in str(e.value)
     assert f["w.f32"].numpy().tolist() == [1, 1, 1, 1]
 
 

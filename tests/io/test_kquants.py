@@ -14,8 +14,9 @@ from gguf.quants import dequantize as their_dequantize
 
 from engine import dtypes
 from engine.errors import WeightsError
-from engine.io import quants
-from engine.io.gguf import QuantizedTensor, load_gguf
+from engine import quants
+from engine.io.gguf import load_gguf
+from engine.quantized import QuantizedTensor
 
 # type -> (bytes per super-block of 256, byte offsets of its f16 scales), from ggml-common.h
 K_TYPES = {

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import quantized
 from .kernels import FUSED, KERNELS
 
 
@@ -31,6 +32,10 @@ class NumpyBackend:
     def copy_out(self, buf, layout) -> np.ndarray:
         """A NumPy array the caller owns, in the storage dtype."""
         return np.array(self.view(buf, layout), copy=True, order="C")
+
+    # GGML blocks (engine.quantized): kept as they are
+    quantized_in = staticmethod(quantized.quantized_in)
+    quantized_out = staticmethod(quantized.quantized_out)
 
     def sync(self) -> None:
         pass

@@ -7,6 +7,7 @@ import numpy as np
 
 from ... import dtypes as D
 from ...ops import Op
+from .quantized import KERNELS as QUANTIZED
 
 _SQRT_PI = math.sqrt(math.pi)
 
@@ -225,6 +226,7 @@ def _mul_add(x, a, b):
 
 # Fused kernels for composites (optional speed-ups with the composite's exact semantics).
 FUSED: dict = {
+    **QUANTIZED,                        # every backend has these (engine.ops)
     "mul_add": _mul_add,
     # one pass instead of maximum then minimum; NaN propagates as through those
     "hardtanh": lambda x, *, min_val, max_val: np.clip(x, min_val, max_val),

@@ -111,7 +111,8 @@ def _hardtanh(x, *, min_val, max_val):
     return numpy_kernels.FUSED["hardtanh"](x, min_val=min_val, max_val=max_val)
 
 
-FUSED = {"mul_add": _mul_add, "hardtanh": _hardtanh, "softmax": _softmax, "layer_norm": _layer_norm,
+FUSED = {**numpy_kernels.QUANTIZED,
+         "mul_add": _mul_add, "hardtanh": _hardtanh, "softmax": _softmax, "layer_norm": _layer_norm,
          "rms_norm": _rms_norm, "linear": _linear, "conv2d": _conv2d_bias, "gelu": _gelu, "attention": _attention,
          "add_layer_norm": _add_layer_norm}
 

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import SizeMismatch
+from . import dtypes
+from .errors import SizeMismatch
 
 
 @dataclass(frozen=True)

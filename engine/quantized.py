@@ -1,0 +1,127 @@
+"""QuantizedTensor: a weight kept in a GGML block format on any backend.
+
+A quantized weight is a stack of rows; each row of `shape[-1]` elements is a run of blocks
+(engine.quants). It stays quantized in memory: `F.linear(x, w)` multiplies by it and
+`F.embedding(ids, w)` gathers rows of it through the backend's fused kernels "linear_q" and
+"embedding_q" (engine.ops), which dequantize block by block as they go. `dequantize()` gives
+the whole float32 tensor when one is wanted.
+
+Each backend keeps the blocks in the layout its kernels read (`backend.quantized_in(raw,
+qtype, rows)` packs the GGML bytes, `backend.quantized_out(storage, qtype, rows)` gives them
+back): numpy and simd share GGML's own bytes, so moving between them is free; webgpu pads each
+block to whole 32-bit words.
+
+The tensor reports `dtype` float32, the dtype it computes in, so modules declared in float32
+load it as it is (`nn.Linear`, `nn.Embedding`); `qtype` names the block format.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import dtypes as D
+from . import quants
+from .device import get_backend
+from .errors import SizeMismatch, UnknownDtype
+
+
+class QuantizedTensor:
+    __slots__ = ("name", "file", "qtype", "shape", "_buf", "_backend")
+    dtype = D.float32                    # what it computes as
+    is_quantized = True
+
+    def __init__(self, buf, qtype: str, shape: tuple[int, ...], backend, *, name: str | None = None,
+                 file: str | None = None):
+        self._buf, self.qtype, self.shape, self._backend = buf, qtype, tuple(shape), backend
+        self.name, self.file = name, file
+
+    @classmethod
+    def from_raw(cls, raw, qtype: str, shape, device: str | None = None, *, name: str | None = None,
+                 file: str | None = None) -> "QuantizedTensor":
+        """Wrap GGML blocks (bytes-like or uint8 array, row by row) of type `qtype` and `shape`
+        (torch order, the row length last); the bytes must be exactly the blocks that shape needs."""
+        kind = quants.BY_NAME.get(qtype)
+        if kind is None or not kind.quantized:
+            raise UnknownDtype(f"{qtype!r} is not a quantized GGML type; known: "
+                               f"{', '.join(n for n, k in quants.BY_NAME.items() if k.quantized)}",
+                               file=file, tensor=name)
+        shape = tuple(int(n) for n in shape)
+        raw = np.frombuffer(raw, np.uint8) if not isinstance(raw, np.ndarray) else raw.reshape(-1)
+        if not shape or shape[-1] % kind.block_size:
+            raise SizeMismatch(f"shape {shape}: the row length must be a multiple of the {qtype} block size "
+                               f"{kind.block_size}", file=file, tensor=name)
+        need = kind.row_bytes(shape[-1]) * math.prod(shape[:-1])
+        if raw.dtype != np.uint8 or raw.size != need:
+            raise SizeMismatch(f"{qtype} {shape} needs {need} bytes, got {raw.size}", file=file, tensor=name)
+        backend = get_backend(device)
+        rows = math.prod(shape[:-1])
+        return cls(backend.quantized_in(raw, qtype, rows), qtype, shape, backend, name=name, file=file)
+
+    # --- the Tensor-like surface modules and loaders use ---------------------------------
+    @property
+    def device(self) -> str:
+        return self._backend.name
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def size(self, dim: int | None = None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def rows(self) -> int:
+        """How many rows of `shape[-1]` elements."""
+        return math.prod(self.shape[:-1])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of GGML blocks (what is streamed per product)."""
+        return quants.BY_NAME[self.qtype].row_bytes(self.shape[-1]) * self.rows
+
+    @property
+    def raw(self) -> np.ndarray:
+        """The GGML blocks as uint8, row by row (a copy when the backend repacked them)."""
+        return self._backend.quantized_out(self._buf, self.qtype, self.rows)
+
+    def to(self, *args, dtype=None, device=None) -> "QuantizedTensor":
+        """to(device) moves the blocks (free between numpy and simd); to(float32) is a no-op,
+        other dtypes are refused: dequantize() first."""
+        from .tensor import parse_to_args
+        dtype, device = parse_to_args(args, dtype, device)
+        if dtype is not None and D.as_dtype(dtype) is not D.float32:
+            raise UnknownDtype(f"a {self.qtype} tensor computes in float32; call dequantize() before "
+                               f"casting to {D.as_dtype(dtype).name}", file=self.file, tensor=self.name)
+        target = None if device is None else get_backend(device)
+        if target is None or target is self._backend:
+            return self
+        if getattr(target, "storage", None) == getattr(self._backend, "storage", False):
+            buf = self._buf
+        else:
+            buf = target.quantized_in(self.raw, self.qtype, self.rows)
+        return QuantizedTensor(buf, self.qtype, self.shape, target, name=self.name, file=self.file)
+
+    def dequantize(self):
+        """The float32 tensor, on this tensor's device."""
+        from .nn import functional as F
+        from .tensor import _from_raw
+        ids = _from_raw(np.arange(self.rows, dtype=np.int64), D.int64, (self.rows,), self.device)
+        return F._quantized_kernel("embedding_q", [ids], self).reshape(self.shape)   # every row
+
+    def check_computable(self) -> None:
+        """Raise UnknownDtype, naming the tensor, for a type no kernel reads yet (iq*, tq*, ...)."""
+        if not quants.can_dequantize(self.qtype):
+            raise UnknownDtype(f"cannot compute with GGML type {self.qtype!r} yet; supported: "
+                               f"{', '.join(quants.DEQUANTIZABLE)}", file=self.file, tensor=self.name)
+
+    def __repr__(self) -> str:
+        where = "" if self.device == "numpy" else f", device={self.device!r}"
+        label = f"{self.name!r}, " if self.name else ""
+        return f"QuantizedTensor({label}{self.qtype}, shape={self.shape}{where})"
