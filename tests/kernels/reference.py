@@ -95,3 +95,52 @@ def assert_within_or_nan(actual, expected, tolerance, what=""):
     nan = np.isnan(expected)
     assert (np.isnan(actual) == nan).all(), f"{what}: NaN at {np.argwhere(np.isnan(actual) != nan)[:3].tolist()}"
     assert_within(np.where(nan, 0, actual), np.where(nan, 0, expected), tolerance, what)
+
+
+# --- GGML quantized weights (engine.quants) -------------------------------------------------------
+# type -> byte offsets of the f16 scales in a block (ggml-common.h; engine/quants.py has the layouts)
+QUANT_SCALES = {"q4_0": (0,), "q4_1": (0, 2), "q5_0": (0,), "q5_1": (0, 2), "q8_0": (0,),
+                "q2_k": (80, 82), "q3_k": (108,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}
+
+
+def random_blocks(qtype: str, rows: int, cols: int, rng, exponents=(-4.0, 0.0)) -> np.ndarray:
+    """GGML blocks for a (rows, cols) weight, flat uint8: random bytes (every pattern of the quants,
+    high bits and sub-block scales is valid), the f16 scales overwritten by finite values
+    +-10^U(exponents), a tenth of them 0; the first block all ones and the second all zeros below
+    the scales (the extremes of every field)."""
+    from engine import quants
+    kind = quants.BY_NAME[qtype]
+    count = rows * cols // kind.block_size
+    blocks = rng.integers(0, 256, (count, kind.type_size), dtype=np.uint8)
+    blocks[:1] = 0xFF
+    blocks[1:2] = 0
+    for offset in QUANT_SCALES[qtype]:
+        scale = (10.0 ** rng.uniform(*exponents, count) * rng.choice([-1, 1], count)).astype(np.float16)
+        scale[rng.random(count) < 0.1] = 0
+        blocks[:, offset:offset + 2] = scale.reshape(-1, 1).view(np.uint8)
+    return blocks.reshape(-1)
+
+
+# linear_q quantizes x per block of 32 to int8: q = round(x / dx), dx = max|x_block| / 127, so each
+# x_k moves by at most dx / 2 = max|x_block| / 254 and y_n by at most sum over blocks b of
+# max|x_b| / 254 * sum_{k in b} |w_nk|. The tolerance is that worst case (+1% for the float32
+# rounding of dx and x / dx) plus the float32 error of the sums, GEMM_RTOL * sum_k |x_k| |w_nk|.
+# Measured errors stay below 40% of it (typically 10-20%: the roundings are independent, not
+# all of the same sign); about 0.3% of sum_k |x_k| |w_nk| on random data.
+QUANT_X_STEP = 1.01 / 254
+
+
+def linear_q_reference(x, w, bias=None):
+    """(expected, tolerance) of linear_q in float64: x (..., K) float32, w (N, K) the dequantized
+    weight, bias (N,) or None; both (..., N)."""
+    x64 = np.asarray(x, np.float64).reshape(-1, np.shape(x)[-1])
+    w64 = np.asarray(w, np.float64)
+    expected, magnitude = x64 @ w64.T, np.abs(x64) @ np.abs(w64).T
+    if bias is not None:
+        expected, magnitude = expected + np.asarray(bias, np.float64), magnitude + np.abs(bias)
+    blocks = x64.shape[1] // 32
+    step = np.abs(x64).reshape(-1, blocks, 32).max(-1) * QUANT_X_STEP          # (M, blocks)
+    weight_sums = np.abs(w64).reshape(-1, blocks, 32).sum(-1)                   # (N, blocks)
+    tolerance = step @ weight_sums.T + GEMM_RTOL * magnitude + 1e-30
+    shape = np.shape(x)[:-1] + (w64.shape[0],)
+    return expected.reshape(shape), tolerance.reshape(shape)

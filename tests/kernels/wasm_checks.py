@@ -1,7 +1,8 @@
 """Runs inside Pyodide (tests/kernels/pyodide_run.mjs): the WebAssembly kernels against NumPy
 with the tolerances of the native tests, and the MNIST CNN on simd vs numpy. Evaluates to a
 JSON string: {"flavour", "errors": {check: worst error / tolerance (<= 1 passes)}, ...}.
-With SCRIPT_ARG == "bench" it times GEMM instead (engine.bench.bench_gemm)."""
+With SCRIPT_ARG == "bench" it times GEMM instead (engine.bench.bench_gemm); with "bench-quant",
+linear_q against the float32 GEMM on the same shapes (quant_bench)."""
 import json
 import sys
 
@@ -14,7 +15,8 @@ from engine.backends.numpy.kernels import _conv2d as numpy_conv2d  # noqa: E402
 from engine.backends.simd import kernels as K  # noqa: E402
 from engine.backends.simd import library  # noqa: E402
 from engine import dtypes as D  # noqa: E402
-from tests.kernels.reference import activation_reference, attention_reference, gemm_reference  # noqa: E402
+from tests.kernels.reference import (activation_reference, attention_reference, gemm_reference,  # noqa: E402
+                                     linear_q_reference, random_blocks)
 
 
 def worst(actual, expected, tolerance) -> float:
@@ -128,6 +130,78 @@ def convert_checks(errors):
     errors["f32_to_bf16 bits"] = float((K.f32_to_bf16(values) != D.f32_to_bf16_bits(values)).sum())
 
 
+def quant_checks(rng, errors):
+    """linear_q within the int8-activation tolerance, embedding_q bit for bit, every type."""
+    from engine import quants
+    from engine.backends.simd import quantized as Q
+    from engine.quantized import QuantizedTensor
+    import engine.nn.functional as F
+    for qtype in Q.TYPES:
+        cols = 512 if quants.BY_NAME[qtype].block_size == 256 else 224
+        for m, rows in ((1, 9), (6, 5)):                 # decoding; 4 rows of x at once, then 1 and 1
+            weight = random_blocks(qtype, rows, cols, rng)
+            w = quants.dequantize(weight, qtype).reshape(rows, cols)
+            wide = rng.standard_normal((m, 2 * cols), dtype=np.float32)
+            x, bias = wide[:, :cols], rng.standard_normal(rows, dtype=np.float32)    # rows of x strided
+            expected, tol = linear_q_reference(x, w, bias)
+            errors[f"linear_q {qtype} {m}x{cols} @ {rows}"] = worst(
+                Q.linear_q(x, bias, weight=weight, qtype=qtype, rows=rows, cols=cols), expected, tol)
+        ids = rng.integers(0, rows, (2, 4))
+        same = np.array_equal(Q.embedding_q(ids, weight=weight, qtype=qtype, rows=rows, cols=cols).view(np.uint32),
+                              w[ids].view(np.uint32))
+        errors[f"embedding_q {qtype} bit for bit"] = 0.0 if same else float("inf")
+    try:
+        Q.embedding_q(np.array([0, 5]), weight=weight, qtype=qtype, rows=5, cols=cols)
+        errors["embedding_q out of range raises"] = float("inf")
+    except IndexError as e:
+        errors["embedding_q out of range raises"] = 0.0 if "index 5 is out of range for 5 rows" in str(e) else 2.0
+    raw = random_blocks("q4_1", 7, 64, rng)                    # the public API, simd against numpy
+    weight = QuantizedTensor.from_raw(raw, "q4_1", (7, 64))
+    x = rng.standard_normal((2, 3, 64), dtype=np.float32)
+    expected, tol = linear_q_reference(x, quants.dequantize(raw, "q4_1").reshape(7, 64))
+    errors["F.linear q4_1 on simd"] = worst(F.linear(engine.from_numpy(x, "simd"), weight.to("simd")).numpy(),
+                                            expected, tol)
+
+
+def quant_bench(repeat: int = 30) -> list:
+    """linear_q of one row of x (decoding) and of 37 (a prompt), GB/s of weight bytes streamed
+    (best of `repeat`, through the Python wrapper), beside gemm_f32 with a float32 weight of the
+    same shape."""
+    import time
+    from engine import quants
+    from engine.backends.simd import quantized as Q
+    rng, cases = np.random.default_rng(0), []
+
+    def best_ms(fn, runs=repeat):
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return min(times) * 1e3
+    x, dense = rng.standard_normal((4, 256), dtype=np.float32), rng.standard_normal((256, 256), dtype=np.float32)
+    best_ms(lambda: K.gemm(x, dense.T), 200)                      # past V8's tier-up to TurboFan
+    for qtype in ("q4_0", "q4_1", "q8_0", "q4_k", "q6_k"):
+        weight = random_blocks(qtype, 256, 256, rng)
+        best_ms(lambda: Q.linear_q(x, weight=weight, qtype=qtype, rows=256, cols=256), 200)
+    for m in (1, 37):
+        for rows, cols in ((576, 576), (576, 1536), (1536, 576), (49152, 576)):
+            x = rng.standard_normal((m, cols), dtype=np.float32)
+            dense = rng.standard_normal((rows, cols), dtype=np.float32)
+            ms = best_ms(lambda: K.gemm(x, dense.T))
+            case = {"m": m, "rows": rows, "cols": cols,
+                    "f32": {"ms": round(ms, 4), "GB/s": round(dense.nbytes / ms / 1e6, 2)}}
+            for qtype in ("q4_0", "q4_1", "q8_0", "q4_k", "q6_k"):
+                if cols % quants.BY_NAME[qtype].block_size == 0 and (rows < 49152 or qtype == "q8_0"):
+                    weight = random_blocks(qtype, rows, cols, rng)
+                    ms = best_ms(lambda: Q.linear_q(x, weight=weight, qtype=qtype, rows=rows, cols=cols))
+                    case[qtype] = {"ms": round(ms, 4), "GB/s": round(weight.nbytes / ms / 1e6, 2)}
+            cases.append(case)
+    return cases
+
+
 def mnist_check(rng, errors):
     from models import mnist_cnn
     batch = rng.random((5, 1, 28, 28), dtype=np.float32)
@@ -143,12 +217,16 @@ def main(arg: str) -> str:
         from engine.bench import bench_gemm
         result["gemm"] = bench_gemm(repeat=5, device="simd")
         return json.dumps(result)
+    if arg == "bench-quant":
+        result["linear_q"] = quant_bench()
+        return json.dumps(result)
     rng, errors = np.random.default_rng(7), {}
     gemm_checks(rng, errors)
     conv_checks(rng, errors)
     rowwise_checks(rng, errors)
     transformer_checks(rng, errors)
     convert_checks(errors)
+    quant_checks(rng, errors)
     mnist_check(rng, errors)
     result["errors"] = errors
     return json.dumps(result)

@@ -13,6 +13,7 @@ from ...ops import BINARY, REDUCTIONS, UNARY, Op
 from ..numpy import kernels as numpy_kernels
 from ..numpy.backend import NumpyBackend
 from . import kernels as C
+from . import quantized
 
 # --- primitive ops ----------------------------------------------------------------------------------
 _numpy_matmul, _numpy_conv2d = numpy_kernels.KERNELS[Op.MATMUL], numpy_kernels.KERNELS[Op.CONV2D]
@@ -111,7 +112,7 @@ def _hardtanh(x, *, min_val, max_val):
     return numpy_kernels.FUSED["hardtanh"](x, min_val=min_val, max_val=max_val)
 
 
-FUSED = {**numpy_kernels.QUANTIZED,
+FUSED = {**quantized.KERNELS,                    # linear_q, embedding_q (engine.ops)
          "mul_add": _mul_add, "hardtanh": _hardtanh, "softmax": _softmax, "layer_norm": _layer_norm,
          "rms_norm": _rms_norm, "linear": _linear, "conv2d": _conv2d_bias, "gelu": _gelu, "attention": _attention,
          "add_layer_norm": _add_layer_norm}

@@ -51,14 +51,19 @@ def _output(shape, out) -> np.ndarray:
 
 def _call_with_scratch(fn, *args) -> None:
     """fn(*args, scratch, size) returns 0, or the floats it needs (then it wrote nothing)."""
-    scratch = getattr(_local, "scratch", None)
+    scratch = getattr(_local, "scratch", None)          # (buffer, its address, its size): looked up once
     if scratch is None:
-        scratch = _local.scratch = np.empty(0, np.float32)
-    need = fn(*args, _address(scratch), scratch.size)
+        scratch = _local.scratch = _scratch(0)
+    need = fn(*args, scratch[1], scratch[2])
     if need:
-        scratch = _local.scratch = np.empty(max(need, 2 * scratch.size), np.float32)
-        if fn(*args, _address(scratch), scratch.size):
+        scratch = _local.scratch = _scratch(max(need, 2 * scratch[2]))
+        if fn(*args, scratch[1], scratch[2]):
             raise RuntimeError(f"{fn.__name__} asked for more scratch twice")
+
+
+def _scratch(size: int):
+    buffer = np.empty(size, np.float32)
+    return buffer, _address(buffer), size
 
 
 def _activation(name: str) -> int:
