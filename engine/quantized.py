@@ -8,8 +8,10 @@ the whole float32 tensor when one is wanted.
 
 Each backend keeps the blocks in the layout its kernels read (`backend.quantized_in(raw,
 qtype, rows)` packs the GGML bytes, `backend.quantized_out(storage, qtype, rows)` gives them
-back): numpy and simd share GGML's own bytes, so moving between them is free; webgpu pads each
-block to whole 32-bit words.
+back): numpy and simd share GGML's own bytes, so moving between them is free; webgpu uploads
+them to a storage buffer, with the lone f16 scale of the types whose blocks are an odd number of
+half-words (q4_0, q5_0, q8_0, q3_k, q6_k) moved after the blocks so that every block starts on a
+32-bit word (engine/backends/webgpu/quantized.py).
 
 The tensor reports `dtype` float32, the dtype it computes in, so modules declared in float32
 load it as it is (`nn.Linear`, `nn.Embedding`); `qtype` names the block format.

@@ -34,7 +34,7 @@ def _write(path, tensors: dict) -> None:
 
 def test_from_raw_describes_the_blocks():
     raw, dense = _blocks(Q.Q4_1, 6, 64)
-    w = QuantizedTensor.from_raw(raw, "q4_1", (6, 64), name="w")
+    w = QuantizedTensor.from_raw(raw, "q4_1", (6, 64), "numpy", name="w")
     assert (w.shape, w.qtype, w.dtype, w.device, w.ndim, w.numel(), w.rows) == (
         (6, 64), "q4_1", engine.float32, "numpy", 2, 384, 6)
     assert w.nbytes == raw.size == 6 * 2 * 20
@@ -79,7 +79,7 @@ def test_linear_keeps_the_input_float_dtype():
 
 def test_moves_between_backends_without_copy_when_storage_is_shared():
     raw, _ = _blocks(Q.Q4_0, 3, 32)
-    w = QuantizedTensor.from_raw(raw, "q4_0", (3, 32))
+    w = QuantizedTensor.from_raw(raw, "q4_0", (3, 32), "numpy")    # numpy and simd share host bytes
     s = w.to("simd")
     assert s.device == "simd" and s._buf is w._buf and w.to("numpy") is w
     assert w.to(engine.float32) is w

@@ -18,6 +18,7 @@ from ...errors import BackendError
 from ...layout import Layout
 from ...ops import Op
 from . import kernels as K
+from . import quantized as Q
 from .gpu import Gpu, GpuBuffer
 
 TYPE = {D.float32: "f32", D.float16: "f32", D.bfloat16: "f32", D.int64: "i32", D.int32: "i32", D.int16: "i32",
@@ -75,6 +76,13 @@ class WebGPUBackend:
         buf = self.gpu.params(values) if values.nbytes <= SHARED_LIMIT else self.gpu.upload(values)
         return Storage(buf, dtype, host)
 
+    def quantized_in(self, raw: np.ndarray, qtype: str, rows: int) -> Q.QuantizedBuffer:
+        """GGML blocks (engine.quantized) in the layout the quantized shaders read (quantized.py)."""
+        return Q.upload(self.gpu, raw, qtype)
+
+    def quantized_out(self, storage: Q.QuantizedBuffer, qtype: str, rows: int) -> np.ndarray:
+        return Q.download(self.gpu, storage)
+
     def view(self, storage: Storage, layout: Layout) -> K.View:
         return K.View(storage.buf, layout.shape, layout.strides, layout.offset, TYPE[storage.dtype])
 
@@ -104,6 +112,8 @@ class WebGPUBackend:
 
     def run_fused(self, name, inputs, dtype, params):
         views = [self.view(t._buf, t._layout) for t in inputs]
+        if name == "embedding_q":                          # checks its ids on the host copy
+            params = {**params, "sources": [t._buf for t in inputs]}
         buf, shape = self.fused[name](self, *views, **params)
         return [(Storage(buf, dtype), shape)]
 
@@ -278,15 +288,19 @@ def _pad(be, x, *, dtype, pads, value, sources):
     return out, shape
 
 
+def _index_values(be, source: Storage, index: K.View) -> np.ndarray:
+    """An index tensor's values: its host copy when made on the host, else read back."""
+    host = source.host
+    if host is not None:
+        return np.lib.stride_tricks.as_strided(host[index.offset:], index.shape,
+                                               tuple(host.itemsize * s for s in index.strides))
+    return be.copy_out(source, Layout(index.shape, index.strides, index.offset))
+
+
 def _index_select(be, x, index, *, dtype, axis, sources):
     axis = axis % len(x.shape)
     n = x.shape[axis]
-    host = sources[1].host
-    if host is not None:                                     # made on the host: check it there
-        values = np.lib.stride_tricks.as_strided(host[index.offset:], index.shape,
-                                                 tuple(host.itemsize * s for s in index.strides))
-    else:                                                    # computed on the device: read it
-        values = be.copy_out(sources[1], Layout(index.shape, index.strides, index.offset))
+    values = _index_values(be, sources[1], index)
     if values.size and (values.min() < -n or values.max() >= n):
         bad = values[(values < -n) | (values >= n)][0]
         raise IndexError(f"index {int(bad)} is out of range for dimension {axis} of size {n}")
@@ -393,6 +407,26 @@ def _conv2d_fused(be, x, weight, *bias, stride, pads, dilation, groups, activati
                     stride, pads, dilation, groups, activation)
 
 
+# --- quantized kernels (GGML blocks, engine.quantized; quantized.py) --------------------------------
+def _linear_q(be, x, *bias, weight, qtype, rows, cols):     # x (..., cols) -> (..., rows)
+    x2 = _collapse(be, x, 1)                                # (M, cols), read as vec4s
+    if x2.strides[1] != 1 or x2.offset % 4 or (x2.shape[0] > 1 and x2.strides[0] % 4):
+        x2 = be.contiguous(x2)
+    out = Q.linear(be.gpu, x2, be.contiguous(bias[0]) if bias else None, weight, rows, cols)
+    return out, x.shape[:-1] + (rows,)
+
+
+def _embedding_q(be, ids, *, weight, qtype, rows, cols, sources):   # ids (...) -> (..., cols)
+    values = _index_values(be, sources[0], ids)
+    if values.size and (values.min() < 0 or values.max() >= rows):
+        bad = values[(values < 0) | (values >= rows)].flat[0]
+        raise IndexError(f"index {int(bad)} is out of range for {rows} rows")
+    flat = be.contiguous(ids)
+    flat = K.View(flat.buf, (flat.numel,), (1,), flat.offset, flat.type)
+    return Q.embedding(be.gpu, flat, weight, rows, cols), ids.shape + (cols,)
+
+
 FUSED = {"mul_add": _mul_add, "hardtanh": _hardtanh, "softmax": _softmax, "layer_norm": _norm("layer_norm"),
          "rms_norm": _norm("rms_norm"), "linear": _linear, "conv2d": _conv2d_fused, "gelu": _gelu,
-         "attention": _attention, "add_layer_norm": _add_layer_norm}
+         "attention": _attention, "add_layer_norm": _add_layer_norm, "linear_q": _linear_q,
+         "embedding_q": _embedding_q}
