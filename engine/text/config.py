@@ -107,13 +107,19 @@ class Registry:
         return cls.from_config(section)
 
 
-def char_class(ranges: str) -> str:
-    """A regex character class body ("\\U00000021-\\U0000002f...") from unicode_tables ranges."""
-    parts = []
+def code_points(ranges: str) -> list[tuple[int, int]]:
+    """unicode_tables ranges ("0021-002F 003A ...") as (first, last) code points, inclusive."""
+    out = []
     for word in ranges.split():
         first, _, last = word.partition("-")
-        parts.append(f"\\U{int(first, 16):08x}" + (f"-\\U{int(last, 16):08x}" if last else ""))
-    return "".join(parts)
+        out.append((int(first, 16), int(last or first, 16)))
+    return out
+
+
+def char_class(ranges: str) -> str:
+    """A regex character class body ("\\U00000021-\\U0000002f...") from unicode_tables ranges."""
+    return "".join(f"\\U{first:08x}" + (f"-\\U{last:08x}" if last != first else "")
+                   for first, last in code_points(ranges))
 
 
 def compile_class(ranges: str, suffix: str = "") -> re.Pattern:

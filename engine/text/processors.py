@@ -7,11 +7,16 @@ Facts taken from the reference (`tokenizers`, processors/template.rs, processors
 - The pieces are merged one after another, overflowing parts included (Encoding.merge_with), so
   every part cut off by truncation gets its own [CLS] ... [SEP].
 - BertProcessing {cls, sep} is the template "[CLS] A [SEP]" / "[CLS] A [SEP] B:1 [SEP]:1".
+- ByteLevel (processors/byte_level.rs) adds no token; with trim_offsets, a token's offsets leave
+  out its leading and trailing spaces ("Ġ" characters), except the one space add_prefix_space
+  put before the first word; the sequences are then joined as without a post-processor.
 """
 from __future__ import annotations
 
-from .config import Registry, Section
+from . import unicode_tables
+from .config import Registry, Section, code_points
 from .encoding import Encoding
+from .pre_tokenizers import BYTE_CHARS
 
 PROCESSORS = Registry("post_processor")
 
@@ -105,3 +110,45 @@ class BertProcessing:
                 raise s.error('expected ["token", id]', key)
             return value[0], value[1]
         return TemplateProcessing.bert(token("cls"), token("sep"))
+
+
+# "Ġ" (a byte-level space) and what Rust's char::is_whitespace calls whitespace
+_SPACES = BYTE_CHARS[ord(" ")] + "".join(chr(c) for first, last in code_points(unicode_tables.SPLIT_SPACE)
+                                         for c in range(first, last + 1))
+
+
+@PROCESSORS.register("ByteLevel")
+class ByteLevel:
+    def __init__(self, trim_offsets: bool = True, add_prefix_space: bool = True):
+        self.trim_offsets, self.add_prefix_space = trim_offsets, add_prefix_space
+
+    @classmethod
+    def from_config(cls, s: Section) -> ByteLevel:
+        return cls(s.get("trim_offsets", bool, True), s.get("add_prefix_space", bool, True))
+
+    def added_tokens(self, is_pair: bool) -> int:
+        return 0
+
+    def process(self, encoding: Encoding, pair: Encoding | None, add_special_tokens: bool = True) -> Encoding:
+        if self.trim_offsets:
+            for e in (encoding, pair):
+                if e is not None:
+                    for part in (e, *e.overflowing):
+                        self._trim(part)
+        return default_process(encoding, pair)
+
+    def _trim(self, e: Encoding) -> None:
+        offsets = e.offsets
+        for i, token in enumerate(e.tokens):
+            leading = len(token) - len(token.lstrip(_SPACES))
+            trailing = len(token) - len(token.rstrip(_SPACES))
+            if not (leading or trailing):
+                continue
+            start, stop = offsets[i]
+            if leading:
+                if (i == 0 or start == 0) and self.add_prefix_space and leading == 1:
+                    leading = 0
+                start = min(start + leading, stop)
+            if trailing and stop >= trailing:
+                stop = max(stop - trailing, start)
+            offsets[i] = (start, stop)

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import InputError, TokenizerError
 from .added_tokens import AddedVocabulary
+from .chat import ChatTemplate
 from .config import Section
 from .decoders import DECODERS
 from .encoding import Encoding
@@ -30,6 +31,7 @@ from .models import MODELS
 from .normalizers import NORMALIZERS, original_span
 from .pre_tokenizers import PRE_TOKENIZERS
 from .processors import PROCESSORS, default_process
+from .stream import StreamDecoder
 from .truncation import (Padding, Truncation, checked_truncation, pad, read_padding, read_truncation,
                          round_up, truncate)
 
@@ -59,6 +61,11 @@ class Tokenizer:
         self.added = AddedVocabulary(list(added_tokens), model, normalizer)
         self._truncation = truncation
         self._padding = padding
+        # what a GGUF (or a tokenizer_config.json) says beyond tokenizer.json: the chat template and
+        # the names of the special tokens ("bos_token": "<|im_start|>", "eos_token": ...)
+        self.chat_template: str | None = None
+        self.special_tokens: dict[str, str] = {}
+        self._chat = None
         # what encode_batch_arrays pads with, even while padding is off
         pad_token = padding.pad_token if padding else "[PAD]"
         pad_id = self.token_to_id(pad_token)
@@ -107,6 +114,13 @@ class Tokenizer:
                    added_tokens=AddedVocabulary.read(root),
                    truncation=read_truncation(root.section("truncation", optional=True)),
                    padding=read_padding(root.section("padding", optional=True)))
+
+    @classmethod
+    def from_gguf(cls, source, reference: str = "transformers") -> Tokenizer:
+        """The tokenizer a GGUF's metadata describes (a path, an opened GGUF or its metadata);
+        see engine/text/gguf.py."""
+        from .gguf import from_gguf
+        return from_gguf(source, reference)
 
     # --- vocabulary ------------------------------------------------------------------------------
 
@@ -301,6 +315,22 @@ class Tokenizer:
 
     def decode_batch(self, sequences, skip_special_tokens: bool = True) -> list[str]:
         return [self.decode(ids, skip_special_tokens) for ids in sequences]
+
+    def apply_chat_template(self, messages, add_generation_prompt: bool = False, tokenize: bool = True):
+        """The conversation as the model's chat template writes it (see chat.py): its ids, or with
+        tokenize=False the text, as transformers' apply_chat_template gives them (its
+        tokenize=True wraps the ids in a dict)."""
+        if self.chat_template is None:
+            raise InputError("this tokenizer has no chat template (a GGUF's tokenizer.chat_template, "
+                             "or tokenizer_config.json's chat_template)")
+        if self._chat is None or self._chat.template != self.chat_template:
+            self._chat = ChatTemplate(self.chat_template)
+        text = self._chat.render(messages, add_generation_prompt)
+        return self.encode(text, add_special_tokens=False).ids if tokenize else text
+
+    def decode_stream(self, skip_special_tokens: bool = False) -> StreamDecoder:
+        """A StreamDecoder: feed it generated ids one at a time, get the text each completes."""
+        return StreamDecoder(self, skip_special_tokens)
 
 
 # --- helpers -------------------------------------------------------------------------------------

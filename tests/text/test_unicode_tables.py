@@ -52,3 +52,30 @@ def test_punctuation_and_whitespace(reference):
     for start in range(0, len(EVERY), chunk):
         piece = EVERY[start:start + chunk]
         assert ours(piece) == theirs(piece), differences(ours, theirs)
+
+
+# --- the classes of the reference's regexes (byte-level BPE) and of its Digits pre-tokenizer ---------
+
+@pytest.mark.parametrize("glue", ["a", "1", "!"])
+def test_letters_numbers_and_spaces_of_the_split_regex(reference, glue):
+    """GPT-2's split regex on every code point between `glue`s: a letter joins the "a"s' word, a
+    number the "1"s', a space parts the "!"s (\\p{L}, \\p{N}, \\s as Oniguruma has them). The
+    reference's pieces come with their character offsets, which our regex's spans must equal."""
+    theirs = reference.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True).pre_tokenize_str
+    ours = lambda s: [m.span() for m in pre_tokenizers.gpt2_split().finditer(s)]     # noqa: E731
+    glued = glue.join(EVERY[1::2])
+    chunk = 1 << 16
+    for start in range(0, len(glued), chunk):
+        piece = glued[start:start + chunk]
+        if ours(piece) != [span for _, span in theirs(piece)]:
+            pieces = lambda split: lambda c: len(split(glue + c))                 # noqa: E731
+            assert False, differences(pieces(ours), pieces(theirs))
+
+
+def test_numeric_characters_of_digits(reference):
+    theirs = reference.pre_tokenizers.Digits(individual_digits=True).pre_tokenize_str
+    ours = lambda s: [(w, (o, o + len(w))) for w, o in pre_tokenizers.Digits(True).split(s, 0)]  # noqa: E731
+    chunk = 1 << 16
+    for start in range(0, len(EVERY), chunk):
+        piece = EVERY[start:start + chunk]
+        assert ours(piece) == theirs(piece), differences(ours, theirs)
