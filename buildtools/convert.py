@@ -24,6 +24,18 @@ fetch and check only the rows of the tokens it sees.
 The conversion is the same for every model: read the checkpoint (safetensors or .pth,
 from a registry package or this repository), leave out the entry's `ignored` tensors,
 store floating tensors in the entry's `storage_dtype`, write.
+
+A GGUF checkpoint is served as it is (`write_gguf`), byte for byte, after our reader has
+validated it:
+
+    <file>.gguf                         the GGUF itself, when it fits the shard size
+    <file>.gguf.part-0000i-of-0000n     else consecutive byte parts of that size (the last
+                                        shorter): part i holds bytes [(i-1) * size, i * size)
+    manifest.json                       {"format": 1, "container": "gguf", "gguf": {file, size,
+                                        sha256, version, alignment, header_bytes, header_sha256,
+                                        parts}, "files", "tensors": {name: {ggml_type, shape,
+                                        offset, nbytes, sha256}}, "metadata"}: see
+                                        engine/io/manifest.py
 """
 from __future__ import annotations
 
@@ -157,7 +169,9 @@ def _row_blocks(data, entry: dict, block_rows: int) -> dict:
 
 def write_model(entry, sources: list[Path], out: Path, max_shard_kb: int | None = None) -> None:
     """Write out/models/<name>/: shards + index (always sharded), row tables in files of their
-    own, processor files, manifest."""
+    own, processor files, manifest; a GGUF as is or in parts (write_gguf)."""
+    if entry.site_format == "gguf":
+        return write_gguf(entry, sources, out, max_shard_kb)
     engine = _engine()
     from engine.io.safetensors import SafetensorsFile
     folder = out / "models" / entry.name
@@ -206,6 +220,11 @@ def write_model(entry, sources: list[Path], out: Path, max_shard_kb: int | None 
                 # in file order, then byte order: neighbours in the list are neighbours on the wire
                 "tensors": {name: tensor for _, _, name, tensor in sorted(entries, key=lambda e: e[:2])},
                 "metadata": metadata}
+    _write_manifest(entry, sources, folder, manifest)
+
+
+def _write_manifest(entry, sources: list[Path], folder: Path, manifest: dict) -> None:
+    """The processor files beside the weights, listed under "extra", then the manifest."""
     extras = processor_files(entry, sources)
     if extras:
         for name, data in sorted(extras.items()):
@@ -214,3 +233,54 @@ def write_model(entry, sources: list[Path], out: Path, max_shard_kb: int | None 
         manifest["extra"] = {name: {"size": len(data), "sha256": _sha256(data)}
                              for name, data in sorted(extras.items())}
     (folder / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def part_names(filename: str, size: int, part_bytes: int) -> list[tuple[str, int, int]]:
+    """(part file, offset, size) of a file of `size` bytes served in parts of at most
+    `part_bytes`: the file itself when it fits."""
+    if size <= part_bytes:
+        return [(filename, 0, size)]
+    count = -(-size // part_bytes)
+    return [(f"{filename}.part-{i + 1:05d}-of-{count:05d}", i * part_bytes, min(part_bytes, size - i * part_bytes))
+            for i in range(count)]
+
+
+def write_gguf(entry, sources: list[Path], out: Path, max_shard_kb: int | None = None) -> None:
+    """Write out/models/<name>/: the GGUF as is (or in byte parts of at most the shard size),
+    validated by our reader, with a manifest giving the header's length and sha256 (one Range
+    request fetches it) and each tensor's offset, type, shape and sha256."""
+    _engine()
+    from engine.errors import WeightsError
+    from engine.io.gguf import GGUFFile
+    from engine.io.manifest import check_gguf_header, check_manifest, gguf_metadata
+    from engine.io.sources import BytesSource
+    folder = out / "models" / entry.name
+    folder.mkdir(parents=True, exist_ok=True)
+    where, data = source_file(entry, sources, "weights")
+    view = memoryview(data)
+    try:
+        reader = GGUFFile(BytesSource(data, name=where))       # every check of the reader
+    except WeightsError as e:
+        raise BuildError(f"{entry.name}: not a valid GGUF: {e}") from None
+    filename = entry.site_file
+    parts = part_names(filename, len(data), (max_shard_kb or entry.max_shard_kb) * 1024)
+    files = {}
+    for name, offset, size in parts:
+        part = view[offset:offset + size]
+        (folder / name).write_bytes(part)
+        files[name] = {"size": size, "sha256": _sha256(part)}
+    tensors = {}
+    for info in sorted((reader.info(n) for n in reader), key=lambda i: (i.offset, i.name)):
+        tensors[info.name] = {"ggml_type": info.ggml_type, "shape": list(info.shape), "offset": info.offset,
+                              "nbytes": info.nbytes,
+                              "sha256": _sha256(view[info.offset:info.offset + info.nbytes])}
+    manifest = {"format": MANIFEST_FORMAT, "container": "gguf", "model": entry.name, "total_bytes": len(data),
+                "gguf": {"file": filename, "size": len(data), "sha256": _sha256(data),
+                         "version": reader.version, "alignment": reader.alignment,
+                         "header_bytes": reader.data_offset,
+                         "header_sha256": _sha256(view[:reader.data_offset]),
+                         "parts": [{"file": name, "offset": offset} for name, offset, _ in parts]},
+                "files": files, "tensors": tensors, "metadata": gguf_metadata(reader.metadata)}
+    check_manifest(manifest, f"{entry.name}/{MANIFEST_NAME}")           # what the page will check
+    check_gguf_header(reader, manifest)
+    _write_manifest(entry, sources, folder, manifest)

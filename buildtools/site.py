@@ -4,7 +4,7 @@ dist/
     index.html, *.py, *.js, ...   the page, copied from web/ as is
     pyodide/                      the runtime, verified wheels, engine wheel, generated lock
     pyscript/                     @pyscript/core's dist/
-    models/<name>/                sharded weights, index and manifest (see convert.py)
+    models/<name>/                sharded weights, index and manifest, or a GGUF (see convert.py)
     build-info.json               versions and download sizes, for the page's progress bars
     .build-state.json             what the incremental build knows (not part of the site)
 """
@@ -140,8 +140,8 @@ def build_info(b: Builder, engine_version: str, models: list[str]) -> dict:
     }
     for name in models:
         manifest = f"models/{name}/{convert.MANIFEST_NAME}"
-        shards = {rel: o for rel, o in b.outputs(f"weights/{name}").items() if rel.endswith(".safetensors")}
-        info["models"][name] = {"bytes": sum(o["size"] for o in shards.values()), "manifest": manifest}
+        total = json.loads((b.dist / manifest).read_text())["total_bytes"]     # every weights file
+        info["models"][name] = {"bytes": total, "manifest": manifest}
     return info
 
 
@@ -176,8 +176,11 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
                           "pyproject": b.digest(root / "pyproject.toml"), "pyodide": b.digest(pyodide_tgz),
                           "code": _code(wheel, runtime)}, make_engine))
 
-    # our safetensors writer and reader (and the dtype codes) shape the weight files
-    writer_code = [root / "engine" / "io" / "safetensors.py", root / "engine" / "dtypes.py"]
+    # our safetensors writer and reader (and the dtype codes) shape the weight files; a GGUF
+    # is checked by our reader and described by the manifest code
+    io = root / "engine" / "io"
+    writer_code = {"safetensors": [io / "safetensors.py", root / "engine" / "dtypes.py"],
+                   "gguf": [io / "gguf.py", io / "manifest.py", root / "engine" / "quants.py"]}
     for model in convert.models().values():
         sources = convert.locate(model, root, cache, offline)
         missing = [p for p in sources if not p.is_file()]
@@ -186,8 +189,8 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
         b.run(Step(f"weights/{model.name}", {
             "sources": {_shown(p, root): b.digest(p) for p in sources},
             "max_shard_kb": max_shard_kb or model.max_shard_kb,
-            "writer": b.files(writer_code, root), "code": _code(convert),
-            "entry": {"storage": model.storage_dtype, "rows": list(model.row_tensors),
+            "writer": b.files(writer_code[model.site_format], root), "code": _code(convert),
+            "entry": {"format": model.site_format, "storage": model.storage_dtype, "rows": list(model.row_tensors),
                       "ignored": list(model.ignored), "processor": model.processor}},
             lambda out, model=model, sources=sources: convert.write_model(model, sources, out, max_shard_kb)))
 

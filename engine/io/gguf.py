@@ -15,6 +15,7 @@ a memory-mapped file; quantized types as `QuantizedTensor` (raw blocks + dequant
 from __future__ import annotations
 
 import math
+import os
 import struct
 from dataclasses import dataclass
 
@@ -26,7 +27,7 @@ from ..errors import InvalidHeader, InvalidOffsets, TruncatedFile, UnknownDtype
 from ..quantized import QuantizedTensor
 from ..tensor import Tensor
 from .safetensors import _SingleFile, _to_tensor
-from .sources import ByteSource, BytesSource
+from .sources import ByteSource, BytesSource, is_url
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -84,8 +85,10 @@ class _HeaderReader:
     `key` / `tensor` say what is being parsed, so every error can name it.
     """
 
-    def __init__(self, source: ByteSource):
+    def __init__(self, source: ByteSource, header_bytes: int | None = None):
         self.source, self.file, self.size = source, source.name, source.size()
+        # windows stop here: a source that holds only the header (prefetched) is not read past it
+        self.limit = self.size if header_bytes is None else min(header_bytes, self.size)
         self.pos = 0
         self._window, self._start, self._chunk = memoryview(b""), 0, FIRST_CHUNK
         self.key: str | None = None
@@ -104,7 +107,10 @@ class _HeaderReader:
             raise self.fail(TruncatedFile, f"file truncated: {what} needs bytes "
                                            f"[{self.pos}, {end}) of a {self.size}-byte file")
         if end > self._start + len(self._window):
-            length = min(max(n, self._chunk), self.size - self.pos)
+            if end > self.limit:
+                raise self.fail(InvalidHeader, f"the header runs past its stated end: {what} needs "
+                                               f"bytes [{self.pos}, {end}) but the header has {self.limit}")
+            length = min(max(n, self._chunk), self.limit - self.pos)
             self._window, self._start = self.source.read(self.pos, length), self.pos
             self._chunk = min(self._chunk * 2, MAX_CHUNK)
         view = self._window[self.pos - self._start:end - self._start]
@@ -184,10 +190,13 @@ def _tensor_info(r: _HeaderReader, names: set) -> tuple[str, quants.GGMLType, tu
     return name, kind, tuple(reversed(dims)), offset
 
 
-def read_header(source: ByteSource):
+def read_header(source: ByteSource, header_bytes: int | None = None):
     """Parse and validate a GGUF header: (version, metadata, {name: GGUFTensorInfo},
-    alignment, data section offset)."""
-    r = _HeaderReader(source)
+    alignment, data section offset).
+
+    `header_bytes`: the header lies in the first that many bytes (a site's manifest says how
+    many, so they come in one request); the parser reads nothing past them."""
+    r = _HeaderReader(source, header_bytes)
     file = r.file
     magic = bytes(r.take(4, "magic"))
     if magic != MAGIC:
@@ -261,9 +270,13 @@ class GGUFFile(_SingleFile):
     more than LONG_ARRAY items as NumPy arrays; strings that are not UTF-8 as bytes).
     """
 
+    def __init__(self, source, *, header_bytes: int | None = None):
+        self._header_bytes = header_bytes
+        super().__init__(source)
+
     def _read_header(self) -> None:
         (self.version, self.metadata, self._infos, self.alignment,
-         self.data_offset) = read_header(self.source)
+         self.data_offset) = read_header(self.source, self._header_bytes)
 
     def _wrap(self, info: GGUFTensorInfo, buffer) -> Tensor | QuantizedTensor:
         if not info.quantized:
@@ -273,7 +286,12 @@ class GGUFFile(_SingleFile):
 
 
 def load_gguf(location) -> GGUFFile:
-    """Open lazily: a path, an http(s) URL, a bytes-like object or a ByteSource."""
+    """Open lazily: a path, an http(s) URL, a bytes-like object or a ByteSource; or a folder
+    the site build wrote (dist/models/<name>/, or its manifest.json), whole or in parts."""
     if isinstance(location, (bytes, bytearray, memoryview, np.ndarray)):
         location = BytesSource(location)
+    elif isinstance(location, (str, os.PathLike)) and not is_url(location) and (
+            os.path.isdir(location) or os.fspath(location).endswith(".json")):
+        from .site import open_gguf_folder
+        return open_gguf_folder(location)
     return GGUFFile(location)

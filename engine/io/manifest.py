@@ -7,6 +7,22 @@ Format 1 (written by buildtools/convert.py):
                         "nbytes", "sha256"}},
      "metadata": {...}}
 
+A GGUF served as is, or split into byte parts for hosts with a file-size limit, has
+"container": "gguf" (absent means "safetensors") and
+    {"format": 1, "container": "gguf", "model", "total_bytes",
+     "gguf":    {"file" (its name), "size", "sha256" (of the whole file), "version",
+                 "alignment", "header_bytes", "header_sha256",
+                 "parts": [{"file", "offset"}, ...]},
+     "files":   {part: {"size", "sha256"}},
+     "tensors": {name: {"ggml_type", "shape" (torch order), "offset" (absolute in the
+                        GGUF), "nbytes", "sha256"}},
+     "metadata": {the header's scalar metadata (no arrays)}}
+`header_bytes` is where the data section starts: bytes [0, header_bytes) hold the magic,
+the metadata (the tokenizer's arrays: several MB, with no length prefix for the whole
+block) and the tensor infos, so a client fetches them with one Range request. Part i holds
+the GGUF's bytes [offset_i, offset_i + its size): byte x of the GGUF is byte x - offset_i
+of the part with offset_i <= x < offset_i + size. Served as is, the one part is the GGUF.
+
 Cache keys (engine.io.remote): `{shard_url}?engine-range={a}-{b}&sha256={h}` holds
 bytes [a, b) of a shard, h being the sha256 of the concatenated sha256s of the tensors
 that tile [a, b), so changed weights get new keys; `{shard_url}?engine-head&sha256=
@@ -16,12 +32,14 @@ would not give it; "&" replaces "?" when the shard URL has a query already.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 
 from ..errors import IntegrityError, InvalidHeader
-from .safetensors import SafetensorsFile, TensorInfo
+from .safetensors import SafetensorsFile, TensorInfo, _safe_shard_name
 
 MANIFEST_FORMAT = 1
+CONTAINERS = ("safetensors", "gguf")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -39,9 +57,13 @@ def check_manifest(doc, where: str) -> None:
         raise InvalidHeader(f"manifest {message}", file=where, tensor=tensor)
     if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
         bad(f'must be a JSON object with "format": {MANIFEST_FORMAT}')
+    if doc.get("container", "safetensors") not in CONTAINERS:
+        bad(f'"container" must be one of {", ".join(CONTAINERS)}, got {doc["container"]!r}')
     tensors, files = doc.get("tensors"), doc.get("files", {})
     if not isinstance(tensors, dict) or not isinstance(files, dict):
         bad('"tensors" and "files" must be objects')
+    if doc.get("container") == "gguf":
+        return _check_gguf(doc, bad)
     for name, entry in tensors.items():
         if not (isinstance(entry, dict) and isinstance(entry.get("file"), str)
                 and _is_count(entry.get("offset")) and _is_count(entry.get("nbytes"))
@@ -51,6 +73,81 @@ def check_manifest(doc, where: str) -> None:
         if not (isinstance(entry, dict) and _is_count(entry.get("size"))
                 and _is_sha256(entry.get("sha256"))):
             bad(f"entry for file {filename!r} needs size and a lower-case hex sha256")
+
+
+def _check_gguf(doc: dict, bad) -> None:
+    gguf, files = doc.get("gguf"), doc["files"]
+    if not (isinstance(gguf, dict) and _safe_shard_name(gguf.get("file")) and _is_count(gguf.get("size"))
+            and _is_sha256(gguf.get("sha256")) and _is_count(gguf.get("header_bytes"))
+            and 0 < gguf["header_bytes"] <= gguf["size"] and _is_sha256(gguf.get("header_sha256"))
+            and isinstance(gguf.get("parts"), list) and gguf["parts"]):
+        bad('"gguf" needs file, size, sha256, header_bytes (at most size), header_sha256 and parts')
+    for filename, entry in files.items():
+        if not (isinstance(entry, dict) and _is_count(entry.get("size")) and _is_sha256(entry.get("sha256"))):
+            bad(f"entry for file {filename!r} needs size and a lower-case hex sha256")
+    covered = 0
+    for part in gguf["parts"]:           # contiguous, in order, each listed under "files"
+        if not (isinstance(part, dict) and _safe_shard_name(part.get("file")) and part["file"] in files
+                and part.get("offset") == covered):
+            bad(f"GGUF part {part!r} must name a file of \"files\" and start at byte {covered}")
+        covered += files[part["file"]]["size"]
+    if covered != gguf["size"] or len(files) != len(gguf["parts"]):
+        bad(f"GGUF parts hold {covered} bytes in {len(gguf['parts'])} files; the GGUF has {gguf['size']} "
+            f"and \"files\" lists {len(files)}")
+    for name, entry in doc["tensors"].items():
+        if not (isinstance(entry, dict) and isinstance(entry.get("ggml_type"), str)
+                and isinstance(entry.get("shape"), list) and all(_is_count(n) for n in entry["shape"])
+                and _is_count(entry.get("offset")) and _is_count(entry.get("nbytes"))
+                and _is_sha256(entry.get("sha256"))):
+            bad("entry needs ggml_type, shape, offset, nbytes and a lower-case hex sha256", name)
+        if not gguf["header_bytes"] <= entry["offset"] <= entry["offset"] + entry["nbytes"] <= gguf["size"]:
+            bad(f"bytes [{entry['offset']}, {entry['offset'] + entry['nbytes']}) lie outside the data "
+                f"section [{gguf['header_bytes']}, {gguf['size']})", name)
+
+
+def gguf_parts(manifest: dict) -> list[tuple[str, int, int]]:
+    """(part file, offset in the GGUF, size) of a checked GGUF manifest, in order."""
+    return [(p["file"], p["offset"], manifest["files"][p["file"]]["size"]) for p in manifest["gguf"]["parts"]]
+
+
+def gguf_metadata(metadata: dict) -> dict:
+    """The metadata a GGUF manifest carries: scalars (no arrays, no non-UTF-8 strings, no NaN)."""
+    return {key: value for key, value in metadata.items()
+            if isinstance(value, (bool, int, str)) or (isinstance(value, float) and math.isfinite(value))}
+
+
+def check_gguf_header(file, manifest: dict) -> None:
+    """A GGUF's parsed header (engine.io.gguf.GGUFFile) must say what its manifest says."""
+    gguf, tensors = manifest["gguf"], manifest["tensors"]
+
+    def fail(message, tensor=None):
+        raise IntegrityError(f"the manifest disagrees with the GGUF header: {message}", file=file.name,
+                             tensor=tensor)
+    if file.data_offset != gguf["header_bytes"]:
+        fail(f"the data section starts at byte {file.data_offset}, the manifest says {gguf['header_bytes']}")
+    for key in ("version", "alignment"):
+        if key in gguf and gguf[key] != getattr(file, key):
+            fail(f"{key} {getattr(file, key)}, the manifest says {gguf[key]}")
+    for name in file:
+        info, entry = file.info(name), tensors.get(name)
+        if entry is None:
+            fail("the header has this tensor but the manifest does not list it", name)
+        if (entry["offset"], entry["nbytes"]) != (info.offset, info.nbytes):
+            fail(f"the manifest puts it at bytes [{entry['offset']}, {entry['offset'] + entry['nbytes']}), "
+                 f"the header at [{info.offset}, {info.offset + info.nbytes})", name)
+        if (entry["ggml_type"], tuple(entry["shape"])) != (info.ggml_type, info.shape):
+            fail(f"the manifest says {entry['ggml_type']} {entry['shape']}, the header "
+                 f"{info.ggml_type} {list(info.shape)}", name)
+    for name in tensors:
+        if name not in file:
+            fail("the manifest lists this tensor, the header lacks it", name)
+    listed = manifest.get("metadata", {})
+    for key, value in listed.items():
+        if file.metadata.get(key) != value:
+            fail(f"metadata key {key!r} is {file.metadata.get(key)!r}, the manifest says {value!r}")
+    for key, value in gguf_metadata(file.metadata).items():
+        if key not in listed:
+            fail(f"metadata key {key!r} is in the header, not in the manifest")
 
 
 def check_header(file: SafetensorsFile, filename: str, manifest: dict) -> None:
@@ -95,19 +192,20 @@ def run_digest(manifest: dict, members: list[TensorInfo]) -> str:
     return hashlib.sha256(shas.encode("ascii")).hexdigest()
 
 
-def is_stale(key: str, url: str, filename: str, infos: list[TensorInfo],
+def is_stale(key: str, url: str, head_sha256: str | None, infos: list,
              manifest: dict) -> bool:
     """Whether `key` is an entry of shard `url` that the current manifest would not make.
 
-    `infos`: every tensor of the shard's current header, sorted by offset.
+    `head_sha256`: the hash its header entry is keyed by now (the shard's, or a GGUF
+    header's; None: none is current). `infos`: every tensor of the shard's current
+    header, sorted by offset.
     """
     prefix = _key_prefix(url)
     if not key.startswith(prefix + "engine-"):
         return False                                # not this shard's
     params = dict(part.partition("=")[::2] for part in key[len(prefix):].split("&"))
     if "engine-head" in params:
-        entry = manifest.get("files", {}).get(filename)
-        return entry is None or params.get("sha256") != entry["sha256"]
+        return head_sha256 is None or params.get("sha256") != head_sha256
     try:
         start, end = map(int, params.get("engine-range", "").split("-"))
     except ValueError:

@@ -1,12 +1,16 @@
 """Weights over HTTP in two phases: an async prefetch, then the unchanged sync parser.
 
-In the browser fetch and the Cache API are async while the safetensors reader is
-synchronous (and JSPI is not in every browser). So `fetch_safetensors` first downloads
+In the browser fetch and the Cache API are async while the safetensors and GGUF readers
+are synchronous (and JSPI is not in every browser). So `fetch_safetensors` first downloads
 exactly what the wanted tensors need — each shard's head, then their byte ranges
 coalesced into few Range requests, verified against the site's manifest and cached —
 into `PrefetchedSource`s, and `SafetensorsFile` parses those from memory with every
-validation it applies to a local file. Transport and cache are small async protocols:
-`UrllibTransport` below for CPython, `engine.web.fetch` for the browser.
+validation it applies to a local file. A GGUF on a site (`_Loader.open_gguf`, used by
+engine.io.site.fetch_gguf) goes the same way: its header in one request (the manifest
+gives its length and sha256), parsed by `GGUFFile`, then its tensors as `RemoteGGUF`
+asks for them; the file may be split into byte parts, each range read from the parts
+holding it. Transport and cache are small async protocols: `UrllibTransport` below for
+CPython, `engine.web.fetch` for the browser.
 
 The cache is used only with a manifest, whose sha256s key and verify its entries
 (engine.io.manifest): a warm load then requests nothing but the index.
@@ -27,7 +31,9 @@ from typing import Protocol
 
 from ..errors import (FetchError, IntegrityError, MissingShard, MissingTensor, SourceNotFound,
                       WeightsError)
-from .manifest import cache_key, check_header, check_manifest, is_stale, run_digest, tiling
+from .gguf import GGUFFile
+from .manifest import (cache_key, check_gguf_header, check_header, check_manifest, gguf_parts,
+                       is_stale, run_digest, tiling)
 from .safetensors import (MAX_HEADER_BYTES, SafetensorsFile, ShardedSafetensors, TensorInfo,
                           _parse_json)
 from .sources import _CONTENT_RANGE, ByteSource
@@ -72,13 +78,22 @@ class PrefetchedSource(ByteSource):
             raise FetchError("this file was not prefetched", file=self.name)
         return self._size
 
-    def _read(self, offset: int, length: int):
-        end = offset + length
+    def _span(self, offset: int, end: int):
         for start, view in self._spans:
             if start <= offset and end <= start + view.nbytes:
                 return view[offset - start:end - start]
-        raise FetchError(f"bytes [{offset}, {end}) were not prefetched; name their tensor "
-                         f"in fetch_safetensors(names=...)", file=self.name)
+        return None
+
+    def covers(self, offset: int, length: int) -> bool:
+        """Whether bytes [offset, offset + length) are here."""
+        return length == 0 or self._span(offset, offset + length) is not None
+
+    def _read(self, offset: int, length: int):
+        view = self._span(offset, offset + length)
+        if view is None:
+            raise FetchError(f"bytes [{offset}, {offset + length}) were not prefetched; name their "
+                             f"tensor in names=... when fetching", file=self.name)
+        return view
 
     def read_many(self, ranges: list[tuple[int, int]]) -> list[memoryview]:
         return [self.read(offset, length) for offset, length in ranges]   # all in memory
@@ -121,11 +136,15 @@ def _check_reply(url, start, end, probe, size, status, headers, body) -> tuple[b
 
 @dataclass
 class _Shard:
+    """One weights file being fetched: its parsed header and the bytes that arrived."""
     url: str
     filename: str
     source: PrefetchedSource
-    file: SafetensorsFile
+    file: SafetensorsFile | GGUFFile
     head: bytes                          # bytes [0, len(head)) of the file
+    header_bytes: int                    # of which the header (what the cache keeps)
+    parts: list[tuple[str, int, int]]    # (url, offset, size): where its bytes are served
+    head_sha256: str | None = None       # the header's cache entry is current for this hash
     head_key: str | None = None
     head_cached: bool = False
 
@@ -163,9 +182,17 @@ class _Loader:
         self.transport, self.cache, self.manifest = transport, cache, manifest
         self.progress, self.coalesce_gap, self.max_run = progress, coalesce_gap, max_run_bytes
         self.retries, self.backoff, self.sleep = retries, backoff, sleep
-        self.limit = asyncio.Semaphore(concurrency)
+        self.concurrency, self._limits = concurrency, {}
         self.stats = {"requests": 0, "network_bytes": 0, "cache_bytes": 0, "runs": 0}
         self.loaded = self.total = 0
+
+    def _limit(self) -> asyncio.Semaphore:
+        """The request limit of the running event loop (a lazy tensor fetched natively runs
+        its own asyncio.run; a semaphore must not cross loops)."""
+        loop = asyncio.get_running_loop()
+        if loop not in self._limits:
+            self._limits = {loop: asyncio.Semaphore(self.concurrency)}
+        return self._limits[loop]
 
     async def request(self, url, start=None, end=None, *, probe=False, size=None):
         """(body, file size) of GET `url` or of its bytes [start, end), with retries."""
@@ -174,7 +201,7 @@ class _Loader:
             if attempt:
                 await self.sleep(self.backoff * 2 ** (attempt - 1))
             try:
-                async with self.limit:
+                async with self._limit():
                     self.stats["requests"] += 1
                     status, headers, body = await self.transport.get(url, start, end)
                 self.stats["network_bytes"] += len(body)
@@ -187,6 +214,24 @@ class _Loader:
         what = "" if start is None else f" bytes [{start}, {end})"
         raise FetchError(f"could not fetch{what}: {failure} (gave up after "
                          f"{self.retries + 1} attempts)", file=url)
+
+    async def fetch_span(self, parts, start: int, end: int, *, check_size: bool = False) -> bytes:
+        """Bytes [start, end) of a file served as `parts` [(url, offset, size)]: one request per
+        part the span touches (one for a file served whole). With `check_size` the server's
+        size of each part must be the expected one (an IntegrityError otherwise)."""
+        pieces = []
+        for url, offset, size in parts:
+            a, b = max(start, offset), min(end, offset + size)
+            if a >= b:
+                continue
+            if check_size:
+                body, total = await self.request(url, a - offset, b - offset, probe=True)
+                if total != size:
+                    raise IntegrityError(f"the manifest says {size} bytes, the server has {total}", file=url)
+            else:
+                body, _ = await self.request(url, a - offset, b - offset, size=size)
+            pieces.append(body)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     # a cache that fails (quota, private mode) is a miss, never a failed load
     async def _cache(self, method, *args):
@@ -230,7 +275,51 @@ class _Loader:
         file = SafetensorsFile(source)       # every header check of the sync reader
         if self.manifest is not None:
             check_header(file, filename, self.manifest)
-        return _Shard(url, filename, source, file, head)
+        entry = (self.manifest or {}).get("files", {}).get(filename)
+        return _Shard(url, filename, source, file, head, 8 + struct.unpack_from("<Q", head)[0],
+                      [(url, 0, size)], head_sha256=entry["sha256"] if entry else None)
+
+    async def open_gguf(self, folder: str) -> _Shard:
+        """The GGUF of a site folder whose manifest this loader holds: its header and metadata in
+        one Range request (or from the cache), checked against the manifest's sha256, parsed by
+        GGUFFile, compared with the manifest tensor by tensor. No tensor bytes yet."""
+        gguf = self.manifest["gguf"]
+        filename, size, header_bytes = gguf["file"], gguf["size"], gguf["header_bytes"]
+        url = urllib.parse.urljoin(folder, urllib.parse.quote(filename))
+        parts = [(urllib.parse.urljoin(folder, urllib.parse.quote(name)), offset, part_size)
+                 for name, offset, part_size in gguf_parts(self.manifest)]
+        key = cache_key(url, "engine-head", gguf["header_sha256"]) if self.cache else None
+        if key:
+            blob = await self._cache("get", key)
+            if blob is not None:
+                head = bytes(blob[:-32])
+                if hashlib.sha256(head).digest() == bytes(blob[-32:]):
+                    try:
+                        shard = self._parse_gguf(url, filename, parts, head)
+                        self.stats["cache_bytes"] += len(head)
+                        shard.head_key, shard.head_cached = key, True
+                        return shard
+                    except WeightsError:
+                        pass
+                await self._cache("delete", key)
+        head = await self.fetch_span(parts, 0, header_bytes, check_size=True)
+        if hashlib.sha256(head).hexdigest() != gguf["header_sha256"]:
+            raise IntegrityError(f"the header (bytes [0, {header_bytes})) differs from the manifest: "
+                                 f"sha256 {hashlib.sha256(head).hexdigest()}, expected "
+                                 f"{gguf['header_sha256']}", file=url)
+        shard = self._parse_gguf(url, filename, parts, head)
+        shard.head_key = key
+        return shard
+
+    def _parse_gguf(self, url, filename, parts, head) -> _Shard:
+        gguf = self.manifest["gguf"]
+        source = PrefetchedSource(url, gguf["size"])
+        source.add(0, head)
+        file = RemoteGGUF(source, self, header_bytes=gguf["header_bytes"])   # every check of the reader
+        check_gguf_header(file, self.manifest)
+        shard = _Shard(url, filename, source, file, head, len(head), parts, head_sha256=gguf["header_sha256"])
+        file._shard = shard
+        return shard
 
     def plan(self, shard: _Shard, names) -> list[_Run]:
         wanted = sorted((shard.file.info(n) for n in names), key=lambda i: i.offset)
@@ -279,8 +368,7 @@ class _Loader:
         if run.end <= have:
             data = shard.head[run.start:run.end]
         else:
-            body, _ = await self.request(shard.url, max(run.start, have), run.end,
-                                         size=shard.source.size())
+            body = await self.fetch_span(shard.parts, max(run.start, have), run.end)
             data = shard.head[run.start:have] + body if run.start < have else body
         bad = self._mismatch(run, data)
         if bad is not None:
@@ -298,8 +386,8 @@ class _Loader:
 
     async def load(self, plan: list[tuple[_Shard, list[str]]]) -> None:
         runs = [run for shard, names in plan for run in self.plan(shard, names)]
-        self.stats["runs"] = len(runs)
-        self.total = sum(run.end - run.start for run in runs)
+        self.stats["runs"] += len(runs)
+        self.loaded, self.total = 0, sum(run.end - run.start for run in runs)
         if self.progress is not None:
             self.progress(0, self.total)
         await _gather(self.fetch_run(run) for run in runs)
@@ -307,17 +395,56 @@ class _Loader:
             return
         for shard, _ in plan:               # only now: a header that led to bad data is not kept
             if shard.head_key and not shard.head_cached:
-                header = shard.head[:8 + struct.unpack_from("<Q", shard.head)[0]]
+                header = shard.head[:shard.header_bytes]
                 await self._cache("put", shard.head_key,
                                   header + hashlib.sha256(header).digest())
+                shard.head_cached = True
         await self.prune([shard for shard, _ in plan])
 
     async def prune(self, shards: list[_Shard]) -> None:
         """Delete the entries of these shards that no longer hold current bytes."""
         for key in await self._cache("keys") or []:
             for shard in shards:
-                if is_stale(key, shard.url, shard.filename, shard.infos, self.manifest):
+                if is_stale(key, shard.url, shard.head_sha256, shard.infos, self.manifest):
                     await self._cache("delete", key)
+
+
+class RemoteGGUF(GGUFFile):
+    """A GGUF on a site (engine.io.site.fetch_gguf): the header parsed, and each tensor
+    fetched by Range the first time it is wanted — verified by its sha256, cached — then
+    kept. `await fetch(names)` fetches ahead (adjacent tensors share requests); reading a
+    tensor not fetched yet waits for it (JSPI in the browser, asyncio.run natively)."""
+
+    def __init__(self, source: PrefetchedSource, loader: "_Loader", *, header_bytes: int):
+        super().__init__(source, header_bytes=header_bytes)
+        self._loader, self._shard = loader, None
+        self.fetch_stats = loader.stats
+
+    def missing(self, names=None) -> list[str]:
+        """The tensors among `names` (all by default) whose bytes are not here yet."""
+        infos = [self.info(n) for n in (self if names is None else names)]
+        return [i.name for i in infos if not self.source.covers(i.offset, i.nbytes)]
+
+    async def fetch(self, names=None) -> int:
+        """Fetch the tensors `names` (all by default) that are not here yet; how many."""
+        todo = self.missing(None if names is None else list(dict.fromkeys(names)))
+        if todo:
+            await self._loader.load([(self._shard, todo)])
+        return len(todo)
+
+    def _wait_for(self, names) -> None:
+        if self.missing(names):
+            from .rows import wait
+            wait(self.fetch(names))
+
+    def __getitem__(self, name: str):
+        self._wait_for([name])
+        return super().__getitem__(name)
+
+    def get_many(self, names=None) -> dict:
+        names = list(self if names is None else names)
+        self._wait_for(names)
+        return super().get_many(names)
 
 
 async def fetch_safetensors(url: str, *, transport: Transport, names=None,

@@ -10,19 +10,30 @@ ids a text actually uses, through the same loader.
 Row tables in the manifest: the tensor's entry has
     "rows": {"block_rows": B, "sha256": [one per block of B rows, the last one shorter]}
 and its bytes are the tensor's [offset, offset + nbytes) as for any tensor.
+
+A folder whose manifest says "container": "gguf" (engine.io.manifest) serves a GGUF as is,
+or split into byte parts: `fetch_gguf` reads its header in one request and its tensors as
+they are wanted (`fetch_model` does the same and prefetches them all). Natively,
+`open_gguf_folder` reads such a folder from disk, parts and all.
 """
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+from pathlib import Path
 
 from .. import dtypes as D
-from ..errors import IntegrityError, InvalidHeader
+from ..errors import IntegrityError, InvalidHeader, SourceNotFound, TruncatedFile
 from .checkpoint import Checkpoint
-from .manifest import _key_prefix, cache_key
-from .remote import _Loader, fetch_manifest, fetch_safetensors
+from .gguf import GGUFFile
+from .manifest import _key_prefix, cache_key, check_manifest, gguf_parts
+from .remote import RemoteGGUF, _Loader, fetch_manifest, fetch_safetensors
 from .rows import RowTable
+from .sources import ByteSource, FileSource
 
 MANIFEST_NAME = "manifest.json"
+_LOADER_OPTIONS = ("coalesce_gap", "max_run_bytes", "retries", "backoff", "sleep", "concurrency")
 
 
 class _Overlay:
@@ -31,6 +42,11 @@ class _Overlay:
     def __init__(self, tensors, tables: dict):
         self.tensors, self.tables = tensors, tables
         self.name = getattr(tensors, "name", None)
+
+    def __getattr__(self, name):            # metadata, info, fetch_stats, ...: the weights'
+        if name in ("tensors", "tables"):
+            raise AttributeError(name)
+        return getattr(self.tensors, name)
 
     def __contains__(self, name):
         return name in self.tables or name in self.tensors
@@ -132,17 +148,53 @@ async def fetch_file(loader: _Loader, url: str, sha256: str, size: int) -> bytes
     return body
 
 
+async def fetch_gguf(folder: str, *, transport, cache=None, progress=None, names=None, manifest=None,
+                     **options) -> RemoteGGUF:
+    """The GGUF in site folder `folder` (a URL ending in "/"), lazily.
+
+    One request for the manifest (unless given), one Range request for the header and metadata
+    (its length and sha256 are in the manifest; from the cache when it holds them), then the
+    tensors `names` (all by default; () for none) by coalesced Range requests, each checked
+    against its sha256 and cached. Any other tensor is fetched the first time it is read (or
+    `await weights.fetch(names)`). Returns a GGUFFile (`.metadata`, `.info(name)`, quantized
+    tensors as QuantizedTensor) with `.fetch_stats`; `progress(loaded, total)` follows the
+    tensor bytes of each fetch. `options`: coalesce_gap, max_run_bytes, retries, backoff,
+    sleep, concurrency.
+    """
+    if manifest is None:
+        manifest = await fetch_manifest(folder + MANIFEST_NAME, transport, **{
+            k: v for k, v in options.items() if k in ("retries", "backoff", "sleep")})
+    else:
+        check_manifest(manifest, folder + MANIFEST_NAME)
+    if manifest.get("container") != "gguf":
+        raise InvalidHeader("the manifest describes no GGUF (\"container\": \"gguf\")", file=folder + MANIFEST_NAME)
+    loader = _Loader(transport, cache, manifest, progress, **{k: v for k, v in options.items() if k in _LOADER_OPTIONS})
+    shard = await loader.open_gguf(folder)
+    weights = shard.file
+    if names is None or names:
+        await weights.fetch(names)
+    elif cache is not None and not shard.head_cached:           # the header alone: keep it too
+        await loader.load([(shard, [])])
+    return weights
+
+
 async def fetch_model(folder: str, *, transport, cache=None, progress=None, **options) -> Checkpoint:
     """The model in site folder `folder` (a URL ending in "/"): tensors prefetched, row tables
-    lazy, processor files fetched. `options` go to fetch_safetensors (retries, backoff, ...)."""
+    lazy, processor files fetched. `options` go to fetch_safetensors (retries, backoff, ...).
+    A GGUF folder gives its GGUF with every tensor fetched (fetch_gguf)."""
     manifest = await fetch_manifest(folder + MANIFEST_NAME, transport, **{
         k: v for k, v in options.items() if k in ("retries", "backoff", "sleep")})
     tensors = manifest["tensors"]
     row_names = [name for name, entry in tensors.items() if "rows" in entry]
-    index_url = folder + manifest["index"]
-    weights = await fetch_safetensors(index_url, transport=transport, manifest=manifest, cache=cache,
-                                      progress=progress, names=[n for n in tensors if n not in row_names],
-                                      **options)
+    if manifest.get("container") == "gguf":
+        weights = await fetch_gguf(folder, transport=transport, cache=cache, progress=progress, names=None,
+                                   manifest=manifest, **options)
+        location = folder + manifest["gguf"]["file"]
+    else:
+        location = folder + manifest["index"]
+        weights = await fetch_safetensors(location, transport=transport, manifest=manifest, cache=cache,
+                                          progress=progress, names=[n for n in tensors if n not in row_names],
+                                          **options)
     loader = _Loader(transport, cache, manifest, **{k: v for k, v in options.items()
                                                     if k in ("retries", "backoff", "sleep", "concurrency")})
     loader.stats = weights.fetch_stats                # one account of what was fetched
@@ -161,4 +213,61 @@ async def fetch_model(folder: str, *, transport, cache=None, progress=None, **op
     files = {}
     for name, entry in manifest.get("extra", {}).items():
         files[name] = await fetch_file(loader, folder + name, entry["sha256"], entry["size"])
-    return Checkpoint(_Overlay(weights, tables), files, location=index_url)
+    return Checkpoint(_Overlay(weights, tables), files, location=location)
+
+
+# --- a GGUF folder on disk ---------------------------------------------------------------
+class PartsSource(ByteSource):
+    """One file stored as consecutive parts (ByteSources): byte x is in the part whose span
+    [offset, offset + size) holds it."""
+
+    def __init__(self, parts: list[ByteSource], name: str):
+        self.parts, self.name = parts, name
+        self.offsets = [0]
+        for part in parts:
+            self.offsets.append(self.offsets[-1] + part.size())
+
+    def size(self) -> int:
+        return self.offsets[-1]
+
+    def _read(self, offset: int, length: int):
+        end, pieces = offset + length, []
+        for part, start, stop in zip(self.parts, self.offsets, self.offsets[1:]):
+            a, b = max(offset, start), min(end, stop)
+            if a < b:
+                pieces.append(part.read(a - start, b - a))
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)     # zero-copy within a part
+
+    def close(self) -> None:
+        for part in self.parts:
+            part.close()
+
+
+def open_gguf_folder(location) -> GGUFFile:
+    """The GGUF of a built site folder (dist/models/<name>/ or its manifest.json) from disk: the
+    file itself when served whole, else its parts read as one file (sizes checked against the
+    manifest; the sha256s are the page's business)."""
+    path = Path(location)
+    manifest_path = path / MANIFEST_NAME if path.is_dir() else path
+    try:
+        manifest = json.loads(manifest_path.read_bytes())
+    except FileNotFoundError:
+        raise SourceNotFound("no such file", file=str(manifest_path)) from None
+    except ValueError as e:
+        raise InvalidHeader(f"manifest is not valid JSON: {e}", file=str(manifest_path)) from None
+    check_manifest(manifest, str(manifest_path))
+    if manifest.get("container") != "gguf":
+        raise InvalidHeader("the manifest describes no GGUF (\"container\": \"gguf\")", file=str(manifest_path))
+    folder = manifest_path.parent
+    parts = []
+    try:
+        for filename, _, size in gguf_parts(manifest):
+            parts.append(FileSource(folder / filename))
+            if parts[-1].size() != size:
+                raise TruncatedFile(f"{parts[-1].size()} bytes, the manifest says {size}", file=parts[-1].name)
+        source = parts[0] if len(parts) == 1 else PartsSource(parts, os.fspath(folder / manifest["gguf"]["file"]))
+        return GGUFFile(source)
+    except BaseException:
+        for part in parts:
+            part.close()
+        raise

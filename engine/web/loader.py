@@ -2,7 +2,9 @@
 
 The browser side of engine.io.site.fetch_model: JS fetch for the transport, the Cache API
 for the cache. `engine.pipeline(task)` with no weights uses it inside Pyodide (waiting
-through JSPI), and the worker's `load` awaits it directly.
+through JSPI), and the worker's `load` awaits it directly. A GGUF model (its manifest says
+so) comes back as its GGUFFile with every tensor fetched: `.metadata`, `.info(name)`,
+QuantizedTensors.
 """
 from __future__ import annotations
 

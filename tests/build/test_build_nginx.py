@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from buildtools.nginx import nginx_command, render_nginx_conf
+from test_build_gguf import check_lazy_load
 
 NGINX = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx", "/sbin/nginx") if os.path.exists(p)), None)
 needs_nginx = pytest.mark.skipif(NGINX is None, reason="the nginx binary is not installed "
@@ -117,3 +118,8 @@ def test_rendered_config_fills_every_placeholder(tmp_path):
         assert (tmp_path / "run" / folder).stat().st_mode & 0o777 == 0o777
     with pytest.raises(ValueError, match="quoting"):
         render_nginx_conf(tmp_path / "a site; evil", 8123, tmp_path / "run")
+
+
+@needs_nginx
+def test_smollm2_loads_lazily_through_nginx(nginx, smollm2_gguf):
+    check_lazy_load(f"http://127.0.0.1:{nginx}/", smollm2_gguf)

@@ -254,7 +254,7 @@ def test_build_info_has_the_download_sizes(dist):
         },
         "models": {name: {"bytes": json.loads((dist / f"models/{name}/manifest.json").read_text())["total_bytes"],
                           "manifest": f"models/{name}/manifest.json"}
-                   for name in ("mnist_cnn", "efficientnet_lite0", "all-MiniLM-L6-v2")},
+                   for name in ("mnist_cnn", "efficientnet_lite0", "all-MiniLM-L6-v2", "SmolLM2-135M-Instruct")},
     }
 
 
@@ -283,7 +283,7 @@ def test_registry_drives_the_model_build():
     model = convert.models()["mnist_cnn"]
     assert model.max_shard_kb == 256
     assert convert.locate(model, ROOT, ROOT / ".cache", True) == [ROOT / "models" / "mnist_cnn.safetensors"]
-    assert list(convert.models()) == ["mnist_cnn", "efficientnet_lite0", "all-MiniLM-L6-v2"]
+    assert list(convert.models()) == ["mnist_cnn", "efficientnet_lite0", "all-MiniLM-L6-v2", "SmolLM2-135M-Instruct"]
 
 
 def test_registry_json_lists_every_model_and_task(dist):
