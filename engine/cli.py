@@ -1,9 +1,9 @@
 """Command line: `python -m engine digit IMAGE...`, `classify IMAGE...`, `embed TEXT...`,
 `similarity QUERY CANDIDATE...`, `tokenize --model NAME TEXT...`, `tasks`,
-`bench mnist|effnet|minilm|gemm|ops`, `inspect FILE`.
+`bench mnist|effnet|minilm|gemm|ops|qlinear`, `inspect FILE`.
 
-Exit status: 0 on success, 2 on bad input or arguments (one line on stderr,
-no traceback).
+Exit status: 0 on success, 1 when `bench qlinear` saw a kernel fail, 2 on bad input or
+arguments (one line on stderr, no traceback).
 """
 from __future__ import annotations
 
@@ -90,13 +90,27 @@ def build_parser() -> argparse.ArgumentParser:
                                    "`bench minilm` times sentence embeddings at 1x128, 8x128 and real "
                                    "sentences on every available backend (or --device); "
                                    "`bench gemm` times float32 matmul on --device (default: every available "
-                                   "one) and on numpy, in GFLOP/s; `bench ops` times single ops the same way.")
-    b.add_argument("model", choices=["mnist", "effnet", "minilm", "gemm", "ops"])
+                                   "one) and on numpy, in GFLOP/s; `bench ops` times single ops the same way; "
+                                   "`bench qlinear` times linear layers with GGML quantized weights (SmolLM2 "
+                                   "shapes, 1 and 37 rows) in GB/s of weights and GFLOP/s, against float32 on "
+                                   "the same backend.")
+    b.add_argument("model", choices=["mnist", "effnet", "minilm", "gemm", "ops", "qlinear"])
     b.add_argument("--repeat", type=int, default=20, help="timed runs per case (median is reported)")
     b.add_argument("--json", action="store_true", help="print the results as one JSON object")
     b.add_argument("--weights", default=None, help="the model's weights (default: the bundled or built ones)")
     b.add_argument("--profile", action="store_true", help="mnist, effnet, minilm: also the time per kernel of one pass")
-    _add_device(b)
+    from .device import known
+    b.add_argument("--device", action="append", default=None,
+                   help=f"backend to run on: {', '.join(known())}; qlinear: repeat it for several, 'all' for "
+                        "every available one (default: every one worth picking here)")
+    q = b.add_argument_group("qlinear")
+    q.add_argument("--types", default=None, help="GGML types, comma-separated (default q4_0,q4_1,q8_0,q4_k,q6_k)")
+    q.add_argument("--shapes", default=None, help="INxOUT features, comma-separated (default "
+                                                   "576x576,576x192,576x1536,1536x576,576x49152)")
+    q.add_argument("--rows", default=None, help="rows of the input, comma-separated (default 1,37)")
+    q.add_argument("--min-time", type=float, default=None, help="seconds of samples per case, at least 3 samples "
+                                                               "(default 0.2; --quick 0.05)")
+    q.add_argument("--quick", action="store_true", help="the layer shapes without the output head, short samples")
     return ap
 
 
@@ -137,6 +151,14 @@ def _classify(args) -> int:
 
 def _bench(args) -> int:
     from .bench import bench_effnet, bench_gemm, bench_mnist, bench_ops, format_table
+    if args.model == "qlinear":
+        return _bench_qlinear(args)
+    if any(v is not None for v in (args.types, args.shapes, args.rows, args.min_time)) or args.quick:
+        raise EngineError(f"--types, --shapes, --rows, --min-time and --quick are options of bench qlinear, "
+                          f"not of bench {args.model}")
+    if args.device and len(args.device) > 1:
+        raise EngineError(f"bench {args.model} takes one --device")
+    args.device = args.device[0] if args.device else None
     if args.model in ("gemm", "ops"):
         if args.weights is not None:
             raise EngineError(f"bench {args.model} takes no --weights")
@@ -152,6 +174,34 @@ def _bench(args) -> int:
         result = bench(repeat=args.repeat, device=args.device, weights=args.weights, with_profile=args.profile)
     print(json.dumps(result) if args.json else format_table(result))
     return 0
+
+
+def _bench_qlinear(args) -> int:
+    from . import bench_quant
+    if args.weights is not None or args.profile:
+        raise EngineError("bench qlinear takes no --weights or --profile")
+    options = dict(bench_quant.QUICK) if args.quick else {}
+
+    def listed(text: str, name: str, parse):
+        try:
+            return tuple(parse(item.strip()) for item in text.split(",") if item.strip())
+        except ValueError:
+            raise EngineError(f"--{name}: cannot read {text!r}") from None
+    if args.types is not None:
+        options["types"] = listed(args.types, "types", str)
+    if args.shapes is not None:
+        options["shapes"] = listed(args.shapes, "shapes", lambda s: tuple(int(n) for n in s.lower().split("x", 1)))
+        if any(len(s) != 2 or min(s) < 1 for s in options["shapes"]):
+            raise EngineError(f"--shapes: each shape is INxOUT with positive sizes, got {args.shapes!r}")
+    if args.rows is not None:
+        options["rows"] = listed(args.rows, "rows", int)
+        if any(r < 1 for r in options["rows"]):
+            raise EngineError(f"--rows must be positive, got {args.rows!r}")
+    if args.min_time is not None:
+        options["min_time"] = args.min_time
+    result = bench_quant.bench_qlinear(devices=args.device, repeat=args.repeat, **options)
+    print(json.dumps(result) if args.json else bench_quant.format_qlinear(result))
+    return 1 if result["failed"] else 0           # a kernel raised: listed in the output
 
 
 def _texts(args) -> list[str]:

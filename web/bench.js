@@ -1,8 +1,11 @@
 // The browser benchmark: cold-start stages, bytes fetched, per-op times and MNIST and
 // EfficientNet inference per backend (webgpu with its adapter's name; SwiftShader is a CPU
 // emulation of a GPU, reported as such), and all-MiniLM-L6-v2 at 1x128 and 8x128 with the
-// tokenizer's throughput. Writes one JSON object into [data-testid=bench-results] when done.
-// ?repeat=N, ?gemm=0, ?ops=0, ?effnet=0, ?minilm=0 trim the run.
+// tokenizer's throughput, and quantized linear layers (GGML types against float32, per backend;
+// engine/bench_quant.py, as `python -m engine bench qlinear`). Writes one JSON object into
+// [data-testid=bench-results] when done.
+// ?repeat=N, ?gemm=0, ?ops=0, ?effnet=0, ?minilm=0, ?qlinear=0 trim the run; ?qlinear=full runs
+// the CLI's whole set (with the 576->49152 output head) instead of its quick set.
 import { EngineClient } from "./engine-client.js";
 
 const params = new URLSearchParams(location.search);
@@ -30,6 +33,7 @@ async function main() {
   };
   if (params.get("gemm") !== "0") results.gemm = (await client.python("bench_gemm", Math.max(3, Math.round(repeat / 4)))).cases;
   if (params.get("ops") !== "0") results.ops = (await client.python("bench_ops", Math.max(3, Math.round(repeat / 4)))).cases;
+  if (params.get("qlinear") !== "0") results.qlinear = await benchQlinear(client, params.get("qlinear") === "full");
   for (const device of info.devices) {
     await client.setBackend(device);
     results.mnist[device] = await client.python("bench_digit", repeat);
@@ -54,6 +58,18 @@ async function main() {
     }
   }
   return results;
+}
+
+// The quantized-linear section: its table in the page's card, its numbers (less the table) in the results.
+async function benchQlinear(client, full) {
+  const card = document.getElementById("qlinear-card");
+  const cardStatus = document.getElementById("qlinear-status");
+  card.hidden = false;
+  cardStatus.textContent = "running";
+  const { table, ...result } = await client.python("bench_qlinear", Math.max(3, Math.round(repeat / 4)), full);
+  document.getElementById("qlinear-table").textContent = table;
+  cardStatus.textContent = "done";
+  return result;
 }
 
 const round = (x) => Math.round(x * 10) / 10;

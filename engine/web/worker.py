@@ -20,7 +20,7 @@ import numpy as np
 
 # what web/worker.js may call (by these names, with the message's args)
 EXPORTS = ("devices", "tasks", "set_device", "predict_digit", "classify_image", "embed_texts", "bench_digit",
-           "bench_image", "bench_text", "bench_gemm", "bench_ops", "run")
+           "bench_image", "bench_text", "bench_gemm", "bench_ops", "bench_qlinear", "run")
 _state: dict = {"device": None, "pipelines": {}, "stats": {}, "namespace": None}
 
 
@@ -218,6 +218,17 @@ async def bench_ops(repeat: int = 5) -> str:
     from engine.bench import bench_ops as run
     async with _lock:
         return json.dumps(run(repeat=repeat, inner=3))
+
+
+async def bench_qlinear(repeat: int = 5, full: bool = False) -> str:
+    """Quantized linear GB/s and GFLOP/s per GGML type against float32 on every available backend
+    (engine.bench_quant.bench_qlinear, as `python -m engine bench qlinear` natively), in this
+    browser: its quick set, or with `full` the CLI's default set; "table" is the CLI's table."""
+    from engine.bench_quant import QUICK, bench_qlinear as run, format_qlinear
+    from engine.device import available
+    async with _lock:
+        result = run(devices=available(), repeat=repeat, **({} if full else QUICK))
+    return json.dumps({**result, "table": format_qlinear(result)})
 
 
 async def bench_digit(repeat: int = 20, batches=(1, 16)) -> str:
