@@ -202,6 +202,14 @@ static inline v4i gather_i32(const int32_t *p, size_t count) {
 /* rows of x multiplied together, each weight block unpacked once for them (2 measured the same) */
 #define ROWS_AT_ONCE 4
 
+/* One case of a *_rows dispatcher: type T through the file's rows_of(T, R, ...), with R a
+   compile-time 4 or 1 so each gets its own unrolled body. */
+#define ROWS(T)                                                                                   \
+    case T:                                                                                       \
+        if (r == ROWS_AT_ONCE) rows_of(T, ROWS_AT_ONCE, w, count, row_bytes, nb, a, r0, bias, y, y_row); \
+        else rows_of(T, 1, w, count, row_bytes, nb, a, r0, bias, y, y_row);                        \
+        break
+
 /* --- what quant_small.c and quant_k.c provide ------------------------------------------------ */
 /* y[(r0 + i) * y_row + n] = (weight row n) . (x row r0 + i) + bias[n] for n < count, i < r
  * (r is 1 or 4); weight rows row_bytes apart, nb blocks of 32 each */

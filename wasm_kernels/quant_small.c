@@ -106,12 +106,6 @@ INLINE void rows_of(int t, size_t R, const uint8_t *w, size_t count, size_t row_
     }
 }
 
-#define ROWS(T)                                                                                   \
-    case T:                                                                                       \
-        if (r == ROWS_AT_ONCE) rows_of(T, ROWS_AT_ONCE, w, count, row_bytes, nb, a, r0, bias, y, y_row); \
-        else rows_of(T, 1, w, count, row_bytes, nb, a, r0, bias, y, y_row);                        \
-        break
-
 void small_rows(int type, size_t r, const uint8_t *w, size_t count, size_t row_bytes, size_t nb, const acts *a,
                 size_t r0, const float *bias, float *y, size_t y_row) {
     switch (type) {

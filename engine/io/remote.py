@@ -240,22 +240,32 @@ class _Loader:
         except Exception:
             return None
 
+    async def _cached_head(self, key, parse) -> _Shard | None:
+        """The shard parsed from the header cached under `key` (its bytes, then their sha256), or
+        None: no key, nothing cached, or an entry that is damaged or no longer parses (deleted)."""
+        if not key:
+            return None
+        blob = await self._cache("get", key)
+        if blob is None:
+            return None
+        head = bytes(blob[:-32])
+        if hashlib.sha256(head).digest() == bytes(blob[-32:]):
+            try:
+                shard = parse(head)
+                self.stats["cache_bytes"] += len(head)
+                shard.head_key, shard.head_cached = key, True
+                return shard
+            except WeightsError:
+                pass
+        await self._cache("delete", key)
+        return None
+
     async def open_shard(self, url: str, filename: str) -> _Shard:
         entry = (self.manifest or {}).get("files", {}).get(filename)
         key = cache_key(url, "engine-head", entry["sha256"]) if entry and self.cache else None
-        if key:
-            blob = await self._cache("get", key)
-            if blob is not None:
-                head = bytes(blob[:-32])
-                if hashlib.sha256(head).digest() == bytes(blob[-32:]):
-                    try:
-                        shard = self._parse(url, filename, entry["size"], head)
-                        self.stats["cache_bytes"] += len(head)
-                        shard.head_key, shard.head_cached = key, True
-                        return shard
-                    except WeightsError:
-                        pass
-                await self._cache("delete", key)
+        shard = await self._cached_head(key, lambda head: self._parse(url, filename, entry["size"], head))
+        if shard is not None:
+            return shard
         head, size = await self.request(url, 0, HEAD_BYTES, probe=True)
         if entry and entry["size"] != size:
             raise IntegrityError(f"the manifest says {entry['size']} bytes, the server has "
@@ -289,19 +299,9 @@ class _Loader:
         parts = [(urllib.parse.urljoin(folder, urllib.parse.quote(name)), offset, part_size)
                  for name, offset, part_size in gguf_parts(self.manifest)]
         key = cache_key(url, "engine-head", gguf["header_sha256"]) if self.cache else None
-        if key:
-            blob = await self._cache("get", key)
-            if blob is not None:
-                head = bytes(blob[:-32])
-                if hashlib.sha256(head).digest() == bytes(blob[-32:]):
-                    try:
-                        shard = self._parse_gguf(url, filename, parts, head)
-                        self.stats["cache_bytes"] += len(head)
-                        shard.head_key, shard.head_cached = key, True
-                        return shard
-                    except WeightsError:
-                        pass
-                await self._cache("delete", key)
+        shard = await self._cached_head(key, lambda head: self._parse_gguf(url, filename, parts, head))
+        if shard is not None:
+            return shard
         head = await self.fetch_span(parts, 0, header_bytes, check_size=True)
         if hashlib.sha256(head).hexdigest() != gguf["header_sha256"]:
             raise IntegrityError(f"the header (bytes [0, {header_bytes})) differs from the manifest: "

@@ -56,8 +56,31 @@ class Cache(OrderedDict):
         return value
 
 
+class _VocabModel:
+    """What WordPiece and BPE share: the vocabulary both ways and a cache of tokenized words
+    (subclasses set `vocab`, `ids` and `cache`, and write `_tokenize`)."""
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.vocab.get(token)
+
+    def id_to_token(self, i: int) -> str | None:
+        return self.ids.get(i)
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self.vocab)
+
+    def get_vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def tokenize(self, word: str) -> tuple:
+        hit = self.cache.get(word)
+        if hit is not None:
+            return hit
+        return self.cache.put(word, self._tokenize(word))
+
+
 @MODELS.register("WordPiece")
-class WordPiece:
+class WordPiece(_VocabModel):
     def __init__(self, vocab: dict[str, int], unk_token: str = "[UNK]",
                  continuing_subword_prefix: str = "##", max_input_chars_per_word: int = 100,
                  file: str | None = None):
@@ -77,24 +100,6 @@ class WordPiece:
     def from_config(cls, s: Section) -> WordPiece:
         return cls(read_vocab(s), s.get("unk_token", str, "[UNK]"), s.get("continuing_subword_prefix", str, "##"),
                    s.get("max_input_chars_per_word", int, 100), file=s.file)
-
-    def token_to_id(self, token: str) -> int | None:
-        return self.vocab.get(token)
-
-    def id_to_token(self, i: int) -> str | None:
-        return self.ids.get(i)
-
-    def get_vocab(self) -> dict[str, int]:
-        return dict(self.vocab)
-
-    def get_vocab_size(self) -> int:
-        return len(self.vocab)
-
-    def tokenize(self, word: str) -> tuple:
-        hit = self.cache.get(word)
-        if hit is not None:
-            return hit
-        return self.cache.put(word, self._tokenize(word))
 
     def _tokenize(self, word: str) -> tuple:
         vocab, n = self.vocab, len(word)
@@ -133,7 +138,7 @@ class WordPiece:
 
 
 @MODELS.register("BPE")
-class BPE:
+class BPE(_VocabModel):
     def __init__(self, vocab: dict[str, int], merges: list[tuple[str, str]], unk_token: str | None = None,
                  continuing_subword_prefix: str = "", end_of_word_suffix: str = "", fuse_unk: bool = False,
                  byte_fallback: bool = False, ignore_merges: bool = False, file: str | None = None,
@@ -169,24 +174,6 @@ class BPE:
                    s.get("end_of_word_suffix", (str, type(None)), None) or "",
                    s.get("fuse_unk", bool, False), s.get("byte_fallback", bool, False),
                    s.get("ignore_merges", bool, False), file=s.file, field=s.where("merges"))
-
-    def token_to_id(self, token: str) -> int | None:
-        return self.vocab.get(token)
-
-    def id_to_token(self, i: int) -> str | None:
-        return self.ids.get(i)
-
-    def get_vocab(self) -> dict[str, int]:
-        return dict(self.vocab)
-
-    def get_vocab_size(self) -> int:
-        return len(self.vocab)
-
-    def tokenize(self, word: str) -> tuple:
-        hit = self.cache.get(word)
-        if hit is not None:
-            return hit
-        return self.cache.put(word, self._tokenize(word))
 
     def _tokenize(self, word: str) -> tuple:
         vocab = self.vocab
