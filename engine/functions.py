@@ -427,6 +427,33 @@ def index_select(x: Tensor, dim: int, index) -> Tensor:
     return _run(Op.INDEX_SELECT, [x, idx], x.dtype, axis=normalize_dim(dim, x.ndim))
 
 
+def index_copy_(x: Tensor, dim: int, index, source: Tensor) -> Tensor:
+    """In place, torch's Tensor.index_copy_: x's rows `index` along `dim` = source's rows, in
+    order (source has x's shape with len(index) at `dim`). Returns x."""
+    axis = normalize_dim(dim, x.ndim)
+    if isinstance(index, Tensor):
+        if index.dtype.kind not in "iu":
+            raise TypeError(f"index tensors must be integer, got {index.dtype}")
+        idx = cast(index, D.int64)
+    else:
+        idx = _from_raw(np.asarray(index, np.int64), D.int64, np.shape(index), x.device)
+    if idx.ndim > 1:
+        raise ValueError(f"index_copy_ needs a 1-D index, got shape {idx.shape}")
+    want = x.shape[:axis] + (idx.numel(),) + x.shape[axis + 1:]
+    if tuple(source.shape) != want:
+        raise ValueError(f"index_copy_: source of shape {tuple(source.shape)} does not fit {idx.numel()} "
+                         f"rows of dim {axis} of a {tuple(x.shape)} tensor (expected {want})")
+    if builtins.any(n > 1 and s == 0 for n, s in zip(x.shape, x.stride())):
+        raise ValueError("index_copy_ writes in place: the destination cannot be an expanded (stride-0) view")
+    src = cast(source, x.dtype)
+    for t in (idx, src):
+        if t._backend is not x._backend:
+            raise BackendError(f"index_copy_: tensors are on different devices ({x.device} and {t.device}); "
+                               f"move them with .to(device)")
+    x._backend.run(Op.INDEX_COPY, [x, idx.reshape(-1), src], x.dtype, {"axis": axis})
+    return x
+
+
 # --- constructors -----------------------------------------------------------------------
 def full(size, fill_value, *, dtype=None, device=None) -> Tensor:
     size = tuple(size) if isinstance(size, (tuple, list)) else (size,)
@@ -488,7 +515,7 @@ METHODS = {name: globals()[name] for name in (
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "neg", "abs", "exp", "log", "sqrt", "rsqrt", "sin",
     "cos", "tanh", "erf", "reciprocal", "floor", "ceil", "sigmoid", "relu", "clamp", "clip", "masked_fill", "sum",
     "mean", "var", "max", "min", "amax", "amin", "argmax", "argmin", "all", "any", "topk", "softmax",
-    "log_softmax", "matmul", "split", "chunk", "index_select", "tril", "triu", "logical_not", "logical_and",
+    "log_softmax", "matmul", "split", "chunk", "index_select", "index_copy_", "tril", "triu", "logical_not", "logical_and",
     "logical_or", "bitwise_not", "bitwise_and", "bitwise_or", "bitwise_xor", "eq", "ne", "lt", "le", "gt", "ge")}
 METHODS["where"] = lambda x, condition, other: where(condition, x, other)
 

@@ -10,6 +10,14 @@ Kernel contract (what `run` guarantees a backend):
 - `dtype` is the output dtype; the kernel returns a new contiguous buffer and
   the output shape.
 
+The one exception is INDEX_COPY, the only op that writes into an existing buffer (a KV cache
+filled in place, engine.nn.KVCache): inputs (dest, index, source), params `axis`; source has
+dest's shape with `index.numel()` rows at `axis`; the kernel writes source's rows into dest's
+storage at the rows named by index (each in [0, dest.shape[axis])) and returns no outputs
+(`run` returns []). dest is a view with no stride-0 dims (Tensor.index_copy_ checks). Backends
+that can check the index on the host raise IndexError there; a device kernel that cannot skips
+an out-of-range row, so nothing outside dest is ever written.
+
 Fused kernels a backend may offer (`backend.fused[name](*arrays, **params)`, one
 result with the composite's exact semantics; callers check dtypes first):
 - "mul_add" (x, a, b): x * a + b, broadcasting (inference batch norm);
@@ -68,6 +76,7 @@ class Op(enum.Enum):
     CAT = enum.auto()             # along `axis`
     PAD = enum.auto()             # constant padding, `pads` = ((before, after), ...) per dim
     INDEX_SELECT = enum.auto()    # gather rows of `axis` by an int64 index vector
+    INDEX_COPY = enum.auto()      # in place: dest's rows of `axis` at an int64 index vector = source
     # compute-heavy
     MATMUL = enum.auto()          # (B, M, K) @ (B, K, N) with equal batch shapes
     CONV2D = enum.auto()          # NCHW, input already padded; stride, dilation, groups

@@ -46,6 +46,8 @@ class NumpyBackend:
         arrays = [self.view(t._buf, t._layout) for t in inputs]
         with np.errstate(all="ignore"):
             out = self.kernels[op](*arrays, dtype=dtype, **params)
+        if out is None:                                   # INDEX_COPY wrote into its first input
+            return []
         if isinstance(out, tuple):
             return [self._own(o, d) for o, d in zip(out, dtype)]
         return [self._own(out, dtype)]

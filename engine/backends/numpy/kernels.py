@@ -72,6 +72,17 @@ def _index_select(a, index, *, dtype, axis):
     return np.take(a, index.astype(np.intp, copy=False), axis=axis)   # intp is 32-bit on wasm32
 
 
+def _index_copy(dest, index, source, *, dtype, axis):
+    """In place (engine.ops INDEX_COPY): dest's rows `index` along `axis` = source's."""
+    n = dest.shape[axis]
+    if index.size and (index.min() < 0 or index.max() >= n):
+        bad = index[(index < 0) | (index >= n)][0]
+        raise IndexError(f"index {int(bad)} is out of range for dimension {axis} of size {n}")
+    where = (slice(None),) * axis + (index.astype(np.intp, copy=False),)
+    dest[where] = source
+    return None
+
+
 def _conv2d(x, w, *, dtype, stride, dilation, groups):
     """x (N, C, H, W) already padded; w (O, C/groups, kh, kw)."""
     n, c, h, wd = x.shape
@@ -213,6 +224,7 @@ KERNELS = {
     Op.CAT: lambda *arrays, dtype, axis: np.concatenate(arrays, axis=axis),
     Op.PAD: _pad,
     Op.INDEX_SELECT: _index_select,
+    Op.INDEX_COPY: _index_copy,
     Op.MATMUL: lambda a, b, *, dtype: np.matmul(a, b),
     Op.CONV2D: _conv2d,
 }

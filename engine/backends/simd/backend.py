@@ -41,7 +41,8 @@ def _cast(a, *, dtype, src):
 
 # Ops the C kernels do not cover run the NumPy kernel on the shared storage (declared here;
 # the table is checked complete below).
-NUMPY_OPS = UNARY | BINARY | REDUCTIONS | {Op.CONTIGUOUS, Op.WHERE, Op.TOPK, Op.CAT, Op.PAD, Op.INDEX_SELECT}
+NUMPY_OPS = UNARY | BINARY | REDUCTIONS | {Op.CONTIGUOUS, Op.WHERE, Op.TOPK, Op.CAT, Op.PAD, Op.INDEX_SELECT,
+                                            Op.INDEX_COPY}
 KERNELS = {**{op: numpy_kernels.KERNELS[op] for op in NUMPY_OPS},
            Op.MATMUL: _matmul, Op.CONV2D: _conv2d, Op.CAST: _cast}
 assert set(KERNELS) == set(Op), f"simd kernel table misses {set(Op) - set(KERNELS)}"

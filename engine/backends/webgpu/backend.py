@@ -106,6 +106,8 @@ class WebGPUBackend:
     def run(self, op, inputs, dtype, params):
         views = [self.view(t._buf, t._layout) for t in inputs]
         outs = self.kernels[op](self, *views, dtype=dtype, sources=[t._buf for t in inputs], **params)
+        if outs is None:                                  # INDEX_COPY wrote into its first input
+            return []
         outs = outs if isinstance(dtype, tuple) else [outs]
         dtypes = dtype if isinstance(dtype, tuple) else (dtype,)
         return [(Storage(buf, d), shape) for (buf, shape), d in zip(outs, dtypes)]
@@ -307,6 +309,22 @@ def _index_select(be, x, index, *, dtype, axis, sources):
     return K.gather(be.gpu, x, axis, index)
 
 
+def _index_copy(be, dest, index, source, *, dtype, axis, sources):
+    n = dest.shape[axis]
+    if sources[1].host is not None:                    # checked when the host has the values
+        values = _index_values(be, sources[1], index)
+        if values.size and (values.min() < 0 or values.max() >= n):
+            bad = values[(values < 0) | (values >= n)][0]
+            raise IndexError(f"index {int(bad)} is out of range for dimension {axis} of size {n}")
+    target = sources[0]
+    if 4 * dest.numel <= SHARED_LIMIT and be.gpu.is_shared(target.buf):   # small host-made tensors share
+        # a buffer per value: this one gets its own before it is written
+        target.buf = be.gpu.upload(np.frombuffer(be.gpu.read(target.buf, target.buf.size), np.uint8))
+        dest = K.View(target.buf, dest.shape, dest.strides, dest.offset, dest.type)
+    target.host = None                                 # the host shadow no longer holds the values
+    K.index_copy(be.gpu, dest, axis, index, source)
+
+
 # --- GEMM and convolution --------------------------------------------------------------------------
 def _collapse(be, v: K.View, keep: int) -> K.View:
     """v (..., *last `keep` dims) as (B, *last) with one stride for B: the leading dims merged,
@@ -341,7 +359,7 @@ KERNELS = {
     Op.CAST: _cast, Op.CONTIGUOUS: _contiguous, Op.WHERE: _where,
     Op.SUM: _reduce("sum"), Op.MAX: _reduce("max"), Op.MIN: _reduce("min"),
     Op.ARGMAX: _argreduce("argmax"), Op.ARGMIN: _argreduce("argmin"), Op.TOPK: _topk,
-    Op.CAT: _cat, Op.PAD: _pad, Op.INDEX_SELECT: _index_select,
+    Op.CAT: _cat, Op.PAD: _pad, Op.INDEX_SELECT: _index_select, Op.INDEX_COPY: _index_copy,
     Op.MATMUL: _matmul, Op.CONV2D: _conv2d,
 }
 assert set(KERNELS) == set(Op), f"webgpu kernel table misses {set(Op) - set(KERNELS)}"

@@ -134,6 +134,10 @@ class Gpu:
             self._params.move_to_end(key)
         return buf
 
+    def is_shared(self, buf: "GpuBuffer") -> bool:
+        """Whether buf is one of the value-shared parameter buffers (never to be written)."""
+        return any(b is buf for b in self._params.values())
+
     def read(self, buf: "GpuBuffer", nbytes: int) -> bytes:
         """The first nbytes of buf, after every recorded dispatch has run (counted)."""
         self.flush()

@@ -144,6 +144,18 @@ def scatter(gpu: Gpu, x: View, z: View) -> None:
         gpu.dispatch(shader("scatter", T=x.type), [x.buf, z.buf, gpu.params(info)], _grid(numel, 256, gpu))
 
 
+def index_copy(gpu: Gpu, z: View, axis: int, index: View, x: View) -> None:
+    """In place: z's rows along `axis` at a 1-D i32 index view = x's rows (x of z's shape with
+    index.numel rows at `axis`); rows whose index is outside z are skipped."""
+    _check_strides(x, z, index)
+    numel = x.numel
+    if numel:
+        info = _words(numel, len(x.shape), x.offset, z.offset, axis, z.shape[axis], index.offset,
+                      index.strides[0] if index.strides else 0, *x.shape, *x.strides, *z.strides)
+        gpu.dispatch(shader("index_copy", T=x.type), [x.buf, index.buf, z.buf, gpu.params(info)],
+                     _grid(numel, 256, gpu))
+
+
 def fill(gpu: Gpu, numel: int, bits: int) -> GpuBuffer:
     out = gpu.buffer(4 * numel)
     if numel:
