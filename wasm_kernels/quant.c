@@ -1,7 +1,7 @@
 /* The quantized kernels of engine.ops: linear_q (x times a GGML-quantized weight, transposed)
  * and embedding_q (rows of it, dequantized). The weight is GGML's own bytes, row after row.
  *
- * linear_q quantizes x per block of 32 to int8 (see quant.h), then for each chunk of weight
+ * linear_q quantizes x per block of 32 to 14-bit integers (see quant.h), then for each chunk of weight
  * rows small enough to stay in cache runs the rows of x four at a time against every weight
  * row of the chunk (each block unpacked once for the four), then the rows left one at a time.
  * One row of x (decoding) streams the weight once. */
@@ -31,15 +31,14 @@ static size_t row_bytes_of(int t, size_t cols) {
 
 typedef int16_t v4i16 __attribute__((vector_size(8)));
 typedef int16_t v4i16_u __attribute__((vector_size(8), aligned(1), may_alias));
-typedef int8_t v4i8_u __attribute__((vector_size(4), aligned(1), may_alias));
 
 static inline size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 /* where the parts of a quantized row of x go (quant.h's acts), for nb blocks of 32 */
-static acts act_layout(size_t nb, int wide) {
+static acts act_layout(size_t nb) {
     acts a;
     a.base = 0;
-    a.dx = round16((nb * 32) << wide);
+    a.dx = round16(nb * 32 * 2);
     a.xs = a.dx + round16(4 * nb);
     a.s32 = a.xs + round16(4 * nb);
     a.s16 = a.s32 + round16(4 * nb);
@@ -52,9 +51,9 @@ static inline v4i round4(v4f x) {
     return (v4i)(x + splat(12582912.0f)) - (v4i)splat(12582912.0f);
 }
 
-/* Row x (nb blocks of 32) -> q = round(x / dx) with dx = max|x| / 127 per block (|q| <= 127).
+/* Row x (nb blocks of 32) -> q = round(x / dx) with dx = max|x| / QMAX per block (|q| <= QMAX).
  * A block holding inf or NaN gets dx = NaN, so that what it touches is NaN. */
-static void quantize_row(size_t nb, const float *x, const acts *a, size_t r, int wide) {
+static void quantize_row(size_t nb, const float *x, const acts *a, size_t r) {
     uint8_t *row = (uint8_t *)a->base + r * a->stride;
     float *dxs = (float *)(row + a->dx), *xss = (float *)(row + a->xs);
     int32_t *s32 = (int32_t *)(row + a->s32), *s16 = (int32_t *)(row + a->s16);
@@ -67,18 +66,17 @@ static void quantize_row(size_t nb, const float *x, const acts *a, size_t r, int
             finite &= m <= splat(3.4028234664e38f);
             amax = select4(m > amax, m, amax);
         }
-        /* a tiny block is scaled by 2^100 first (exactly), so that 127 / max stays finite */
+        /* a tiny block is scaled by 2^100 first (exactly), so that QMAX / max stays finite */
         float top = hmax4(amax), up = top < 0x1p-100f ? 0x1p100f : 1.0f, down = top < 0x1p-100f ? 0x1p-100f : 1.0f;
-        float dx = all4(finite) ? top * up / 127.0f * down : __builtin_nanf("");
-        float inverse = top > 0.0f && all4(finite) ? 127.0f / (top * up) : 0.0f;
+        float dx = all4(finite) ? top * up / (float)QMAX * down : __builtin_nanf("");
+        float inverse = top > 0.0f && all4(finite) ? (float)QMAX / (top * up) : 0.0f;
         v4i sums[2] = {splati(0), splati(0)};
         v4i q[8];
         for (int k = 0; k < 8; ++k) {
             q[k] = round4(v[k] * splat(up) * splat(inverse));
             sums[k / 4] += q[k];
-            if (!wide) *(v4i8_u *)(row + 32 * j + 4 * k) = __builtin_convertvector(q[k], v4i8);
         }
-        for (int k = 0; wide && k < 8; k += 2) {                /* per 16: the evens, then the odds */
+        for (int k = 0; k < 8; k += 2) {                /* per 16: the evens, then the odds */
             int16_t *out = (int16_t *)row + 32 * j + 16 * (k / 4) + 4 * (k / 2 % 2);
             *(v4i16_u *)out = __builtin_convertvector(__builtin_shufflevector(q[k], q[k + 1], 0, 2, 4, 6), v4i16);
             *(v4i16_u *)(out + 8) = __builtin_convertvector(__builtin_shufflevector(q[k], q[k + 1], 1, 3, 5, 7), v4i16);
@@ -98,8 +96,7 @@ static void quantize_row(size_t nb, const float *x, const acts *a, size_t r, int
 EXPORT size_t linear_q_f32(int type, size_t m, size_t rows, size_t cols, const float *x, ptrdiff_t x_row,
                            const uint8_t *weight, const float *bias, float *y, float *scratch, size_t scratch_size) {
     const size_t nb = cols / 32, row_bytes = row_bytes_of(type, cols);
-    const int wide = WIDE(type);
-    acts a = act_layout(nb, wide);
+    acts a = act_layout(nb);
     size_t need = (m * a.stride + 16) / sizeof(float) + 1;
     if (scratch_size < need) return need;
     if (!row_bytes) {                                    /* unknown type, or no columns */
@@ -107,7 +104,7 @@ EXPORT size_t linear_q_f32(int type, size_t m, size_t rows, size_t cols, const f
         return 0;
     }
     a.base = (const uint8_t *)(((uintptr_t)scratch + 15) & ~(uintptr_t)15);
-    for (size_t r = 0; r < m; ++r) quantize_row(nb, x + (ptrdiff_t)r * x_row, &a, r, wide);
+    for (size_t r = 0; r < m; ++r) quantize_row(nb, x + (ptrdiff_t)r * x_row, &a, r);
     size_t chunk = m == 1 ? rows : CHUNK_BYTES / row_bytes ? CHUNK_BYTES / row_bytes : 1;
     for (size_t n0 = 0; n0 < rows; n0 += chunk) {
         size_t count = rows - n0 < chunk ? rows - n0 : chunk;

@@ -2,13 +2,11 @@
  * know the GGML block layouts; engine/quants.py documents them). Not exported.
  *
  * The products run in integers, as llama.cpp's do: each row of x is quantized per 32
- * elements to int8 with one float scale dx (x ~ dx * q, |q| <= 127), every weight block is
- * unpacked to small integers (unsigned, 0..63, except Q8_0's signed bytes), and each group
- * of 4 blocks of 32 gives 4 exact int32 dot products, which the block scales turn into
- * float32 at once (one f32x4 multiply-add per 128 weights). The relaxed-SIMD build keeps x
- * in int8 and multiplies with i16x8.relaxed_dot_i8x16_i7x16_s (its 7-bit operand is the
- * unsigned weight); the other builds (and Q8_0 everywhere) keep x in int16 and multiply
- * with i32x4.dot_i16x8_s (pmaddwd natively). wasm_kernels/README.md has the whole story.
+ * elements to 14-bit integers in int16 with one float scale dx (x ~ dx * q, |q| <= QMAX),
+ * every weight block is unpacked to small integers (unsigned, 0..63, except Q8_0's signed
+ * bytes), and each group of 4 blocks of 32 gives 4 exact int32 dot products (i32x4.dot_i16x8_s,
+ * pmaddwd natively), which the block scales turn into float32 at once (one f32x4 multiply-add
+ * per 128 weights). wasm_kernels/README.md has the whole story.
  */
 #ifndef ENGINE_KERNELS_QUANT_H
 #define ENGINE_KERNELS_QUANT_H
@@ -97,13 +95,11 @@ static inline void bytes_to_f32(v16i8 q, v4f out[4]) {
 }
 
 /* --- the integer dot products ---------------------------------------------------------------- */
-#ifdef __wasm_relaxed_simd__
-#define RELAXED 1
-#else
-#define RELAXED 0
-#endif
-/* x kept in int16 (else int8): everywhere but for the relaxed build's unsigned weights */
-#define WIDE(type) (!RELAXED || (type) == Q8_0)
+/* x is quantized to 14 bits, |q| <= QMAX: every int32 sum below stays exact (the largest, two
+ * Q6_K sub-blocks of 16 times their int8 scales: 2 * 16 * 32 * 8191 * 127 < 2^31). int8 x, as
+ * llama.cpp's q8_1, was tried first: its 0.5-1% error per product moved SmolLM2's logits by up
+ * to 2 and flipped greedy answers; 14 bits make it ~60x smaller. */
+#define QMAX 8191
 
 /* a[2i] b[2i] + a[2i+1] b[2i+1] in int32 lane i */
 static inline v4i madd16(v8i16 a, v8i16 b) {
@@ -130,23 +126,10 @@ static inline v4i dot16(v4i acc, const uint8_t *x, v16i8 w, int sign) {
     return acc + madd16(load_i16x8(x), even) + madd16(load_i16x8(x + 16), odd);
 }
 
-/* The 32 products of a block of x (elements 0-15 at x, 16-31 after; int16 when wide, else int8)
- * with weights lo, hi, as 4 partial int32 sums: all four for the block, or (halves) lanes 0-1
- * for elements 0-15 and 2-3 for 16-31. The relaxed build's int8 path sums the halves' i16 pair products (i16x8.relaxed_dot: pmaddubsw,
- * one instruction, against five for the i32x4 form): |x| <= 127 and w <= 63 keep each lane
- * within 4 * 127 * 63 < 2^15. */
-static inline v4i dot32(const uint8_t *x, v16i8 lo, v16i8 hi, int wide, int sign, int halves) {
-#ifdef __wasm_relaxed_simd__
-    if (!wide) {
-        v8i16 a = __builtin_wasm_relaxed_dot_i8x16_i7x16_s_i16x8(load_i8x16(x), lo);
-        v8i16 b = __builtin_wasm_relaxed_dot_i8x16_i7x16_s_i16x8(load_i8x16(x + 16), hi);
-        v8i16 sum = halves ? __builtin_shufflevector(a, b, 0, 1, 2, 3, 8, 9, 10, 11) +
-                                 __builtin_shufflevector(a, b, 4, 5, 6, 7, 12, 13, 14, 15)
-                           : a + b;
-        return __builtin_wasm_extadd_pairwise_i16x8_s_i32x4(sum);
-    }
-#endif
-    (void)wide;                                  /* wide: x in int16 */
+/* The 32 products of a block of x (int16, elements 0-15 at x, 16-31 after) with weights lo, hi,
+ * as 4 partial int32 sums: all four for the block, or (halves) lanes 0-1 for elements 0-15 and
+ * 2-3 for 16-31. */
+static inline v4i dot32(const uint8_t *x, v16i8 lo, v16i8 hi, int sign, int halves) {
     v4i a = dot16(splati(0), x, lo, sign), b = dot16(splati(0), x + 32, hi, sign);
     return halves ? hadd4(a, b) : a + b;
 }
@@ -156,32 +139,27 @@ static inline v4i dot32(const uint8_t *x, v16i8 lo, v16i8 hi, int wide, int sign
  * ~400 in the four-row one). A store of each block's sums (to a volatile local on the wasm stack)
  * is an effect it keeps in order, so each block's arithmetic stays between its loads and the
  * next block's; the empty asm (nothing in the binary) keeps LLVM from moving loads across it.
- * Used where it measured faster (`where`): x in int16 (four loads per block and row: +30-60%) and
- * the K-quants of 16-element sub-blocks (+25% relaxed); the relaxed build's other int8 paths
- * measured ~5% slower with it. Natively nothing. */
-static inline void pin(v4i v, int where) {
+ * Measured +30-60% (four loads per block and row). Natively nothing. */
+static inline void pin(v4i v) {
 #ifdef __wasm__
-    if (where) {
-        volatile v4i sink = v;
-        (void)sink;
-        __asm__ volatile("" ::: "memory");
-    }
+    volatile v4i sink = v;
+    (void)sink;
+    __asm__ volatile("" ::: "memory");
 #endif
     (void)v;
-    (void)where;
 }
 
 /* --- quantized rows of x ----------------------------------------------------------------------- */
-/* Row r of x, quantized, at base + r * stride: the values (cols int8, or int16 when wide, each
- * 16 as evens then odds: see dot16), then per block of 32 the scale dx (float), the sum of the
+/* Row r of x, quantized, at base + r * stride: the values (cols int16, each 16 as evens then
+ * odds: see dot16), then per block of 32 the scale dx (float), the sum of the
  * dequantized values dx * sum(q) (float) and sum(q) (int32), then sum(q) per 16 (int32). */
 typedef struct {
     const uint8_t *base;
     size_t stride, dx, xs, s32, s16;    /* bytes */
 } acts;
 
-static inline const uint8_t *act_q(const acts *a, size_t r, size_t element, int wide) {
-    return a->base + r * a->stride + (element << wide);
+static inline const uint8_t *act_q(const acts *a, size_t r, size_t element) {
+    return a->base + r * a->stride + 2 * element;
 }
 static inline const float *act_dx(const acts *a, size_t r) { return (const float *)(a->base + r * a->stride + a->dx); }
 static inline const float *act_xs(const acts *a, size_t r) { return (const float *)(a->base + r * a->stride + a->xs); }

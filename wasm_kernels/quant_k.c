@@ -100,13 +100,11 @@ INLINE void scales_of(int t, const uint8_t *sb, scales *s) {
 /* block i (of 8) of super-block sb times block j of x rows r0..r0+R-1: per row, 4 partial sums
  * (sub-blocks of 16: lanes 0-1 the first half's, 2-3 the second's, kept apart) */
 INLINE void block_sums(int t, size_t R, const uint8_t *sb, int i, size_t j, const acts *a, size_t r0, v4i *s) {
-    const int wide = WIDE(t);
     v16i8 lo, hi;
     unpack_k(t, sb, i, &lo, &hi);
     for (size_t r = 0; r < R; ++r) {
-        const uint8_t *x = act_q(a, r0 + r, j * 32, wide);
-        s[r] = dot32(x, lo, hi, wide, 0, subs_of_16(t));
-        pin(s[r], wide || subs_of_16(t));
+        s[r] = dot32(act_q(a, r0 + r, j * 32), lo, hi, 0, subs_of_16(t));
+        pin(s[r]);
     }
 }
 

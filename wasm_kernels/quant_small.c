@@ -56,15 +56,13 @@ INLINE v4u heads(const uint8_t *b, size_t bs, size_t n) {
 /* block k (of n) of the group at b times x rows r0..r0+R-1: 4 partial sums per row in s[r] */
 INLINE void block_sums(int t, size_t R, const uint8_t *b, size_t k, size_t n, size_t j, const acts *a, size_t r0,
                        v4i *s) {
-    const int wide = WIDE(t);
     v16i8 lo, hi;
     for (size_t r = 0; r < R; ++r) s[r] = splati(0);
     if (k >= n) return;
     unpack(t, b + k * block_bytes(t), &lo, &hi);
     for (size_t r = 0; r < R; ++r) {
-        const uint8_t *x = act_q(a, r0 + r, (j + k) * 32, wide);
-        s[r] = dot32(x, lo, hi, wide, t == Q8_0, 0);
-        pin(s[r], wide);
+        s[r] = dot32(act_q(a, r0 + r, (j + k) * 32), lo, hi, t == Q8_0, 0);
+        pin(s[r]);
     }
 }
 

@@ -121,13 +121,13 @@ def random_blocks(qtype: str, rows: int, cols: int, rng, exponents=(-4.0, 0.0)) 
     return blocks.reshape(-1)
 
 
-# linear_q quantizes x per block of 32 to int8: q = round(x / dx), dx = max|x_block| / 127, so each
-# x_k moves by at most dx / 2 = max|x_block| / 254 and y_n by at most sum over blocks b of
-# max|x_b| / 254 * sum_{k in b} |w_nk|. The tolerance is that worst case (+1% for the float32
+# linear_q quantizes x per block of 32 to 14 bits: q = round(x / dx), dx = max|x_block| / 8191, so
+# each x_k moves by at most dx / 2 = max|x_block| / 16382 and y_n by at most sum over blocks b of
+# max|x_b| / 16382 * sum_{k in b} |w_nk|. The tolerance is that worst case (+1% for the float32
 # rounding of dx and x / dx) plus the float32 error of the sums, GEMM_RTOL * sum_k |x_k| |w_nk|.
 # Measured errors stay below 40% of it (typically 10-20%: the roundings are independent, not
-# all of the same sign); about 0.3% of sum_k |x_k| |w_nk| on random data.
-QUANT_X_STEP = 1.01 / 254
+# all of the same sign); about 5e-5 of sum_k |x_k| |w_nk| on random data.
+QUANT_X_STEP = 1.01 / 16382
 
 
 def linear_q_reference(x, w, bias=None):
