@@ -110,6 +110,47 @@ class QuantizedTensor:
             buf = target.quantized_in(self.raw, self.qtype, self.rows)
         return QuantizedTensor(buf, self.qtype, self.shape, target, name=self.name, file=self.file)
 
+    # --- whole rows of blocks (exact: a row permutation or concatenation moves bytes only) ---
+    def _rows_bytes(self) -> np.ndarray:
+        return self.raw.reshape(self.rows, -1)
+
+    def _like(self, raw: np.ndarray, rows: int) -> "QuantizedTensor":
+        return QuantizedTensor.from_raw(np.ascontiguousarray(raw).reshape(-1), self.qtype, (rows, self.shape[-1]),
+                                        self.device, name=self.name, file=self.file)
+
+    def index_rows(self, order) -> "QuantizedTensor":
+        """The 2-D weight with its rows taken in `order` (row indices), on the same device."""
+        order = np.asarray(order, np.intp)
+        if self.ndim != 2 or order.ndim != 1 or (order.size and (order.min() < 0 or order.max() >= self.rows)):
+            raise SizeMismatch(f"index_rows: {order.size} row indices for a weight of shape {self.shape}",
+                               file=self.file, tensor=self.name)
+        return self._like(self._rows_bytes()[order], order.size)
+
+    @staticmethod
+    def cat(tensors) -> "QuantizedTensor":
+        """2-D weights of one qtype, row length and device stacked row-wise (a weight whose product
+        is the parts' products side by side: one kernel call instead of several)."""
+        first = tensors[0]
+        if any(t.ndim != 2 or t.qtype != first.qtype or t.shape[-1] != first.shape[-1] or t.device != first.device
+               for t in tensors):
+            raise SizeMismatch("cat: the weights differ in type, row length or device: " +
+                               ", ".join(f"{t.name} {t.qtype} {t.shape} on {t.device}" for t in tensors),
+                               file=first.file, tensor=first.name)
+        rows = sum(t.rows for t in tensors)
+        return first._like(np.concatenate([t._rows_bytes() for t in tensors]), rows)
+
+    def split(self, sizes) -> list["QuantizedTensor"]:
+        """The 2-D weight cut into consecutive runs of `sizes` rows; on backends that keep GGML's
+        bytes (numpy, simd) the parts share this tensor's storage."""
+        if self.ndim != 2 or sum(sizes) != self.rows or any(n <= 0 for n in sizes):
+            raise SizeMismatch(f"split: row counts {list(sizes)} do not add up to the {self.rows} rows of "
+                               f"{self.shape}", file=self.file, tensor=self.name)
+        rows, parts, start = self._rows_bytes(), [], 0
+        for n in sizes:
+            parts.append(self._like(rows[start:start + n], n))
+            start += n
+        return parts
+
     def dequantize(self):
         """The float32 tensor, on this tensor's device."""
         from .nn import functional as F

@@ -34,13 +34,14 @@ class Module:
         if "_parameters" not in self.__dict__:
             raise AttributeError("call Module.__init__() before assigning attributes")
         params, buffers, modules = self._parameters, self._buffers, self._modules
-        if isinstance(value, (Tensor, Module)):
+        tensor = isinstance(value, Tensor) or getattr(value, "is_quantized", False)   # QuantizedTensor too
+        if tensor or isinstance(value, Module):
             self.__dict__.pop(name, None)        # e.g. a `bias = None` set before: the table wins
         if isinstance(value, Module):
             params.pop(name, None)
             buffers.pop(name, None)
             modules[name] = value
-        elif isinstance(value, Tensor) or (value is None and (name in params or name in buffers)):
+        elif tensor or (value is None and (name in params or name in buffers)):
             modules.pop(name, None)
             (buffers if name in buffers else params)[name] = value
         else:

@@ -1,0 +1,90 @@
+"""KVCache: the keys and values a decoder has seen, preallocated and written in place.
+
+Autoregressive decoding attends each new token to every earlier one. The cache holds, per
+layer, keys and values of shape (batch, kv_heads, capacity, head_dim) allocated once; a step
+writes its tokens' rows at their positions with `index_copy_` (engine.ops INDEX_COPY), so
+nothing is concatenated per token and nothing moves. Positions are data (an int64 tensor), not
+Python ints, so one decode step has the same shapes and kernel calls at every position and can
+be captured once and replayed (engine.graph). Attention reads the whole capacity with a mask
+(`mask(positions)`: key position <= query position); grouped-query attention reads KV head
+h // (H // Hkv) itself (F.scaled_dot_product_attention(enable_gqa=True)), so keys are never
+repeated per query head.
+
+The bookkeeping is the caller's: a model's forward only writes rows; the generator records
+what it fed with `append(tokens)`, and reuses a shared prefix with `truncate(n)` (rows past
+`length` are stale and masked out by position, never read).
+"""
+from __future__ import annotations
+
+from .. import dtypes as D
+from ..errors import InputError
+from ..functions import arange, le, zeros
+
+
+class KVCache:
+    def __init__(self, num_layers: int, kv_heads: int, head_dim: int, capacity: int, *, batch: int = 1,
+                 device: str | None = None, dtype=D.float32):
+        if min(num_layers, kv_heads, head_dim, capacity, batch) <= 0:
+            raise InputError(f"KVCache needs positive sizes, got layers={num_layers} kv_heads={kv_heads} "
+                             f"head_dim={head_dim} capacity={capacity} batch={batch}")
+        shape = (batch, kv_heads, capacity, head_dim)
+        self.key = [zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]     # (B, Hkv, C, D)
+        self.value = [zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]   # (B, Hkv, C, D)
+        self.positions = arange(capacity, device=device)            # (C,) int64: each row's position
+        self.capacity = capacity
+        self.tokens: list[int] = []                                 # the ids whose rows are held, in order
+
+    @property
+    def length(self) -> int:
+        """How many positions hold valid rows (0 .. length-1)."""
+        return len(self.tokens)
+
+    @property
+    def device(self) -> str:
+        return self.key[0].device
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.key + self.value)
+
+    def update(self, layer: int, positions, key, value):
+        """Write key/value (B, Hkv, T, D) at `positions` (T,) int64 of `layer`; returns the
+        layer's whole (B, Hkv, C, D) key and value tensors to attend over."""
+        self.key[layer].index_copy_(2, positions, key)
+        self.value[layer].index_copy_(2, positions, value)
+        return self.key[layer], self.value[layer]
+
+    def mask(self, positions):
+        """(T, C) bool: True where row j's position is <= query t's position (causal over the cache)."""
+        return le(self.positions.reshape(1, -1), positions.reshape(-1, 1))
+
+    def room(self, n: int) -> None:
+        """Raise InputError unless n more tokens fit."""
+        if self.length + n > self.capacity:
+            raise InputError(f"the KV cache holds {self.length} of {self.capacity} positions: {n} more "
+                             f"do not fit (start a new conversation, or make a larger cache)")
+
+    def append(self, tokens) -> None:
+        """Record that the rows of `tokens` were written at positions length, length+1, ..."""
+        tokens = [int(t) for t in tokens]
+        self.room(len(tokens))
+        self.tokens.extend(tokens)
+
+    def truncate(self, n: int) -> None:
+        """Keep the first n positions (a shared prompt prefix); later rows become stale."""
+        del self.tokens[max(0, n):]
+
+    def reset(self) -> None:
+        self.truncate(0)
+
+    def to(self, device: str) -> "KVCache":
+        self.key = [t.to(device) for t in self.key]
+        self.value = [t.to(device) for t in self.value]
+        self.positions = self.positions.to(device)
+        return self
+
+    def __repr__(self) -> str:
+        b, h, c, d = self.key[0].shape
+        return (f"KVCache(layers={len(self.key)}, batch={b}, kv_heads={h}, capacity={c}, head_dim={d}, "
+                f"length={self.length}, device={self.device!r})")
+
