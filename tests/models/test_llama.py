@@ -1,0 +1,214 @@
+"""models/llama.py against transformers' LlamaForCausalLM.
+
+A tiny random llama (GQA, tied and untied heads) is written to a GGUF the way llama.cpp's
+converter writes one (gguf-py's writer, attn_q/attn_k rows permuted for its interleaved RoPE),
+loaded through models.llama.load, and compared on every backend: float32 weights, and Q8_0
+weights against transformers holding dequantize(quantize(w)). The cached path (prefill, then a
+token at a time into a preallocated KVCache) must give the logits of the full forward.
+The real SmolLM2 GGUF is tested in test_llama_smollm2.py."""
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+
+import engine
+from engine.errors import EngineError, InvalidHeader
+from models import llama
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+gguf = pytest.importorskip("gguf")
+
+DEVICES = [os.environ["ENGINE_TEST_DEVICE"]] if os.environ.get("ENGINE_TEST_DEVICE") else engine.available_devices()
+TINY = dict(vocab_size=160, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64, rope_theta=10000.0, rms_norm_eps=1e-5)
+# GGUF names of transformers' per-layer parameters
+LAYER_NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+               "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+               "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+               "mlp.down_proj": "ffn_down"}
+
+
+def reference_model(tied: bool, seed: int = 0):
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(**TINY, tie_word_embeddings=tied, attn_implementation="eager")
+    model = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():                      # larger than the default init, so that errors show
+        for p in model.parameters():
+            p.normal_(0.0, 0.2 if p.ndim == 2 else 1.0)
+    return model
+
+
+def gguf_rows(weight: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's converter's Q/K row order: per head, HF rows [i | d/2 + i] interleaved as 2i, 2i+1."""
+    rows = weight.shape[0]
+    return weight.reshape(heads, 2, rows // heads // 2, -1).swapaxes(1, 2).reshape(weight.shape)
+
+
+def write_gguf(path, model, qtype=None) -> None:
+    """model's weights as a llama GGUF (matrices in qtype when given); with qtype, the model's
+    matrices become dequantize(quantize(w)) in place, so that it computes what the file holds."""
+    c = model.config
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_context_length(c.max_position_embeddings)
+    writer.add_embedding_length(c.hidden_size)
+    writer.add_block_count(c.num_hidden_layers)
+    writer.add_feed_forward_length(c.intermediate_size)
+    writer.add_head_count(c.num_attention_heads)
+    writer.add_head_count_kv(c.num_key_value_heads)
+    writer.add_rope_freq_base(c.rope_parameters["rope_theta"])
+    writer.add_layer_norm_rms_eps(c.rms_norm_eps)
+    writer.add_rope_dimension_count(c.hidden_size // c.num_attention_heads)
+    writer.add_vocab_size(c.vocab_size)
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}
+    if not c.tie_word_embeddings:
+        names["lm_head.weight"] = "output.weight"
+    for i in range(c.num_hidden_layers):
+        for hf, ours in LAYER_NAMES.items():
+            names[f"model.layers.{i}.{hf}.weight"] = f"blk.{i}.{ours}.weight"
+    params = dict(model.named_parameters())
+    for hf, name in names.items():
+        value = params[hf].detach().numpy().astype(np.float32)
+        raw = None
+        if qtype is not None and value.ndim == 2:
+            kind = gguf.GGMLQuantizationType[qtype.upper()]
+            data = gguf.quants.quantize(value, kind)
+            with torch.no_grad():
+                params[hf].copy_(torch.from_numpy(gguf.quants.dequantize(data, kind).reshape(value.shape)))
+            value, raw = data, kind
+        if name.endswith("attn_q.weight"):
+            value = gguf_rows(value, c.num_attention_heads)
+        elif name.endswith("attn_k.weight"):
+            value = gguf_rows(value, c.num_key_value_heads)
+        writer.add_tensor(name, np.ascontiguousarray(value), raw_dtype=raw)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["tied", "untied"])
+def tiny(request, tmp_path_factory):
+    """(transformers model, GGUF path) of a tiny random llama in float32."""
+    model = reference_model(request.param)
+    path = tmp_path_factory.mktemp("llama") / "tiny.gguf"
+    write_gguf(path, model)
+    return model, path
+
+
+IDS = np.random.default_rng(3).integers(0, TINY["vocab_size"], (2, 13))
+
+
+def reference_logits(model, ids=IDS) -> np.ndarray:
+    with torch.no_grad():
+        return model(torch.from_numpy(ids)).logits.numpy()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_tiny_llama_matches_transformers(tiny, device):
+    reference, path = tiny
+    model = llama.load(path, device)
+    assert (model.output is None) == reference.config.tie_word_embeddings
+    positions = engine.arange(IDS.shape[1], device=device)
+    logits = model(engine.tensor(IDS, device=device), positions).numpy()              # no cache: causal
+    np.testing.assert_allclose(logits, reference_logits(reference), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cached_decoding_gives_the_full_forwards_logits(tiny, device):
+    """Prefill 5 tokens into a KVCache of 32 positions, then one token at a time: each step's
+    logits equal the full forward's at that position (what generation relies on)."""
+    reference, path = tiny
+    model = llama.load(path, device)
+    expected = reference_logits(reference)
+    cache = model.new_cache(32, batch=2)
+    assert cache.key[0].shape == (2, TINY["num_key_value_heads"], 32, 16)   # no copies per query head
+    got = [model(engine.tensor(IDS[:, :5], device=device), engine.arange(5, device=device), cache).numpy()]
+    cache.append(range(5))
+    for t in range(5, IDS.shape[1]):
+        step = model(engine.tensor(IDS[:, t:t + 1], device=device), engine.tensor([t], device=device), cache,
+                     last_only=True)
+        cache.append([0])
+        got.append(step.numpy())
+    np.testing.assert_allclose(np.concatenate(got, 1), expected, atol=1e-4, rtol=0)
+    assert cache.length == IDS.shape[1]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_q8_0_llama_matches_transformers_on_the_dequantized_weights(tmp_path, device):
+    """Q8_0 matrices stay quantized (projections stacked as Q8_0 too); numpy and webgpu compute
+    in float32 on the dequantized values, simd quantizes activations to 14 bits (wasm_kernels/README)."""
+    reference = reference_model(tied=True, seed=1)
+    write_gguf(tmp_path / "q8.gguf", reference, "q8_0")
+    model = llama.load(tmp_path / "q8.gguf", device)
+    assert model.blk[0].attn_qkv.qtype == "q8_0" and model.token_embd.weight.qtype == "q8_0"
+    logits = model(engine.tensor(IDS, device=device), engine.arange(IDS.shape[1], device=device)).numpy()
+    expected = reference_logits(reference)
+    tolerance = 2e-3 * np.abs(expected).max() if device == "simd" else 1e-4
+    np.testing.assert_allclose(logits, expected, atol=tolerance, rtol=0)
+    assert (logits.argmax(-1) == expected.argmax(-1)).mean() > 0.9
+
+
+def test_the_projections_are_stacked_as_row_views(tiny):
+    """q, k, v (and gate, up) are one matrix each (one product per input), the per-name weights its rows."""
+    _, path = tiny
+    model = llama.load(path, "numpy")
+    block = model.blk[0]
+    assert block.attn_qkv.shape == (64 + 2 * 32, 64) and block.ffn_gate_up.shape == (2 * 96, 64)
+    np.testing.assert_array_equal(block.attn_k.weight.numpy(), block.attn_qkv.numpy()[64:96])
+
+
+def metadata_of(path) -> dict:
+    with engine.load_gguf(path) as weights:
+        return dict(weights.metadata)
+
+
+def test_config_from_gguf_reads_the_llama_keys(tiny):
+    _, path = tiny
+    config = llama.Config.from_gguf(metadata_of(path))
+    assert config.rms_norm_eps == pytest.approx(TINY["rms_norm_eps"], rel=1e-6)      # a float32 in the file
+    assert dataclasses.replace(config, rms_norm_eps=TINY["rms_norm_eps"]) == llama.Config(**TINY)
+    assert config.head_dim == 16
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"general.architecture": "gpt2"}, "general.architecture"),
+    ({"llama.embedding_length": None}, "llama.embedding_length"),
+    ({"llama.block_count": 10 ** 9}, "llama.block_count"),
+    ({"llama.attention.head_count": "4"}, "llama.attention.head_count"),
+    ({"llama.attention.head_count_kv": 3}, "llama.attention.head_count"),
+    ({"llama.rope.dimension_count": 8}, "llama.rope.dimension_count"),
+    ({"llama.rope.freq_base": float("nan")}, "llama.rope.freq_base"),
+])
+def test_bad_config_keys_name_the_key(tiny, change, field):
+    metadata = metadata_of(tiny[1])
+    for key, value in change.items():
+        if value is None:
+            del metadata[key]
+        else:
+            metadata[key] = value
+    with pytest.raises(InvalidHeader) as caught:
+        llama.Config.from_gguf(metadata, file="x.gguf")
+    assert field in str(caught.value) and "x.gguf" in str(caught.value)
+
+
+def test_a_missing_tensor_is_a_clear_error(tmp_path):
+    reference = reference_model(tied=True)
+    write_gguf(tmp_path / "t.gguf", reference)
+    with engine.load_gguf(tmp_path / "t.gguf") as weights:
+        class Without:                               # the file's tensors less one
+            metadata, name = weights.metadata, weights.name
+
+            def __contains__(self, key):
+                return key != "blk.1.ffn_up.weight" and key in weights
+
+            def keys(self):
+                return [k for k in weights.keys() if k != "blk.1.ffn_up.weight"]
+
+            def __getitem__(self, key):
+                if key == "blk.1.ffn_up.weight":
+                    raise KeyError(key)
+                return weights[key]
+        with pytest.raises(EngineError, match="blk.1.ffn_up.weight"):
+            llama.load(Without())
