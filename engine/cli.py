@@ -1,5 +1,5 @@
 """Command line: `python -m engine digit IMAGE...`, `classify IMAGE...`, `embed TEXT...`,
-`similarity QUERY CANDIDATE...`, `tokenize --model NAME TEXT...`, `tasks`,
+`similarity QUERY CANDIDATE...`, `generate PROMPT`, `chat`, `tokenize --model NAME TEXT...`, `tasks`,
 `bench mnist|effnet|minilm|gemm|ops|qlinear`, `inspect FILE`.
 
 Exit status: 0 on success, 1 when `bench qlinear` saw a kernel fail, 2 on bad input or
@@ -30,6 +30,21 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                                                    "or URL with its tokenizer.json and config.json beside it "
                                                    "(default: dist/models/all-MiniLM-L6-v2, built by build.py)")
     p.add_argument("--max-length", type=int, default=None, help="tokens per text (default: the model's, 256)")
+    _add_device(p)
+
+
+def _add_generation_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-new-tokens", type=int, default=256, metavar="N", help="at most N tokens (default 256)")
+    p.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0 is greedy (default)")
+    p.add_argument("--top-k", type=int, default=0, metavar="K", help="sample from the K most likely (0: all)")
+    p.add_argument("--top-p", type=float, default=1.0, metavar="P", help="nucleus sampling (1: off)")
+    p.add_argument("--repetition-penalty", type=float, default=1.0, metavar="R", help="1: off")
+    p.add_argument("--seed", type=int, default=None, help="repeatable sampling")
+    p.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop at this text (repeatable)")
+    p.add_argument("--system", default=None, help="a system message (default: the model's own)")
+    p.add_argument("--capacity", type=int, default=1024, help="context length in tokens (default 1024)")
+    p.add_argument("--weights", default=None, help="a GGUF file or URL (default: dist/models/SmolLM2-135M-Instruct, "
+                                                   "built by build.py)")
     _add_device(p)
 
 
@@ -77,6 +92,20 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--weights", default=None, help="the model's folder or weights, tokenizer.json beside them "
                                                    "(default: the built one)")
     t.add_argument("--json", action="store_true", help='one JSON object per line: {"input", "ids", "tokens"}')
+    g = sub.add_parser("generate", help="continue a prompt, or answer it as a chat message (SmolLM2)",
+                       description="Generate text with SmolLM2-135M-Instruct (text-generation task), streamed "
+                                   "to stdout as it comes; the speeds go to stderr. With --chat the prompt is "
+                                   "a user message in the model's chat template.")
+    g.add_argument("prompt", metavar="PROMPT")
+    g.add_argument("--chat", action="store_true", help="answer PROMPT as a chat message (else continue it)")
+    g.add_argument("--json", action="store_true", help='one JSON object: {"input", "output", "tokens", '
+                                                      '"prefill_tok_s", "decode_tok_s"}')
+    _add_generation_options(g)
+    h = sub.add_parser("chat", help="an interactive chat in the terminal (SmolLM2), streaming",
+                       description="Chat with SmolLM2-135M-Instruct: type a message and Enter; the answer streams "
+                                   "in. Ctrl-C stops an answer, /new starts a new conversation, /quit or "
+                                   "Ctrl-D leaves. Later turns reuse the cached conversation.")
+    _add_generation_options(h)
     sub.add_parser("tasks", help="the registry: every task and the model that serves it")
     i = sub.add_parser("inspect", help="list the tensors and metadata of a weights file",
                        description="List the tensors (name, type, shape, bytes) and the metadata of a "
@@ -264,11 +293,16 @@ def _tokenize(args) -> int:
     from .io.checkpoint import Checkpoint, location_of
     from .text import Tokenizer
     entry = registry.model(args.model)
-    if "tokenizer.json" not in entry.processor:
-        raise EngineError(f"model {args.model} has no tokenizer")
     where = location_of(args.weights) or registry.default_location(entry)
-    tokenizer = Tokenizer.from_buffer(Checkpoint(None, location=where).file("tokenizer.json"),
-                                      file=f"{args.model}/tokenizer.json")
+    if entry.site_format == "gguf":               # the tokenizer is in the GGUF's metadata
+        from .io.gguf import load_gguf
+        with load_gguf(where) as weights:
+            tokenizer = Tokenizer.from_gguf(weights.metadata)
+    elif "tokenizer.json" not in entry.processor:
+        raise EngineError(f"model {args.model} has no tokenizer")
+    else:
+        tokenizer = Tokenizer.from_buffer(Checkpoint(None, location=where).file("tokenizer.json"),
+                                          file=f"{args.model}/tokenizer.json")
     tokenizer.no_padding()                        # the text's own tokens, not padded to the json's 128
     for text in args.texts:
         enc = tokenizer.encode(text)
@@ -277,6 +311,78 @@ def _tokenize(args) -> int:
         else:
             print(f"{text[:60]!r}: " + " ".join(f"{t}({i})" for t, i in zip(enc.tokens, enc.ids)))
     return 0
+
+
+def _generator(args):
+    from . import pipeline
+    options = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                   top_p=args.top_p, repetition_penalty=args.repetition_penalty, seed=args.seed, stop=args.stop)
+    return pipeline("text-generation", device=args.device, weights=args.weights, capacity=args.capacity, **options)
+
+
+def _with_system(args, messages: list) -> list:
+    return ([{"role": "system", "content": args.system}] if args.system is not None else []) + messages
+
+
+def _speeds(stats: dict) -> str:
+    return (f"[{stats['new_tokens']} tokens, prefill {stats['prefill_tok_s']:.1f} tok/s, "
+            f"decode {stats['decode_tok_s']:.1f} tok/s, first token after {stats.get('ttft_s', 0):.2f} s]")
+
+
+def _generate(args) -> int:
+    chat = _generator(args)
+    if args.chat:
+        pieces = chat.stream(_with_system(args, [{"role": "user", "content": args.prompt}]))
+    else:
+        if args.system is not None:
+            raise EngineError("--system needs --chat")
+        pieces = chat.stream_text(args.prompt)
+    out = []
+    for piece in pieces:
+        out.append(piece)
+        if not args.json:
+            print(piece, end="", flush=True)
+    stats = chat.stats
+    if args.json:
+        print(json.dumps({"input": args.prompt, "output": "".join(out), "tokens": stats["new_tokens"],
+                          "prefill_tok_s": round(stats["prefill_tok_s"], 2),
+                          "decode_tok_s": round(stats["decode_tok_s"], 2)}, ensure_ascii=False))
+    else:
+        print()
+        print(_speeds(stats), file=sys.stderr)
+    return 0
+
+
+def _chat(args) -> int:
+    chat = _generator(args)
+    messages: list = []
+    tty = sys.stdin.isatty()
+    while True:
+        if tty:
+            print("> ", end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        if not line or line.strip() == "/quit":
+            return 0
+        text = line.strip()
+        if text == "/new":
+            messages = []
+            chat.reset()
+            print("(a new conversation)", file=sys.stderr)
+            continue
+        if not text:
+            continue
+        messages.append({"role": "user", "content": text})
+        answer = []
+        try:
+            for piece in chat.stream(_with_system(args, messages)):
+                answer.append(piece)
+                print(piece, end="", flush=True)
+        except KeyboardInterrupt:                # stops this answer only; what came is kept
+            print(" [stopped]", end="", file=sys.stderr)
+        print()
+        messages.append({"role": "assistant", "content": "".join(answer)})
+        if tty:
+            print(_speeds(chat.stats), file=sys.stderr)
 
 
 def _tasks(args) -> int:
@@ -297,7 +403,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return {"digit": _digit, "classify": _classify, "embed": _embed, "similarity": _similarity,
-                "tokenize": _tokenize, "tasks": _tasks, "bench": _bench,
+                "tokenize": _tokenize, "generate": _generate, "chat": _chat, "tasks": _tasks, "bench": _bench,
                 "inspect": _inspect}[args.command](args)
     except (EngineError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

