@@ -130,16 +130,29 @@ class StopStrings:
 
 
 class Generator:
-    """A causal LM, its tokenizer and one KV cache: prompts in, token ids or text pieces out."""
+    """A causal LM, its tokenizer and one KV cache: prompts in, token ids or text pieces out.
+
+    Attention reads a window of the cache: its first W positions, W the smallest power of two
+    (>= 64) that holds them all, so a step costs what the conversation needs, not the capacity.
+    Decode steps (one token) are captured once per window as engine.graph graphs and replayed
+    (`use_graphs`; where the backend cannot replay, they run eagerly)."""
 
     prefill_chunk = 128
+    min_window = 64
 
-    def __init__(self, model, tokenizer, capacity: int = 2048, eos_ids=()):
-        self.model, self.tokenizer = model, tokenizer
-        self.cache = model.new_cache(capacity)
+    def __init__(self, model, tokenizer, capacity: int = 2048, eos_ids=(), use_graphs: bool = True):
+        self.tokenizer = tokenizer
         self.eos_ids = {int(i) for i in eos_ids}
+        self.use_graphs = use_graphs
         self.stats: dict = {}
         self._cancelled = False
+        self.bind(model, capacity)
+
+    def bind(self, model, capacity: int | None = None) -> None:
+        """Use `model` (say, moved to another backend) with a new, empty cache."""
+        self.model = model
+        self.cache = model.new_cache(capacity or self.cache.capacity)
+        self._graphs: dict = {}                     # window -> the captured decode step
 
     def cancel(self) -> None:
         """Stop the running generation before its next token (from a callback or another thread)."""
@@ -149,15 +162,44 @@ class Generator:
         """Forget the cached conversation (the next prompt is fed whole)."""
         self.cache.reset()
 
+    def _window(self, end: int) -> int:
+        window = self.min_window
+        while window < end:
+            window *= 2
+        return min(window, self.cache.capacity)
+
     def _forward(self, ids: list[int]) -> np.ndarray:
         """Feed ids at the cache's next positions; the logits (V,) after the last of them."""
         import engine
         device, start = self.cache.device, self.cache.length
-        x = engine.tensor([ids], dtype=engine.int64, device=device)                      # (1, T)
-        positions = engine.arange(start, start + len(ids), device=device)               # (T,)
-        logits = self.model(x, positions, self.cache, last_only=True)                   # (1, 1, V)
+        window = self._window(start + len(ids))
+        if len(ids) == 1 and self.use_graphs:
+            logits = self._step(ids[0], start, window)
+        else:
+            x = engine.tensor([ids], dtype=engine.int64, device=device)                  # (1, T)
+            positions = engine.arange(start, start + len(ids), device=device)           # (T,)
+            logits = self.model(x, positions, self.cache, last_only=True, window=window)  # (1, 1, V)
         self.cache.append(ids)
         return logits.numpy()[0, -1]
+
+    def _step(self, token: int, position: int, window: int):
+        """One decode step through the window's graph (captured on first use)."""
+        import engine
+        from . import graph
+        step = self._graphs.get(window)
+        if step is not None:
+            return step.replay([[token]], [position])
+        device = self.cache.device
+        ids = engine.tensor([[token]], dtype=engine.int64, device=device)       # (1, 1): the graph's inputs
+        positions = engine.tensor([position], dtype=engine.int64, device=device)  # (1,)
+        try:
+            step, logits = graph.capture(lambda i, p: self.model(i, p, self.cache, last_only=True, window=window),
+                                         ids, positions)
+        except graph.GraphError:                    # this backend runs eagerly
+            self.use_graphs = False
+            return self.model(ids, positions, self.cache, last_only=True, window=window)
+        self._graphs[window] = step
+        return logits
 
     def _prefill(self, prompt: list[int]) -> np.ndarray:
         held = self.cache.tokens

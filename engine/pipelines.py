@@ -362,8 +362,7 @@ class TextGeneration(_Pipeline):
 
     def to(self, device: str):
         super().to(device)
-        self.generator.model = self.model
-        self.generator.cache = self.model.new_cache(self.generator.cache.capacity)
+        self.generator.bind(self.model)
         return self
 
 

@@ -166,7 +166,7 @@ class LlamaBlock(nn.Module):
         self.ffn_gate.weight, self.ffn_up.weight = gate, up
         self.ffn_gate_up = fused
 
-    def forward(self, h, cos, sin, positions, mask, cache, layer: int):
+    def forward(self, h, cos, sin, positions, mask, cache, layer: int, window: int | None = None):
         b, t, _ = h.shape
         x = self.attn_norm(h)                                          # (B, T, C)
         nq, nk = self.heads * self.head_dim, self.kv_heads * self.head_dim
@@ -183,6 +183,8 @@ class LlamaBlock(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)   # (B, H, T, d)
         else:
             keys, values = cache.update(layer, positions, k, v)        # (B, Hkv, C, d), written in place
+            if window is not None:                                     # the first W positions only
+                keys, values = keys[:, :, :window], values[:, :, :window]   # (B, Hkv, W, d) views
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)  # (B, H, T, d)
         h = h + self.attn_output(out.transpose(1, 2).reshape(b, t, nq))   # (B, T, C)
         x = self.ffn_norm(h)                                           # (B, T, C)
@@ -195,7 +197,10 @@ class LlamaBlock(nn.Module):
 
 class LlamaForCausalLM(nn.Module):
     """(input_ids (B, T), positions (T,), cache) -> logits (B, T, vocab), or (B, 1, vocab) for
-    the last position only (`last_only`: what generation needs; prefill skips T-1 rows of head)."""
+    the last position only (`last_only`: what generation needs; prefill skips T-1 rows of head).
+    window: attend over the cache's first `window` positions only (they must hold every position
+    attended to): a step's cost then grows with the conversation, not with the cache's capacity,
+    and its shapes stay fixed while the window does (engine.generation rounds it up to a power of 2)."""
 
     def __init__(self, config: Config = Config(), tied: bool = True):
         super().__init__()
@@ -223,14 +228,15 @@ class LlamaForCausalLM(nn.Module):
             block.stack_projections()
         return result
 
-    def forward(self, input_ids, positions, cache: nn.KVCache | None = None, last_only: bool = False):
+    def forward(self, input_ids, positions, cache: nn.KVCache | None = None, last_only: bool = False,
+                window: int | None = None):
         b, t = input_ids.shape
         h = self.token_embd(input_ids)                                 # (B, T, C)
         cos = engine.index_select(self.rope_cos, 0, positions)         # (T, d)
         sin = engine.index_select(self.rope_sin, 0, positions)         # (T, d)
-        mask = None if cache is None else cache.mask(positions)        # (T, C) bool
+        mask = None if cache is None else cache.mask(positions, window)   # (T, W or C) bool
         for i, block in enumerate(self.blk):
-            h = block(h, cos, sin, positions, mask, cache, i)          # (B, T, C)
+            h = block(h, cos, sin, positions, mask, cache, i, window)  # (B, T, C)
         if last_only:
             h = h[:, t - 1:]                                           # (B, 1, C)
         h = self.output_norm(h)

@@ -54,9 +54,11 @@ class KVCache:
         self.value[layer].index_copy_(2, positions, value)
         return self.key[layer], self.value[layer]
 
-    def mask(self, positions):
-        """(T, C) bool: True where row j's position is <= query t's position (causal over the cache)."""
-        return le(self.positions.reshape(1, -1), positions.reshape(-1, 1))
+    def mask(self, positions, window: int | None = None):
+        """(T, C) bool, or (T, window) for the first `window` rows: True where row j's position is
+        <= query t's position (causal over the cache)."""
+        rows = self.positions if window is None else self.positions[:window]
+        return le(rows.reshape(1, -1), positions.reshape(-1, 1))
 
     def room(self, n: int) -> None:
         """Raise InputError unless n more tokens fit."""

@@ -31,7 +31,7 @@ class Scripted:
     def new_cache(self, capacity):
         return KVCache(1, 1, 2, capacity)
 
-    def __call__(self, input_ids, positions, cache, last_only=False):
+    def __call__(self, input_ids, positions, cache, last_only=False, window=None):
         self.fed.append(input_ids.shape[1])
         k = int(positions.numpy()[-1]) + 1 - self.prompt_length
         logits = np.zeros((1, 1, self.vocab), np.float32)
@@ -41,7 +41,7 @@ class Scripted:
 
 def run(tokenizer, text, prompt=(1, 5, 6), capacity=256, cancel=None, **options):
     script = tokenizer.encode(text, add_special_tokens=False).ids
-    gen = Generator(Scripted(script, len(prompt)), tokenizer, capacity, eos_ids={EOS})
+    gen = Generator(Scripted(script, len(prompt)), tokenizer, capacity, eos_ids={EOS}, use_graphs=False)
     pieces = list(gen.stream(list(prompt), GenerationConfig.of(options), cancel))
     return pieces, gen
 
@@ -99,7 +99,7 @@ def test_cancel_from_a_callable_and_from_cancel(tokenizer):
 def test_a_new_prompt_feeds_only_what_the_cache_does_not_hold(tokenizer):
     script = tokenizer.encode("alpha beta", add_special_tokens=False).ids
     model = Scripted(script, 4)
-    gen = Generator(model, tokenizer, 64, {EOS})
+    gen = Generator(model, tokenizer, 64, {EOS}, use_graphs=False)
     assert "".join(gen.stream([1, 5, 6, 7])) == "alpha beta"
     held = list(gen.cache.tokens)
     assert held == [1, 5, 6, 7] + script                   # the EOS was never fed
@@ -116,7 +116,7 @@ def test_a_new_prompt_feeds_only_what_the_cache_does_not_hold(tokenizer):
 
 def test_prefix_reuse_gives_the_tokens_of_a_fresh_cache(tmp_path, tokenizer):
     """On a real (tiny, random) llama: a second prompt that extends the first, generated over the
-    reused cache and over a fresh one, gives the same ids."""
+    reused cache (decode steps replayed as graphs) and over a fresh one (eagerly), gives the same ids."""
     pytest.importorskip("transformers")
     from models import llama
     from tests.llama_gguf import reference_model, write_gguf
@@ -128,7 +128,8 @@ def test_prefix_reuse_gives_the_tokens_of_a_fresh_cache(tmp_path, tokenizer):
     second = first + answer + [7, 8, 9]
     again = list(reused.tokens(second, config))
     assert reused.stats["reused_tokens"] == len(first) + len(answer) - 1
-    assert again == list(Generator(model, tokenizer, 48, set()).tokens(second, config))
+    assert reused._graphs                                   # the decode steps were replayed
+    assert again == list(Generator(model, tokenizer, 48, set(), use_graphs=False).tokens(second, config))
 
 
 def test_prompts_that_do_not_fit(tokenizer):
