@@ -12,6 +12,7 @@ from typing import NamedTuple
 from .. import dtypes as D
 from ..errors import MissingTensor, UnexpectedTensor
 from ..functions import zeros
+from ..layout import Layout
 from ..tensor import Tensor, parse_to_args
 from ..weights import Weights
 
@@ -66,8 +67,11 @@ class Module:
 
     @staticmethod
     def param(*shape, dtype=D.float32) -> Tensor:
-        """A placeholder parameter (zeros) of the given shape, filled by load_state_dict."""
-        return zeros(shape, dtype=dtype)
+        """A placeholder parameter of the given shape, replaced by load_state_dict: zeros that take
+        no memory (one element, viewed with zero strides), so that a model costs nothing before its
+        weights come (a 135M-parameter model would otherwise allocate 540 MB of zeros first)."""
+        one = zeros((1,), dtype=dtype)
+        return one._view(Layout(shape, strides=(0,) * len(shape)))
 
     # --- traversal --------------------------------------------------------------------
     def named_modules(self, prefix: str = ""):
