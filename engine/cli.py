@@ -1,6 +1,6 @@
 """Command line: `python -m engine digit IMAGE...`, `classify IMAGE...`, `embed TEXT...`,
 `similarity QUERY CANDIDATE...`, `generate PROMPT`, `chat`, `tokenize --model NAME TEXT...`, `tasks`,
-`bench mnist|effnet|minilm|gemm|ops|qlinear`, `inspect FILE`.
+`bench mnist|effnet|minilm|gemm|ops|qlinear|llm`, `inspect FILE`.
 
 Exit status: 0 on success, 1 when `bench qlinear` saw a kernel fail, 2 on bad input or
 arguments (one line on stderr, no traceback).
@@ -122,9 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
                                    "one) and on numpy, in GFLOP/s; `bench ops` times single ops the same way; "
                                    "`bench qlinear` times linear layers with GGML quantized weights (SmolLM2 "
                                    "shapes, 1 and 37 rows) in GB/s of weights and GFLOP/s, against float32 on "
-                                   "the same backend.")
-    b.add_argument("model", choices=["mnist", "effnet", "minilm", "gemm", "ops", "qlinear"])
-    b.add_argument("--repeat", type=int, default=20, help="timed runs per case (median is reported)")
+                                   "the same backend; `bench llm` times SmolLM2 chat (prefill and decode "
+                                   "tokens/s) on every available backend and on torch/transformers.")
+    b.add_argument("model", choices=["mnist", "effnet", "minilm", "gemm", "ops", "qlinear", "llm"])
+    b.add_argument("--new-tokens", type=int, default=128, help="llm: tokens generated per run (default 128)")
+    b.add_argument("--repeat", type=int, default=None, help="timed runs per case, the median reported (default "
+                                                          "20; llm: 1 after a warm-up run)")
     b.add_argument("--json", action="store_true", help="print the results as one JSON object")
     b.add_argument("--weights", default=None, help="the model's weights (default: the bundled or built ones)")
     b.add_argument("--profile", action="store_true", help="mnist, effnet, minilm: also the time per kernel of one pass")
@@ -180,6 +183,9 @@ def _classify(args) -> int:
 
 def _bench(args) -> int:
     from .bench import bench_effnet, bench_gemm, bench_mnist, bench_ops, format_table
+    if args.model == "llm":
+        return _bench_llm(args)
+    args.repeat = args.repeat or 20
     if args.model == "qlinear":
         return _bench_qlinear(args)
     if any(v is not None for v in (args.types, args.shapes, args.rows, args.min_time)) or args.quick:
@@ -202,6 +208,19 @@ def _bench(args) -> int:
         bench = {"mnist": bench_mnist, "effnet": bench_effnet}[args.model]
         result = bench(repeat=args.repeat, device=args.device, weights=args.weights, with_profile=args.profile)
     print(json.dumps(result) if args.json else format_table(result))
+    return 0
+
+
+def _bench_llm(args) -> int:
+    from .bench_llm import bench_llm, format_llm
+    from .device import available
+    if any(v is not None for v in (args.types, args.shapes, args.rows, args.min_time)) or args.quick or args.profile:
+        raise EngineError("bench llm takes --device, --weights, --repeat, --new-tokens and --json")
+    devices = available() if not args.device or args.device == ["all"] else args.device
+    if args.new_tokens < 2 or (args.repeat is not None and args.repeat < 1):
+        raise EngineError("bench llm needs --new-tokens >= 2 and --repeat >= 1")
+    result = bench_llm(devices, weights=args.weights, new_tokens=args.new_tokens, repeat=args.repeat or 1)
+    print(json.dumps(result) if args.json else format_llm(result))
     return 0
 
 

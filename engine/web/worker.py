@@ -20,7 +20,9 @@ import numpy as np
 
 # what web/worker.js may call (by these names, with the message's args)
 EXPORTS = ("devices", "tasks", "set_device", "predict_digit", "classify_image", "embed_texts", "bench_digit",
-           "bench_image", "bench_text", "bench_gemm", "bench_ops", "bench_qlinear", "run")
+           "bench_image", "bench_text", "bench_gemm", "bench_ops", "bench_qlinear", "run", "chat", "chat_stop",
+           "chat_reset", "chat_defaults", "bench_llm")
+CHAT_TASK = "text-generation"
 _state: dict = {"device": None, "pipelines": {}, "stats": {}, "namespace": None}
 
 
@@ -229,6 +231,76 @@ async def bench_qlinear(repeat: int = 5, full: bool = False) -> str:
     async with _lock:
         result = run(devices=available(), repeat=repeat, **({} if full else QUICK))
     return json.dumps({**result, "table": format_qlinear(result)})
+
+
+# --- chat: the answer streams to the page piece by piece ------------------------------------------
+def _options(value) -> dict:
+    value = value.to_py() if hasattr(value, "to_py") else value
+    return json.loads(value) if isinstance(value, str) else dict(value or {})
+
+
+async def chat(messages, options=None, on_piece=None) -> str:
+    """Answer a conversation ([{"role", "content"}, ...], JSON or a list), calling on_piece(text)
+    with each piece as it comes, and yielding to the worker's message loop between tokens so that
+    chat_stop can arrive. The earlier turns' tokens still in the cache are not fed again."""
+    pipe = _state["pipelines"][CHAT_TASK]
+    messages = _options(messages) if isinstance(messages, str) else messages
+    messages = messages.to_py() if hasattr(messages, "to_py") else list(messages)
+    pieces = []
+    async with _lock:
+        memory = _heap_bytes()
+        for piece in pipe.stream(messages, **_options(options)):
+            pieces.append(piece)
+            if on_piece is not None:
+                on_piece(piece)
+            await asyncio.sleep(0)                  # the Stop button's message gets its turn
+            memory = max(memory, _heap_bytes())
+        notice = _notice(pipe)
+    stats = {k: round(v, 4) if isinstance(v, float) else v for k, v in pipe.stats.items()}
+    return json.dumps({"text": "".join(pieces), "stats": stats, "device": _state["device"],
+                       "heap_bytes": memory, **notice})
+
+
+def chat_stop() -> str:
+    """Stop the answer being generated (it ends before its next token); no lock: it runs between tokens."""
+    pipe = _state["pipelines"].get(CHAT_TASK)
+    if pipe is not None:
+        pipe.cancel()
+    return json.dumps({"stopped": pipe is not None})
+
+
+async def chat_reset() -> str:
+    """A new conversation: the cached one is dropped."""
+    async with _lock:
+        _state["pipelines"][CHAT_TASK].reset()
+    return json.dumps({"reset": True})
+
+
+def chat_defaults() -> str:
+    """What the chat card starts from: the model's default system message, context length, model."""
+    pipe = _state["pipelines"][CHAT_TASK]
+    return json.dumps({"system": pipe.template.default_system if pipe.template else None,
+                       "capacity": pipe.generator.cache.capacity, "model": pipe.entry.name,
+                       "defaults": {"temperature": 0.0, "max_new_tokens": 256}})
+
+
+def _heap_bytes() -> int:
+    """The wasm heap's size in this worker (the whole linear memory), 0 natively."""
+    try:
+        import pyodide_js
+        return int(pyodide_js._module.HEAPU8.length)
+    except (ImportError, AttributeError):
+        return 0
+
+
+async def bench_llm(new_tokens: int = 128, repeat: int = 1) -> str:
+    """Prefill and decode tokens/s of the chat model on the current device (the 37-token chat
+    prompt, greedy, `new_tokens` new ones, EOS ignored), as `python -m engine bench llm`."""
+    from engine.bench_llm import bench_pipeline
+    pipe = _state["pipelines"][CHAT_TASK]
+    async with _lock:
+        result = bench_pipeline(pipe, new_tokens=new_tokens, repeat=repeat)
+    return json.dumps({**result, "heap_bytes": _heap_bytes(), "device": _state["device"]})
 
 
 async def bench_digit(repeat: int = 20, batches=(1, 16)) -> str:

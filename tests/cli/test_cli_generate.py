@@ -46,3 +46,13 @@ def test_tokenize_reads_the_tokenizer_from_the_gguf(smollm2_gguf, smollm2_metada
     assert r.returncode == 0, r.stderr
     want = Tokenizer.from_gguf(smollm2_metadata).encode("Hello wörld 🙂")
     assert json.loads(r.stdout)["ids"] == want.ids
+
+
+def test_bench_llm_json(smollm2_gguf):
+    r = run("bench", "llm", "--weights", str(smollm2_gguf), "--device", DEVICE, "--new-tokens", "8", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    engine_run = out["engine"][DEVICE]
+    assert engine_run["prompt_tokens"] == 37 and engine_run["new_tokens"] == 8
+    assert engine_run["prefill_tok_s"] > 0 and engine_run["decode_tok_s"] > 0
+    assert out["torch"]["prompt_tokens"] == 37 and out["torch"]["decode_tok_s"] > 0
