@@ -533,3 +533,9 @@ by_id("sentences-query").addEventListener("keydown", create_proxy(on_query_key))
 for box in ("sentences-query", "sentences-list"):
     by_id(box).addEventListener("input", create_proxy(on_sentences_edit))
 client.subscribe(create_proxy(weights_progress(SENTENCE_TASK, "sentences-progress")))
+
+
+# --- chat: web/chat_card.py (pyscript.json puts it beside this file) ------------------------------
+import chat_card  # noqa: E402
+
+chat_card.start(client, by_id, card_error, weights_progress)

@@ -21,6 +21,11 @@ class EngineClient {
   }
 
   receive(message) {
+    if (message.type === "piece") {                 // a piece of a chat answer, before its reply
+      const waiter = this.pending.get(message.id);
+      if (waiter && waiter.onPiece) waiter.onPiece(message.text);
+      return;
+    }
     if (message.type === "progress") {
       this.progress[message.stage] = { loaded: message.loaded, total: message.total };
       this.emit();
@@ -40,10 +45,10 @@ class EngineClient {
     this.emit();
   }
 
-  call(cmd, fields = {}, transfer = []) {
+  call(cmd, fields = {}, transfer = [], onPiece = null) {
     return new Promise((resolve, reject) => {
       const id = this.nextId++;
-      this.pending.set(id, { resolve, reject });
+      this.pending.set(id, { resolve, reject, onPiece });
       this.worker.postMessage({ id, cmd, ...fields }, transfer);
     });
   }
@@ -90,6 +95,11 @@ class EngineClient {
     }
     return this.tasks.get(task);
   }
+
+  // Answer a conversation [{role, content}, ...]: onPiece(text) with each piece as it comes; the
+  // promise gives {text, stats, device, heap_bytes}. stopChat() ends it before its next token.
+  chat(messages, options, onPiece) { return this.call("chat", { messages, options }, [], onPiece); }
+  stopChat() { return this.python("chat_stop"); }
 
   setBackend(backend) { return this.python("set_device", backend); }
   run(source) { return this.python("run", source); }

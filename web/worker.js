@@ -1,6 +1,7 @@
 // The inference worker: boots Pyodide + NumPy + the engine wheel, then runs the
 // Python in engine/web/worker.py for the page. Messages in: {id, cmd, ...};
-// out: {id, ok, result | error} and {type: "progress", stage, loaded, total}.
+// out: {id, ok, result | error}, {type: "progress", stage, loaded, total} and, while a chat
+// answer is generated, {type: "piece", id, text}.
 "use strict";
 
 const BASE = new URL(".", self.location).href;
@@ -104,6 +105,9 @@ async function loadTask(task) {
 // themselves come from the registry (engine/registry.py), never from a list kept here.
 const COMMANDS = {
   init: (m) => boot(m.backend, m.kernels),
+  // the answer streams back as {type: "piece", id, text} messages before the reply
+  chat: async (m) => JSON.parse(await api.chat(JSON.stringify(m.messages), JSON.stringify(m.options || {}),
+                                               (text) => self.postMessage({ type: "piece", id: m.id, text }))),
   loadTask: (m) => loadTask(m.task),
   resources: () => resourceBytes(),
 };

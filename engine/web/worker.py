@@ -244,8 +244,8 @@ async def chat(messages, options=None, on_piece=None) -> str:
     with each piece as it comes, and yielding to the worker's message loop between tokens so that
     chat_stop can arrive. The earlier turns' tokens still in the cache are not fed again."""
     pipe = _state["pipelines"][CHAT_TASK]
-    messages = _options(messages) if isinstance(messages, str) else messages
-    messages = messages.to_py() if hasattr(messages, "to_py") else list(messages)
+    messages = messages.to_py() if hasattr(messages, "to_py") else messages
+    messages = json.loads(messages) if isinstance(messages, str) else list(messages)
     pieces = []
     async with _lock:
         memory = _heap_bytes()
