@@ -30,6 +30,10 @@ result with the composite's exact semantics; callers check dtypes first):
   NCHW x, pads ((top, bottom), (left, right)) of zeros, all float32, then the activation
   named as in nn.functional.CONV_ACTIVATIONS ("none", "relu", "relu6", ...);
 - "gelu" (x, approximate): x * Phi(x) with erf ("none") or the tanh form ("tanh"), float32;
+- "silu" (x): x * sigmoid(x), float32;
+- "rope" (x, cos, sin): rotary position embeddings, x (..., T, d) * cos + rotate_half(x) * sin
+  with rotate_half(x) = cat(-x[..., d/2:], x[..., :d/2]) and cos, sin broadcastable to (T, d),
+  all float32; the result contiguous;
 - "attention" (q, k, v, [mask], scale, is_causal): softmax(q @ k^T * scale + mask) @ v for
   float32 q (N, H, L, E), k (N, Hkv, S, E), v (N, Hkv, S, Ev), any strides, H a multiple of
   Hkv (query head h reads KV head h // (H // Hkv)); mask bool (True = attend) or float32

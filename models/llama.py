@@ -102,16 +102,6 @@ class Config:
         return c
 
 
-def rotate_half(x):
-    half = x.shape[-1] // 2
-    return engine.cat([-x[..., half:], x[..., :half]], -1)
-
-
-def apply_rope(x, cos, sin):
-    """x (..., T, d) rotated by the angles whose cos/sin are (T, d) (transformers' convention)."""
-    return x * cos + rotate_half(x) * sin
-
-
 def swiglu(gate_up, width: int):
     """silu(gate) * up from the (..., 2 * width) output of the stacked gate/up projection."""
     return F.silu(gate_up[..., :width]) * gate_up[..., width:]
@@ -178,7 +168,7 @@ class LlamaBlock(nn.Module):
         q = q.reshape(b, t, self.heads, self.head_dim).transpose(1, 2)       # (B, H, T, d)
         k = k.reshape(b, t, self.kv_heads, self.head_dim).transpose(1, 2)    # (B, Hkv, T, d)
         v = v.reshape(b, t, self.kv_heads, self.head_dim).transpose(1, 2)    # (B, Hkv, T, d)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k = F.rotary_embedding(q, cos, sin), F.rotary_embedding(k, cos, sin)   # (B, H or Hkv, T, d)
         if cache is None:                                              # the sequence attends to itself
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)   # (B, H, T, d)
         else:

@@ -1,5 +1,6 @@
-/* Half-type conversions, bit-exact with NumPy (float16) and engine.dtypes (bfloat16),
- * and the library's identity (ABI version, build features). */
+/* Data movement: half-type conversions, bit-exact with NumPy (float16) and engine.dtypes
+ * (bfloat16); rows written in place (index_copy_f32, a KV cache); and the library's identity
+ * (ABI version, build features). */
 #include "common.h"
 
 typedef uint32_t v4u __attribute__((vector_size(16)));
@@ -76,4 +77,24 @@ EXPORT int engine_kernels_features(void) {
     features |= 4;
 #endif
     return features;
+}
+
+/* dest[o][index[i]][:] = source[o][i][:] (engine.ops INDEX_COPY): dest (outer, n, inner) with
+ * blocks d_outer and rows d_row elements apart, source (outer, count, inner) likewise, inner
+ * elements contiguous in both. Every index is checked first: returns 0, or i + 1 for the first
+ * index outside [0, n) (then nothing is written). */
+EXPORT size_t index_copy_f32(size_t outer, size_t n, size_t inner, float *dest, ptrdiff_t d_outer, ptrdiff_t d_row,
+                             const int64_t *index, size_t count, const float *source, ptrdiff_t s_outer,
+                             ptrdiff_t s_row) {
+    for (size_t i = 0; i < count; ++i)
+        if (index[i] < 0 || (uint64_t)index[i] >= n) return i + 1;
+    for (size_t o = 0; o < outer; ++o)
+        for (size_t i = 0; i < count; ++i) {
+            float *to = dest + (ptrdiff_t)o * d_outer + (ptrdiff_t)index[i] * d_row;
+            const float *from = source + (ptrdiff_t)o * s_outer + (ptrdiff_t)i * s_row;
+            size_t j = 0;
+            for (; j + 4 <= inner; j += 4) store4(to + j, load4(from + j));
+            for (; j < inner; ++j) to[j] = from[j];
+        }
+    return 0;
 }

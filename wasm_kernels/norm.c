@@ -143,6 +143,32 @@ EXPORT void rms_norm_f32(size_t rows, size_t n, const float *x, ptrdiff_t x_row,
     }
 }
 
+/* Rotary position embedding, transformers' convention (rotate_half): for each of `outer` blocks
+ * of t rows of d (even) elements, y = x * cos + cat(-x[d/2:], x[:d/2]) * sin, with cos and sin
+ * contiguous (t, d). x's blocks are x_outer elements apart and its rows x_row apart (a head view
+ * of a stacked q/k/v projection passes without a copy); y is contiguous (outer, t, d).
+ * Multiply, multiply, add: NumPy's roundings (x * cos + (-x) * sin; -(a * b) is exact). */
+EXPORT void rope_f32(size_t outer, size_t t, size_t d, const float *x, ptrdiff_t x_outer, ptrdiff_t x_row,
+                     const float *cos, const float *sin, float *y) {
+    const size_t h = d / 2;
+    for (size_t o = 0; o < outer; ++o) {
+        const float *xo = x + (ptrdiff_t)o * x_outer;
+        for (size_t r = 0; r < t; ++r, y += d) {
+            const float *xr = xo + (ptrdiff_t)r * x_row, *c = cos + r * d, *s = sin + r * d;
+            size_t j = 0;
+            for (; j + 4 <= h; j += 4) {
+                v4f lo = load4(xr + j), hi = load4(xr + h + j);
+                store4(y + j, lo * load4(c + j) + -hi * load4(s + j));
+                store4(y + h + j, hi * load4(c + h + j) + lo * load4(s + h + j));
+            }
+            for (; j < h; ++j) {
+                y[j] = xr[j] * c[j] + -xr[h + j] * s[j];
+                y[h + j] = xr[h + j] * c[h + j] + xr[j] * s[h + j];
+            }
+        }
+    }
+}
+
 /* y[o][ch][i] = act(x[o][ch][i] * scale[ch] + shift[ch]), x and y contiguous (outer, c, inner):
  * inference batch norm. Multiply then add, two roundings, as NumPy does. */
 EXPORT void scale_shift_f32(size_t outer, size_t c, size_t inner, const float *x, const float *scale,

@@ -12,8 +12,8 @@ import numpy as np
 
 from .. import dtypes as D
 from ..functions import *  # noqa: F401,F403  (F.cat, F.softmax, ... as in one namespace)
-from ..functions import (_floating, add, cast, div, erf, index_select, masked_fill, matmul, maximum, mean, minimum,
-                         mul, rsqrt, sigmoid, softmax, sqrt, sub, sum, tanh)
+from ..functions import (_floating, add, cast, cat, div, erf, index_select, masked_fill, matmul, maximum, mean,
+                         minimum, mul, neg, rsqrt, sigmoid, softmax, sqrt, sub, sum, tanh)
 from ..functions import _run, _run_fused
 from ..errors import BackendError
 from ..io.rows import RowTable
@@ -409,7 +409,32 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:  # noqa: A002
 
 
 def silu(input: Tensor) -> Tensor:  # noqa: A002
-    return mul(input, sigmoid(input))
+    x = _floating(input)
+    fused = _fused_f32("silu", [x])
+    if fused is not None:
+        return fused
+    return mul(x, sigmoid(x))
+
+
+def rotary_embedding(input: Tensor, cos: Tensor, sin: Tensor) -> Tensor:  # noqa: A002
+    """Rotary position embeddings (Su et al. 2021, RoFormer, https://arxiv.org/abs/2104.09864) in
+    transformers' convention: input (..., T, d) * cos + rotate_half(input) * sin, with
+    rotate_half(x) = cat(-x[..., d/2:], x[..., :d/2]) and cos, sin (T, d) the angles' cosines and
+    sines (each frequency twice: [f0..f(d/2-1), f0..f(d/2-1)]). An engine extension (torch has no
+    functional for it), with a fused kernel where the backend has one."""
+    x = _floating(input)
+    if x.ndim < 2 or x.shape[-1] % 2:
+        raise ValueError(f"rotary_embedding: input must be (..., T, d) with d even, got {tuple(x.shape)}")
+    if cos.shape != sin.shape or cos.ndim > 2 or tuple(cos.shape)[-1:] != (x.shape[-1],) or \
+            (cos.ndim == 2 and cos.shape[0] not in (1, x.shape[-2])):
+        raise ValueError(f"rotary_embedding: cos {tuple(cos.shape)} and sin {tuple(sin.shape)} must be (T, d) for "
+                         f"input {tuple(x.shape)}")
+    fused = _fused_f32("rope", [x, cos, sin])
+    if fused is not None:
+        return fused
+    half = x.shape[-1] // 2
+    rotated = cat([neg(x[..., half:]), x[..., :half]], -1)
+    return add(mul(x, cos), mul(rotated, sin))
 
 
 def dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False) -> Tensor:  # noqa: A002

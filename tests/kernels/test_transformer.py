@@ -144,3 +144,55 @@ def test_attention_checks_its_arguments(rng):
     big = np.ones((1, 1, 1, 3000), bool)                        # scratch grows with S
     q1, k1, v1 = _qkv(rng, 1, 1, 1, 3, 3000, 8, 8)
     check_attention(q1, k1, v1, big, scale=1 / math.sqrt(80), what="long keys")
+
+
+def rope_reference(x, cos, sin):
+    """x * cos + rotate_half(x) * sin in float32, operation by operation (NumPy's roundings)."""
+    half = x.shape[-1] // 2
+    return x * cos + np.concatenate([-x[..., half:], x[..., :half]], -1) * sin
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 2), (3, 1, 8), (2, 5, 64), (1, 9, 37, 64), (2, 3, 4, 6)])
+def test_rope_is_numpys_formula_exactly(rng, shape):
+    """Bit for bit: the kernel multiplies, multiplies and adds as NumPy does (no fused multiply-add)."""
+    x = rng.standard_normal(shape, dtype=np.float32) * 3
+    angles = rng.uniform(-40, 40, shape[-2:]).astype(np.float32)
+    cos, sin = np.cos(angles), np.sin(angles)
+    np.testing.assert_array_equal(K.rope(x, cos, sin, out=nan_like(shape)), rope_reference(x, cos, sin))
+    np.testing.assert_array_equal(K.rope(x, cos[:1], sin[:1]), rope_reference(x, cos[:1], sin[:1]))   # broadcast row
+
+
+def test_rope_reads_head_views_of_a_stacked_projection(rng):
+    """q (N, H, T, d) as a transposed view of a (N, T, H * d + more) projection: no copy needed."""
+    n, t, h, d = 1, 5, 3, 8
+    qkv = rng.standard_normal((n, t, h * d + 16), dtype=np.float32)
+    q = qkv[..., :h * d].reshape(n, t, h, d).transpose(0, 2, 1, 3)           # strides (.., d, row, 1)
+    angles = rng.uniform(-9, 9, (t, d)).astype(np.float32)
+    cos, sin = np.cos(angles), np.sin(angles)
+    np.testing.assert_array_equal(K.rope(q, cos, sin), rope_reference(q, cos, sin))
+    odd = np.asfortranarray(rng.standard_normal((2, 3, 4, 6), dtype=np.float32))   # elements not contiguous
+    np.testing.assert_array_equal(K.rope(odd, cos[:4, :6], sin[:4, :6]), rope_reference(odd, cos[:4, :6], sin[:4, :6]))
+    with pytest.raises(ValueError, match="d even"):
+        K.rope(np.ones((2, 3), np.float32), np.ones((2, 3), np.float32), np.ones((2, 3), np.float32))
+
+
+def test_index_copy_writes_rows_in_place(rng):
+    """A KV cache (N, Hkv, C, d) written at positions along axis 2 from a head view; any other
+    layout is declined (False) for NumPy to do; a bad index writes nothing."""
+    cache = rng.standard_normal((1, 3, 16, 8), dtype=np.float32)
+    qkv = rng.standard_normal((1, 2, 3 * 8 + 5), dtype=np.float32)
+    k = qkv[..., :24].reshape(1, 2, 3, 8).transpose(0, 2, 1, 3)               # (1, 3, 2, 8), strided
+    expected = cache.copy()
+    expected[:, :, [5, 0]] = k
+    assert K.index_copy(cache, np.array([5, 0]), k, 2) is True
+    np.testing.assert_array_equal(cache, expected)
+    with pytest.raises(IndexError, match="16 is out of range"):
+        K.index_copy(cache, np.array([3, 16]), k, 2)
+    np.testing.assert_array_equal(cache, expected)                            # nothing written
+    rows = np.zeros((5, 7), np.float32)
+    assert K.index_copy(rows, np.array([4]), np.ones((1, 7), np.float32), 0) and rows[4].all() and not rows[:4].any()
+    assert K.index_copy(cache.transpose(0, 1, 3, 2), np.array([1]), np.ones((1, 3, 1, 16), np.float32), 2) is False
+    batch = np.zeros((2, 3, 4, 8), np.float32)                                # two sequences of a strided view:
+    two = rng.standard_normal((2, 1, 29), dtype=np.float32)[..., :24].reshape(2, 1, 3, 8).transpose(0, 2, 1, 3)
+    assert K.index_copy(batch, np.array([1]), two, 2) is False               # the leading dims do not collapse
+    assert K.index_copy(cache.astype(np.float64), np.array([1]), k.astype(np.float64), 2) is False

@@ -83,7 +83,7 @@ def rowwise_checks(rng, errors):
 
 def transformer_checks(rng, errors):
     x = (rng.standard_normal(1001) * 4).astype(np.float32)
-    for name in ("gelu", "gelu_tanh"):
+    for name in ("gelu", "gelu_tanh", "silu"):
         errors[f"activation {name}"] = worst(K.activation(x, name), activation_reference(x, name),
                                              2e-6 * np.abs(x) + 1e-37)
     special = K.activation(np.array([np.nan, np.inf, -np.inf, -0.0], np.float32), "gelu")
@@ -116,6 +116,17 @@ def transformer_checks(rng, errors):
     out = K.attention(q, k, v, padding)
     errors["attention bert views"] = worst(out[1], expected[1], tol[1])
     errors["attention fully masked rows are NaN"] = 0.0 if np.isnan(out[0]).all() else float("inf")
+    qkv = rng.standard_normal((1, 7, 9 * 64 + 384), dtype=np.float32)   # llama's q heads in its stacked qkv
+    q = qkv[..., :9 * 64].reshape(1, 7, 9, 64).transpose(0, 2, 1, 3)
+    angles = rng.uniform(-50, 50, (7, 64)).astype(np.float32)
+    cos, sin = np.cos(angles), np.sin(angles)
+    expected = q * cos + np.concatenate([-q[..., 32:], q[..., :32]], -1) * sin     # NumPy's roundings: exact
+    errors["rope (exact)"] = 0.0 if np.array_equal(K.rope(q, cos, sin), expected) else float("inf")
+    cache = np.zeros((1, 3, 32, 64), np.float32)
+    v = qkv[..., 9 * 64 + 192:].reshape(1, 7, 3, 64).transpose(0, 2, 1, 3)     # llama's v heads
+    K.index_copy(cache, np.arange(3, 10, dtype=np.int64), v, 2)
+    errors["index_copy (exact)"] = 0.0 if np.array_equal(cache[:, :, 3:10], v) and not cache[:, :, :3].any() and \
+        not cache[:, :, 10:].any() else float("inf")
 
 
 def convert_checks(errors):

@@ -1,4 +1,5 @@
-"""F.gelu, F.scaled_dot_product_attention and F.add_layer_norm (an engine extension) against torch
+"""F.gelu, F.silu, F.scaled_dot_product_attention, F.add_layer_norm and F.rotary_embedding (engine
+extensions) against torch
 on every available backend: the fused kernels where a backend has them (simd, webgpu), the
 composites elsewhere, on odd shapes, strided views and masks. float32 tolerances: rtol 1e-5 with
 atol 1e-6 (gelu) and 1e-5 (attention, layer norm: sums over a row).
@@ -152,13 +153,15 @@ def test_fused_kernels_equal_their_composites(device, monkeypatch):
     x, _ = pair((4, 5, 16), device, scale=3.0)
     r, _ = pair((4, 5, 16), device)
     w, _ = pair((16,), device)
-    calls = [lambda: F.gelu(x), lambda: F.gelu(x, "tanh"),
+    angles = engine.from_numpy(np.linspace(-20, 20, 5 * 16, dtype=np.float32).reshape(5, 16), device)
+    calls = [lambda: F.gelu(x), lambda: F.gelu(x, "tanh"), lambda: F.silu(x),
+             lambda: F.rotary_embedding(x, angles.cos(), angles.sin()),
              lambda: F.scaled_dot_product_attention(q, k, v, mask), lambda: F.scaled_dot_product_attention(
                  q, k, v, is_causal=True), lambda: F.add_layer_norm(x, r, 16, w, w, 1e-5, w)]
     fused = [f() for f in calls]
     backend = engine.get_backend(device)
     monkeypatch.setattr(backend, "fused", {name: fn for name, fn in backend.fused.items()
-                                           if name not in ("gelu", "attention", "add_layer_norm")})
+                                           if name not in ("gelu", "silu", "rope", "attention", "add_layer_norm")})
     for f, got in zip(calls, fused):
         want = f()
         assert got.dtype == want.dtype and got.shape == want.shape
@@ -188,3 +191,31 @@ def test_add_layer_norm(device, fused_calls):
     with pytest.raises(ValueError, match="normalized_shape"):
         F.add_layer_norm(x, r, 36)
 
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], -1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_silu_and_rotary_embedding(device, fused_calls):
+    """F.silu against torch; F.rotary_embedding against transformers' formula (x * cos +
+    rotate_half(x) * sin) on contiguous tensors and on head views of a stacked projection."""
+    x, tx = pair((3, 7, 29), device, scale=4.0)
+    assert_close(F.silu(x), TF.silu(tx))
+    assert_close(F.silu(x.transpose(0, 2)[:, 1:]), TF.silu(tx.transpose(0, 2)[:, 1:]))
+    assert ("silu" in fused_calls) == has_fused(device, "silu")
+    qkv, tqkv = pair((2, 5, 3 * 16 + 8), device)                       # (N, T, 3 heads of 16 + more)
+    q, tq = (a[..., :48].reshape(2, 5, 3, 16).transpose(1, 2) for a in (qkv, tqkv))   # (N, H, T, d) views
+    angles = rng.uniform(-30, 30, (5, 16)).astype(np.float32)
+    cos, sin = (engine.from_numpy(f(angles), device) for f in (np.cos, np.sin))
+    tcos, tsin = torch.tensor(np.cos(angles)), torch.tensor(np.sin(angles))
+    assert_close(F.rotary_embedding(q, cos, sin), tq * tcos + rotate_half(tq) * tsin)
+    assert_close(F.rotary_embedding(q[:, :, 2:3], cos[2:3], sin[2:3]), tq[:, :, 2:3] * tcos[2:3] +
+                 rotate_half(tq[:, :, 2:3]) * tsin[2:3])
+    assert ("rope" in fused_calls) == has_fused(device, "rope")
+    with pytest.raises(ValueError, match="d even"):
+        F.rotary_embedding(qkv[..., :5], cos, sin)
+    with pytest.raises(ValueError, match="must be"):
+        F.rotary_embedding(q, cos[:, :8], sin[:, :8])

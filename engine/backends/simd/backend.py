@@ -39,12 +39,19 @@ def _cast(a, *, dtype, src):
     return convert(a) if convert is not None else _numpy_cast(a, dtype=dtype, src=src)
 
 
+_numpy_index_copy = numpy_kernels.KERNELS[Op.INDEX_COPY]
+
+
+def _index_copy(dest, index, source, *, dtype, axis):       # in place: float32 rows in C (a KV cache)
+    if not C.index_copy(dest, index, source, axis):
+        _numpy_index_copy(dest, index, source, dtype=dtype, axis=axis)
+
+
 # Ops the C kernels do not cover run the NumPy kernel on the shared storage (declared here;
 # the table is checked complete below).
-NUMPY_OPS = UNARY | BINARY | REDUCTIONS | {Op.CONTIGUOUS, Op.WHERE, Op.TOPK, Op.CAT, Op.PAD, Op.INDEX_SELECT,
-                                            Op.INDEX_COPY}
+NUMPY_OPS = UNARY | BINARY | REDUCTIONS | {Op.CONTIGUOUS, Op.WHERE, Op.TOPK, Op.CAT, Op.PAD, Op.INDEX_SELECT}
 KERNELS = {**{op: numpy_kernels.KERNELS[op] for op in NUMPY_OPS},
-           Op.MATMUL: _matmul, Op.CONV2D: _conv2d, Op.CAST: _cast}
+           Op.MATMUL: _matmul, Op.CONV2D: _conv2d, Op.CAST: _cast, Op.INDEX_COPY: _index_copy}
 assert set(KERNELS) == set(Op), f"simd kernel table misses {set(Op) - set(KERNELS)}"
 
 
@@ -103,6 +110,10 @@ def _gelu(x, *, approximate):
     return C.activation(x, "gelu" if approximate == "none" else "gelu_tanh")
 
 
+def _silu(x):
+    return C.activation(x, "silu")
+
+
 def _attention(q, k, v, *mask, scale, is_causal):  # -> (N, L, H, Dv)
     return C.attention(q, k, v, mask[0] if mask else None, scale, is_causal)
 
@@ -115,8 +126,8 @@ def _hardtanh(x, *, min_val, max_val):
 
 FUSED = {**quantized.KERNELS,                    # linear_q, embedding_q (engine.ops)
          "mul_add": _mul_add, "hardtanh": _hardtanh, "softmax": _softmax, "layer_norm": _layer_norm,
-         "rms_norm": _rms_norm, "linear": _linear, "conv2d": _conv2d_bias, "gelu": _gelu, "attention": _attention,
-         "add_layer_norm": _add_layer_norm}
+         "rms_norm": _rms_norm, "linear": _linear, "conv2d": _conv2d_bias, "gelu": _gelu, "silu": _silu,
+         "rope": C.rope, "attention": _attention, "add_layer_norm": _add_layer_norm}
 
 
 class SimdBackend(NumpyBackend):

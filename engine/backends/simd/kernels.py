@@ -254,6 +254,27 @@ def activation(x, name: str, out=None) -> np.ndarray:
     return y
 
 
+def rope(x, cos, sin, out=None) -> np.ndarray:
+    """x (..., t, d) * cos + rotate_half(x) * sin, cos and sin broadcastable to (t, d): rotary
+    position embeddings. x's leading dims may be any uniform stride (a head view of a stacked
+    projection is read where it lies); rows need contiguous elements."""
+    x = _elements(x)
+    if x.ndim < 2 or x.shape[-1] % 2:
+        raise ValueError(f"rope: x must be (..., t, d) with d even, got {x.shape}")
+    t, d = x.shape[-2:]
+    cos, sin = (np.ascontiguousarray(np.broadcast_to(_elements(c), (t, d))) for c in (cos, sin))
+    outer = x.size // (t * d) if t * d else 0
+    lead = _collapse(x.shape[:-2], _strides(x)[:-2]) if x.ndim > 2 else (1, 0)
+    if d > 1 and x.strides[-1] != 4 or lead is None:
+        x = np.ascontiguousarray(x)
+        lead = (outer, t * d)
+    y = _output(x.shape, out)
+    if outer:
+        library.get().rope_f32(outer, t, d, _address(x), lead[1], _strides(x)[-2], _address(cos), _address(sin),
+                               _address(y))
+    return y
+
+
 def clamp(x, lo: float, hi: float, out=None) -> np.ndarray:
     x = np.ascontiguousarray(_elements(x))
     y = _output(x.shape, out)
@@ -293,6 +314,31 @@ def attention(q, k, v, mask=None, scale: float | None = None, is_causal: bool = 
                        *_strides(k), _address(v), *_strides(v), *mask_args, int(bool(is_causal)), float(scale),
                        _address(y))
     return y
+
+
+# --- in-place row copies --------------------------------------------------------------------------
+def index_copy(dest, index, source, axis: int) -> bool:
+    """dest's rows `index` (int64) along `axis` = source's, in place, when the C kernel can address
+    them (float32, the dims after `axis` one contiguous run in both, the dims before it one
+    stride); False when it cannot (the caller copies another way). IndexError for an index
+    outside [0, dest.shape[axis]), before anything is written."""
+    if dest.dtype != _F32 or source.dtype != _F32 or index.dtype != np.int64 or index.ndim != 1:
+        return False
+    inner = math.prod(dest.shape[axis + 1:])
+    d_inner, s_inner = (_collapse(a.shape[axis + 1:], _strides(a)[axis + 1:]) or (0, 0) for a in (dest, source))
+    d_outer, s_outer = (_collapse(a.shape[:axis], _strides(a)[:axis]) for a in (dest, source))
+    if inner > 1 and (d_inner[1] != 1 or s_inner[1] != 1) or d_outer is None or s_outer is None or \
+            any(st % 4 for a in (dest, source) for st in a.strides):
+        return False
+    index = np.ascontiguousarray(index)
+    outer = math.prod(dest.shape[:axis])
+    bad = library.get().index_copy_f32(outer, dest.shape[axis], inner, _address(dest), d_outer[1],
+                                       dest.strides[axis] // 4, _address(index), index.size, _address(source),
+                                       s_outer[1], source.strides[axis] // 4)
+    if bad:
+        raise IndexError(f"index {int(index[bad - 1])} is out of range for dimension {axis} of size "
+                         f"{dest.shape[axis]}")
+    return True
 
 
 # --- half-type conversions (bit patterns as uint16) ---------------------------------------------------

@@ -13,18 +13,20 @@ Settings (environment variables, read when the library is first needed):
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.util
 import os
 import sys
 from pathlib import Path
 
-ABI = 3                                  # ENGINE_KERNELS_ABI in wasm_kernels/common.h
+ABI = 4                                  # ENGINE_KERNELS_ABI in wasm_kernels/common.h
 PYODIDE_PATH = "/lib/engine_kernels.so"
 FLAVOURS = {"simd": "engine_kernels.simd.wasm", "relaxed": "engine_kernels.relaxed.wasm"}
 SOURCES = Path(__file__).resolve().parents[3] / "wasm_kernels"
 
 _P, _S, _D, _I, _F = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_float
+POINTER, FLOAT = _P, _F
 # name -> (restype, argtypes): the C signatures of wasm_kernels/README.md
 SIGNATURES = {
     "gemm_f32": (_S, [_S, _S, _S, _S, _P, _D, _D, _D, _P, _D, _D, _D, _P, _D, _D, _P, _D, _D, _I, _P, _S]),
@@ -40,15 +42,20 @@ SIGNATURES = {
     "scale_shift_f32": (None, [_S, _S, _S, _P, _P, _P, _I, _P]),
     "clamp_f32": (None, [_S, _P, _F, _F, _P]),
     "activation_f32": (None, [_S, _P, _I, _P]),
+    "rope_f32": (None, [_S, _S, _S, _P, _D, _D, _P, _P, _P]),
     "attention_f32": (_S, [_S] * 7 + [_P, _D, _D, _D, _D] * 3 + [_P, _I, _D, _D, _D, _D, _I, _F, _P, _P, _S]),
     "linear_q_f32": (_S, [_I, _S, _S, _S, _P, _D, _P, _P, _P, _P, _S]),
     "embedding_q_f32": (_S, [_I, _S, _P, _S, _S, _P, _P]),
+    "index_copy_f32": (_S, [_S, _S, _S, _P, _D, _D, _P, _S, _P, _D, _D]),
     "f16_to_f32": (None, [_S, _P, _P]),
     "bf16_to_f32": (None, [_S, _P, _P]),
     "f32_to_bf16": (None, [_S, _P, _P]),
     "engine_kernels_abi": (_I, []),
     "engine_kernels_features": (_I, []),
 }
+# exports whose last two arguments are a scratch buffer and its size in floats: they return 0,
+# or the size they need (and then write nothing)
+SCRATCH = frozenset({"gemm_f32", "conv2d_f32", "depthwise_conv2d_f32", "attention_f32", "linear_q_f32"})
 
 
 # On wasm32 every integer and pointer argument is one 32-bit word, which is what ctypes
@@ -73,6 +80,7 @@ def _bind(fn, restype, argtypes):
             args[i] = _F(args[i])
         return fn(*args)
     call.__name__ = fn.__name__
+    call.raw, call.floats = fn, floats           # for callers that convert once (engine.graph)
     return call
 
 
@@ -102,6 +110,37 @@ class Library:
 
     def __repr__(self) -> str:
         return f"<engine kernels {self.flavour} from {self.path}>"
+
+
+class Recording:
+    """Stands in for the loaded Library inside `recording()`: every export called goes through
+    and is recorded as (name, function, arguments, result)."""
+
+    def __init__(self, library: Library):
+        self.library, self.calls = library, []
+
+    def __getattr__(self, name):
+        fn = getattr(self.library, name)
+        if name not in SIGNATURES:
+            return fn
+
+        def record(*args):
+            result = fn(*args)
+            self.calls.append((name, fn, args, result))
+            return result
+        return record
+
+
+@contextlib.contextmanager
+def recording():
+    """The C calls the kernels make inside the block, as a list of (name, function, args, result)."""
+    global _library
+    loaded = get()
+    _library = Recording(loaded)
+    try:
+        yield _library.calls
+    finally:
+        _library = loaded
 
 
 _library: Library | None = None

@@ -408,6 +408,10 @@ def _gelu(be, x, *, approximate):
     return K.elementwise(be.gpu, expr, [x], "f32"), x.shape
 
 
+def _silu(be, x):
+    return K.elementwise(be.gpu, f"activate(a, {K.ACTIVATIONS['silu']}u)", [x], "f32"), x.shape
+
+
 def _attention(be, q, k, v, *mask, scale, is_causal):   # -> (N, L, H, Ev)
     return K.attention(be.gpu, q, k, v, mask[0] if mask else None, scale, is_causal)
 
@@ -446,5 +450,5 @@ def _embedding_q(be, ids, *, weight, qtype, rows, cols, sources):   # ids (...) 
 
 FUSED = {"mul_add": _mul_add, "hardtanh": _hardtanh, "softmax": _softmax, "layer_norm": _norm("layer_norm"),
          "rms_norm": _norm("rms_norm"), "linear": _linear, "conv2d": _conv2d_fused, "gelu": _gelu,
-         "attention": _attention, "add_layer_norm": _add_layer_norm, "linear_q": _linear_q,
+         "silu": _silu, "attention": _attention, "add_layer_norm": _add_layer_norm, "linear_q": _linear_q,
          "embedding_q": _embedding_q}
