@@ -1,21 +1,32 @@
 """Capture a function's kernel calls once, replay them at near-zero Python cost.
 
 An eager op pays for its bookkeeping in Python (promotion, broadcasting, shape checks, Tensor
-objects): ~30 us natively, more in Pyodide. A decode step of a 30-layer transformer is ~1,000
-ops, so that bookkeeping alone would cost more than the arithmetic. When a function's shapes do
-not change from call to call (a decode step over a fixed-capacity KV cache, with the position
+objects): ~30 us natively, more in Pyodide. A decode step of a 30-layer transformer is hundreds
+of ops, so that bookkeeping alone would cost more than the arithmetic. When a function's shapes
+do not change from call to call (a decode step over a fixed-capacity KV cache, with the position
 passed as data), the kernels it calls and the arguments they get are the same every time:
 
-    graph = engine.graph.capture(step, ids, positions)    # runs step(ids, positions) once, eagerly
-    logits = graph.replay(next_ids, next_positions)        # the same kernels, new input values
+    graph, first = engine.graph.capture(step, ids, positions)   # runs step(ids, positions) once, eagerly
+    logits = graph.replay(next_ids, next_positions)             # the same kernels, new input values
 
 `capture` runs the function with the backend's `run`/`run_fused` recorded: for each call the
-kernel, its parameters, and where each argument comes from: an earlier call's output (a slot,
-viewed with the recorded layout) or a buffer that existed before (a weight, a cache, a constant,
-an input: referenced as is, its view made once). `replay` copies the new input values into the
-input tensors' buffers and calls the kernels in order; buffers written in place (the KV cache by
-INDEX_COPY) are written again. What it returns is the function's output, as Tensors viewing this
-replay's buffers (valid until the next replay).
+kernel, its parameters, where each argument comes from (an earlier call's output, or a buffer
+that existed before: a weight, a cache, a constant, an input) and the buffers it returned. Those
+output buffers become the graph's own: every replay writes the same memory, so every argument
+of every step is fixed at capture, as a CUDA graph's are. Each step then becomes one prepared
+call, the cheapest its backend allows:
+
+- a native call replayed as recorded: the simd backend reports the C calls a kernel made
+  (`backend.native_calls()`); when every pointer they were given lies in the step's own inputs,
+  outputs or parameters (no temporary copy made on the way), the step is those calls with those
+  arguments, and nothing else runs in Python (one ctypes call, ~1-3 us);
+- an elementwise NumPy kernel (one ufunc) as `ufunc(*inputs, out=output)`;
+- anything else: the kernel called on its fixed input views, its result copied into the output.
+
+`replay` copies the new input values into the input tensors' buffers and runs the prepared calls
+in order; buffers written in place (the KV cache by INDEX_COPY) are written again. What it
+returns is the function's output, as Tensors viewing the graph's buffers (overwritten by the next
+replay).
 
 The contract, checked where it can be: the function reads nothing from the host while captured
 (`.numpy()`, `.item()`, `bool(t)` raise GraphError: the value would be baked in), every value that
@@ -24,6 +35,9 @@ whose storage is NumPy arrays (numpy, simd) replay; others raise GraphError at c
 callers fall back to eager calls.
 """
 from __future__ import annotations
+
+import contextlib
+import functools
 
 import numpy as np
 
@@ -42,7 +56,8 @@ class _Recorder:
         self.backend = backend
         self.steps: list = []
         self.slot_of: dict[int, int] = {}       # id(buffer) -> slot, for buffers the steps produced
-        self.keep: list = []                    # those buffers, alive so that no id is reused
+        self.keep: list = []                    # those buffers (the graph's own from now on)
+        self.native = getattr(backend, "native_calls", None)
 
     def _refs(self, inputs):
         return [(self.slot_of.get(id(t._buf)), t._buf, t._layout) for t in inputs]
@@ -55,19 +70,35 @@ class _Recorder:
             self.keep.append(buf)
         return slots
 
-    def run(self, op, inputs, dtype, params):
-        outs = type(self.backend).run(self.backend, op, inputs, dtype, params)
-        self.steps.append(("op", op, self._refs(inputs), dtype, params, self._produced(outs)))
+    def _record(self, kind, key, run, inputs, dtype, params):
+        with self.native() if self.native else contextlib.nullcontext() as calls:
+            outs = run(self.backend, key, inputs, dtype, params)
+        known = [t._buf for t in inputs] + [buf for buf, _ in outs] + \
+            [v for v in params.values() if isinstance(v, np.ndarray)]
+        self.steps.append((kind, key, self._refs(inputs), dtype, params, self._produced(outs),
+                           [shape for _, shape in outs], calls, known))
         return outs
 
+    def run(self, op, inputs, dtype, params):
+        return self._record("op", op, type(self.backend).run, inputs, dtype, params)
+
     def run_fused(self, name, inputs, dtype, params):
-        outs = type(self.backend).run_fused(self.backend, name, inputs, dtype, params)
-        self.steps.append(("fused", name, self._refs(inputs), dtype, params, self._produced(outs)))
-        return outs
+        return self._record("fused", name, type(self.backend).run_fused, inputs, dtype, params)
 
     def copy_out(self, buf, layout):
         raise GraphError("a captured function read a tensor's value on the host (.numpy(), .item(), bool(), "
                          "...): that value would be fixed in the graph; pass it in as an input instead")
+
+
+def _copy_into(outputs, fn, args, kwargs):
+    """A step run as a kernel call on fixed views, its result(s) copied into the graph's buffers."""
+    def call():
+        result = fn(*args, **kwargs)
+        if result is None:                                 # written in place (INDEX_COPY)
+            return
+        for out, r in zip(outputs, result if isinstance(result, tuple) else (result,)):
+            np.copyto(out, r, casting="unsafe")
+    return call
 
 
 class Graph:
@@ -76,28 +107,40 @@ class Graph:
         self.inputs = [backend.view(t._buf, t._layout) for t in inputs]         # written by replay
         self.slots = list(recorder.keep)
         self.ops = len(recorder.steps)
-        self.plan = [self._compiled(step) for step in recorder.steps]
+        self.prepared = {"native": 0, "ufunc": 0, "copy": 0}          # how the steps replay (for tests, profiles)
+        self.calls = [self._prepare(step) for step in recorder.steps]
+        self.names = [key if isinstance(key, str) else key.name.lower() for _, key, *_ in recorder.steps]
         self._single = isinstance(outputs, Tensor)
         outputs = [outputs] if self._single else list(outputs)
         if not all(isinstance(t, Tensor) for t in outputs):
             raise GraphError("a captured function must return a Tensor or a tuple of Tensors")
-        # per output: (slot or None, the buffer when no step produced it, layout, dtype)
-        self.outputs = [(recorder.slot_of.get(id(t._buf)), t._buf, t._layout, t.dtype) for t in outputs]
+        self.outputs = [Tensor(t._buf, t._layout, t.dtype, backend) for t in outputs]
 
-    def _compiled(self, step):
-        kind, key, refs, dtype, params, out_slots = step
+    def _prepare(self, step):
+        kind, key, refs, dtype, params, out_slots, shapes, calls, known = step
         backend = self.backend
+        args = [backend.view(self.slots[slot] if slot is not None else buf, layout) for slot, buf, layout in refs]
+        outputs = [self.slots[slot].reshape(shape) for slot, shape in zip(out_slots, shapes)]
+        if calls:
+            bound = backend.bind_native(calls, known)
+            if bound is not None:
+                self.prepared["native"] += 1
+                return bound
         if kind == "op":
             fn, kwargs = backend.kernels[key], dict(params, dtype=dtype)
+            ufunc = getattr(fn, "ufunc", None)
+            if ufunc is not None and len(outputs) == 1 and \
+                    ufunc.resolve_dtypes(tuple(a.dtype for a in args) + (None,))[-1] == outputs[0].dtype:
+                self.prepared["ufunc"] += 1
+                return functools.partial(ufunc, *args, out=outputs[0])
         else:
             fn, kwargs = backend.fused[key], dict(params)
-        args = [(slot, layout) if slot is not None else (None, backend.view(buf, layout))
-                for slot, buf, layout in refs]
-        return fn, args, kwargs, out_slots, dtype
+        self.prepared["copy"] += 1
+        return _copy_into(outputs, fn, args, kwargs)
 
     def replay(self, *values):
         """Run the captured kernels on new input values (array-likes of the captured shapes);
-        returns the output Tensor(s), viewing this replay's results."""
+        returns the output Tensor(s), viewing the graph's buffers (until the next replay)."""
         if len(values) != len(self.inputs):
             raise InputError(f"the graph takes {len(self.inputs)} inputs, got {len(values)}")
         for target, value in zip(self.inputs, values):
@@ -105,21 +148,10 @@ class Graph:
             if value.shape != target.shape:
                 raise InputError(f"graph input of shape {value.shape}, captured with {target.shape}")
             np.copyto(target, value, casting="unsafe")
-        slots, view, own = self.slots, self.backend.view, self.backend._own
         with np.errstate(all="ignore"):
-            for fn, args, kwargs, out_slots, dtype in self.plan:
-                out = fn(*[a if s is None else view(slots[s], a) for s, a in args], **kwargs)
-                if out is None:                           # written in place (INDEX_COPY)
-                    continue
-                if isinstance(out, tuple):
-                    for slot, o, d in zip(out_slots, out, dtype):
-                        slots[slot] = own(o, d)[0]
-                else:
-                    slots[out_slots[0]] = own(out, dtype)[0]
-        results = tuple(Tensor(buf if slot is None else slots[slot], layout, dtype, self.backend)
-                        for slot, buf, layout, dtype in self.outputs)
-        return results[0] if self._single else results
-
+            for call in self.calls:
+                call()
+        return self.outputs[0] if self._single else tuple(self.outputs)
 
 def capture(fn, *inputs: Tensor) -> tuple[Graph, object]:
     """Run fn(*inputs) once, eagerly, recording its kernel calls; returns (graph, its output).

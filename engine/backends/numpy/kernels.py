@@ -195,11 +195,15 @@ def _arg(fn):
 
 
 def _unary(fn):
-    return lambda a, *, dtype: fn(a)
+    kernel = lambda a, *, dtype: fn(a)                     # noqa: E731
+    kernel.ufunc = fn if isinstance(fn, np.ufunc) else None   # engine.graph calls it with out=
+    return kernel
 
 
 def _binary(fn):
-    return lambda a, b, *, dtype: fn(a, b)
+    kernel = lambda a, b, *, dtype: fn(a, b)               # noqa: E731
+    kernel.ufunc = fn if isinstance(fn, np.ufunc) else None
+    return kernel
 
 
 KERNELS = {

@@ -4,6 +4,7 @@ they cover; every other op and dtype runs the NumPy kernel on the same storage.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -13,7 +14,7 @@ from ...ops import BINARY, REDUCTIONS, UNARY, Op
 from ..numpy import kernels as numpy_kernels
 from ..numpy.backend import NumpyBackend
 from . import kernels as C
-from . import quantized
+from . import library, quantized
 
 # --- primitive ops ----------------------------------------------------------------------------------
 _numpy_matmul, _numpy_conv2d = numpy_kernels.KERNELS[Op.MATMUL], numpy_kernels.KERNELS[Op.CONV2D]
@@ -134,6 +135,47 @@ class SimdBackend(NumpyBackend):
     name = "simd"
     kernels = KERNELS
     fused = FUSED
+
+    # --- engine.graph: a step's C calls replayed as recorded -------------------------------------
+    native_calls = staticmethod(library.recording)
+
+    @staticmethod
+    def bind_native(calls, known):
+        """The recorded C calls of one step as a prepared call, when every pointer they were given
+        lies in the `known` arrays (the step's inputs, outputs and parameters, which the graph
+        keeps); None when one does not (the kernel passed a temporary copy: it must run again).
+        A call that takes scratch gets its own, of the size it asks for."""
+        spans = [(a.ctypes.data, a.ctypes.data + a.nbytes) for a in known if isinstance(a, np.ndarray)]
+        steps = []                                      # (C function, arguments, name, its scratch)
+        for name, fn, args, result in calls:
+            restype, types = library.SIGNATURES[name]
+            scratch = name in library.SCRATCH
+            if result and scratch:                      # it asked for more scratch and wrote nothing
+                continue
+            if result:                                  # it reported bad input
+                return None
+            args = list(args)
+            for value, kind in zip(args[:len(args) - 2 * scratch], types):
+                if kind is library.POINTER and value and not any(lo <= value < hi for lo, hi in spans):
+                    return None
+            own = None
+            if scratch:
+                own = np.empty(max(fn(*args[:-2], None, 0), 1), np.float32)   # the size it needs
+                args[-2:] = own.ctypes.data, own.size
+            floats = getattr(fn, "floats", ())
+            args = tuple(library.FLOAT(a) if i in floats else a for i, a in enumerate(args))
+            steps.append((getattr(fn, "raw", fn), args, name, own))
+        if not steps:
+            return None
+        if len(steps) == 1 and library.SIGNATURES[steps[0][2]][0] is None:
+            call = functools.partial(steps[0][0], *steps[0][1])
+            return call
+
+        def call():
+            for fn, args, name, _ in steps:
+                if fn(*args):
+                    raise IndexError(f"{name}: an index is out of range")
+        return call
 
 
 BACKEND = SimdBackend()
