@@ -5,7 +5,9 @@
 // engine/bench_quant.py, as `python -m engine bench qlinear`). Writes one JSON object into
 // [data-testid=bench-results] when done.
 // ?repeat=N, ?gemm=0, ?ops=0, ?effnet=0, ?minilm=0, ?qlinear=0 trim the run; ?qlinear=full runs
-// the CLI's whole set (with the 576->49152 output head) instead of its quick set.
+// the CLI's whole set (with the 576->49152 output head) instead of its quick set. ?llm=1 adds
+// SmolLM2 chat (engine/bench_llm.py: the 37-token prompt, greedy, ?tokens=N new ones, default 128)
+// on ?llm_devices=a,b (default simd): prefill/decode tokens/s, first token, the wasm heap.
 import { EngineClient } from "./engine-client.js";
 
 const params = new URLSearchParams(location.search);
@@ -55,6 +57,18 @@ async function main() {
     for (const device of info.devices) {
       await client.setBackend(device);
       results.minilm[device] = await client.python("bench_text", Math.max(3, Math.round(repeat / 4)));
+    }
+  }
+  if (params.get("llm") === "1") {
+    const devices = (params.get("llm_devices") || "simd").split(",");
+    await client.setBackend(devices[0]);        // loaded straight onto it (not moved from the GPU)
+    const t = performance.now();
+    const loaded = await client.loadTask("text-generation");
+    results.llm_load = { ms: round(performance.now() - t), weights: loaded.weights };
+    results.llm = {};
+    for (const device of devices) {
+      await client.setBackend(device);
+      results.llm[device] = await client.python("bench_llm", Number(params.get("tokens")) || 128, 1);
     }
   }
   return results;
