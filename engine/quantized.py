@@ -137,7 +137,9 @@ class QuantizedTensor:
                                ", ".join(f"{t.name} {t.qtype} {t.shape} on {t.device}" for t in tensors),
                                file=first.file, tensor=first.name)
         rows = sum(t.rows for t in tensors)
-        return first._like(np.concatenate([t._rows_bytes() for t in tensors]), rows)
+        parts = [t._rows_bytes() for t in tensors]
+        joined = _adjacent(parts)                    # llama.cpp writes ffn_gate just before ffn_up
+        return first._like(np.concatenate(parts) if joined is None else joined, rows)
 
     def split(self, sizes) -> list["QuantizedTensor"]:
         """The 2-D weight cut into consecutive runs of `sizes` rows; on backends that keep GGML's
@@ -168,3 +170,30 @@ class QuantizedTensor:
         where = "" if self.device == "numpy" else f", device={self.device!r}"
         label = f"{self.name!r}, " if self.name else ""
         return f"QuantizedTensor({label}{self.qtype}, shape={self.shape}{where})"
+
+
+def _root(a: np.ndarray):
+    """The object that owns an array's memory (an ndarray, bytes, an mmap), through views and
+    memoryview slices."""
+    while True:
+        if isinstance(a, np.ndarray) and a.base is not None:
+            a = a.base
+        elif isinstance(a, memoryview) and a.obj is not None:
+            a = a.obj
+        else:
+            return a
+
+
+def _adjacent(parts: list[np.ndarray]) -> np.ndarray | None:
+    """One uint8 view of the parts' bytes when they lie end to end in one buffer (no copy), else None."""
+    if not all(p.dtype == np.uint8 and p.flags.c_contiguous for p in parts):
+        return None
+    root = _root(parts[0])
+    if any(_root(p) is not root for p in parts[1:]):
+        return None
+    addresses = [p.__array_interface__["data"][0] for p in parts]
+    if any(a + p.nbytes != b for a, p, b in zip(addresses, parts, addresses[1:])):
+        return None
+    whole = np.frombuffer(root, np.uint8) if not isinstance(root, np.ndarray) else root.reshape(-1).view(np.uint8)
+    start = addresses[0] - whole.__array_interface__["data"][0]
+    return whole[start:start + sum(p.nbytes for p in parts)]

@@ -87,6 +87,26 @@ def test_moves_between_backends_without_copy_when_storage_is_shared():
         w.to(engine.float16)
 
 
+def test_cat_of_neighbours_in_one_file_is_a_view(tmp_path):
+    """Weights that lie end to end in one buffer (llama.cpp writes ffn_gate just before ffn_up)
+    stack without a copy; others are copied; either way the rows are the parts' rows."""
+    (a, _), (b, _), (c, _) = _blocks(Q.Q4_1, 4, 64), _blocks(Q.Q4_1, 3, 64), _blocks(Q.Q4_1, 2, 64)
+    _write(tmp_path / "w.gguf", {n: (r.reshape(-1, 40), Q.Q4_1) for n, r in (("a", a), ("b", b), ("c", c))})
+    with engine.load_gguf(tmp_path / "w.gguf") as f:
+        ta, tb, tc = f["a"], f["b"], f["c"]
+        assert f.info("b").offset - f.info("a").offset == a.size          # 160 bytes: no alignment padding
+        joined = QuantizedTensor.cat([ta, tb])
+        assert joined.shape == (7, 64) and np.array_equal(joined.raw, np.concatenate([a, b]))
+        assert np.shares_memory(joined._buf, ta._buf)
+        swapped = QuantizedTensor.cat([tb, ta])
+        assert not np.shares_memory(swapped._buf, ta._buf) and np.array_equal(swapped.raw, np.concatenate([b, a]))
+        x = engine.from_numpy(RNG.standard_normal((2, 64)).astype(np.float32))
+        np.testing.assert_allclose(F.linear(x, joined).numpy(),
+                                   np.concatenate([F.linear(x, ta).numpy(), F.linear(x, tb).numpy()], 1), rtol=1e-6)
+    separate = [QuantizedTensor.from_raw(r.copy(), "q4_1", (r.size // 40, 64), "numpy") for r in (a, c)]
+    assert not np.shares_memory(QuantizedTensor.cat(separate)._buf, separate[0]._buf)
+
+
 def test_modules_load_quantized_weights_as_they_are(tmp_path):
     lin_raw, lin = _blocks(Q.Q8_0, 48, 64)
     emb_raw, emb = _blocks(Q.Q4_0, 10, 64)
