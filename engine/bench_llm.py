@@ -35,7 +35,8 @@ def bench_pipeline(pipe, new_tokens: int = 128, repeat: int = 1) -> dict:
 
     def median(key):
         return round(statistics.median(r[key] for r in timed), 3)
-    return {"prompt_tokens": len(ids), "new_tokens": new_tokens, "prefill_tok_s": median("prefill_tok_s"),
+    return {"prompt": pipe.template.render(PROMPT, add_generation_prompt=True), "prompt_tokens": len(ids),
+            "new_tokens": new_tokens, "prefill_tok_s": median("prefill_tok_s"),
             "decode_tok_s": median("decode_tok_s"), "ttft_s": median("ttft_s"),
             "first_run": {k: round(runs[0][k], 3) for k in ("prefill_tok_s", "decode_tok_s", "ttft_s")},
             "graphs": generator.use_graphs and bool(generator._graphs)}

@@ -4,10 +4,13 @@
 // tokenizer's throughput, and quantized linear layers (GGML types against float32, per backend;
 // engine/bench_quant.py, as `python -m engine bench qlinear`). Writes one JSON object into
 // [data-testid=bench-results] when done.
-// ?repeat=N, ?gemm=0, ?ops=0, ?effnet=0, ?minilm=0, ?qlinear=0 trim the run; ?qlinear=full runs
-// the CLI's whole set (with the 576->49152 output head) instead of its quick set. ?llm=1 adds
-// SmolLM2 chat (engine/bench_llm.py: the 37-token prompt, greedy, ?tokens=N new ones, default 128)
-// on ?llm_devices=a,b (default simd): prefill/decode tokens/s, first token, the wasm heap.
+// ?repeat=N, ?gemm=0, ?ops=0, ?effnet=0, ?minilm=0, ?qlinear=0 trim the run; ?effnet=simd,numpy
+// (or ?minilm=...) runs that section on those backends only; ?qlinear=full runs the CLI's whole
+// set (with the 576->49152 output head) instead of its quick set. ?llm=1 adds SmolLM2 chat
+// (engine/bench_llm.py: the 37-token prompt, greedy, ?tokens=N new ones, default 128) on simd, or
+// ?llm=simd,webgpu on those: prefill/decode tokens/s, first token, the wasm heap; with ?peer=1 (and
+// `python build.py --peers`) the same case on llama.cpp in WebAssembly in this page, for the ratios.
+// Each section's wall time goes into sections_ms.
 import { EngineClient } from "./engine-client.js";
 
 const params = new URLSearchParams(location.search);
@@ -33,46 +36,126 @@ async function main() {
     mnist: {},
     effnet: {},
   };
-  if (params.get("gemm") !== "0") results.gemm = (await client.python("bench_gemm", Math.max(3, Math.round(repeat / 4)))).cases;
-  if (params.get("ops") !== "0") results.ops = (await client.python("bench_ops", Math.max(3, Math.round(repeat / 4)))).cases;
-  if (params.get("qlinear") !== "0") results.qlinear = await benchQlinear(client, params.get("qlinear") === "full");
-  for (const device of info.devices) {
-    await client.setBackend(device);
-    results.mnist[device] = await client.python("bench_digit", repeat);
-  }
-  if (params.get("effnet") !== "0") {
+  results.sections_ms = {};
+  const section = async (name, run) => {          // each section's wall time, for the reader
+    const t = performance.now();
+    await run();
+    results.sections_ms[name] = round(performance.now() - t);
+  };
+  const quick = Math.max(3, Math.round(repeat / 4));
+  if (params.get("gemm") !== "0") await section("gemm", async () => {
+    results.gemm = (await client.python("bench_gemm", quick)).cases;
+  });
+  if (params.get("ops") !== "0") await section("ops", async () => {
+    results.ops = (await client.python("bench_ops", quick)).cases;
+  });
+  if (params.get("qlinear") !== "0") await section("qlinear", async () => {
+    results.qlinear = await benchQlinear(client, params.get("qlinear") === "full");
+  });
+  await section("mnist", async () => {
+    for (const device of info.devices) {
+      await client.setBackend(device);
+      results.mnist[device] = await client.python("bench_digit", repeat);
+    }
+  });
+  if (params.get("effnet") !== "0") await section("effnet", async () => {
     const t = performance.now();
     const loaded = await client.loadTask("image-classification");
     results.effnet_load = { ms: round(performance.now() - t), weights: loaded.weights };
-    for (const device of info.devices) {
+    for (const device of devicesFor("effnet", info.devices)) {
       await client.setBackend(device);
-      results.effnet[device] = await client.python("bench_image", Math.max(3, Math.round(repeat / 4)));
+      results.effnet[device] = await client.python("bench_image", quick);
     }
-  }
-  if (params.get("minilm") !== "0") {
+  });
+  if (params.get("minilm") !== "0") await section("minilm", async () => {
     const t = performance.now();
     const loaded = await client.loadTask("sentence-embedding");
     results.minilm_load = { ms: round(performance.now() - t), weights: loaded.weights };
     results.minilm = {};
-    for (const device of info.devices) {
+    for (const device of devicesFor("minilm", info.devices)) {
       await client.setBackend(device);
-      results.minilm[device] = await client.python("bench_text", Math.max(3, Math.round(repeat / 4)));
+      results.minilm[device] = await client.python("bench_text", quick);
     }
-  }
-  if (params.get("llm") === "1") {
-    const devices = (params.get("llm_devices") || "simd").split(",");
-    await client.setBackend(devices[0]);        // loaded straight onto it (not moved from the GPU)
-    const t = performance.now();
-    const loaded = await client.loadTask("text-generation");
-    results.llm_load = { ms: round(performance.now() - t), weights: loaded.weights };
-    results.llm = {};
-    for (const device of devices) {
-      await client.setBackend(device);
-      results.llm[device] = await client.python("bench_llm", Number(params.get("tokens")) || 128, 1);
-    }
-  }
+  });
+  if (params.has("llm") && params.get("llm") !== "0") await section("llm", () => benchLlm(client, results));
   return results;
 }
+
+// The chat section: SmolLM2 loaded straight onto the first backend asked for (moved there from
+// the GPU it would keep a second copy), then prefill/decode tokens/s per backend, shown in its card.
+async function benchLlm(client, results) {
+  const devices = devicesFor("llm", ["simd"]);
+  const tokens = Number(params.get("tokens")) || 128;
+  const card = document.getElementById("llm-card");
+  const cardStatus = document.getElementById("llm-status");
+  card.hidden = false;
+  cardStatus.textContent = "loading";
+  await client.setBackend(devices[0]);
+  const t = performance.now();
+  const loaded = await client.loadTask("text-generation");
+  results.llm_load = { ms: round(performance.now() - t), weights: loaded.weights };
+  results.llm = {};
+  for (const device of devices) {
+    cardStatus.textContent = `running on ${device}`;
+    await client.setBackend(device);
+    results.llm[device] = await client.python("bench_llm", tokens, 1);
+  }
+  let peer = PEER_NOTES;
+  if (params.get("peer") === "1") {
+    cardStatus.textContent = "running the peer";
+    peer = results.llm_peer = await benchPeer(results.llm[devices[0]].prompt, tokens);
+  }
+  const row = (name, r) => `${name.padEnd(10)} ${r.prefill_tok_s.toFixed(1).padStart(9)} ${r.decode_tok_s.toFixed(1).padStart(9)} ` +
+    `${r.ttft_s === undefined ? "" : (r.ttft_s * 1e3).toFixed(0).padStart(9) + " ms"}`;
+  const lines = [`${tokens} new tokens after the ${results.llm[devices[0]].prompt_tokens}-token chat prompt, greedy (tokens/s)`,
+                 `${"".padEnd(10)} ${"prefill".padStart(9)} ${"decode".padStart(9)} ${"1st token".padStart(12)}  heap, vs the peer`];
+  for (const device of devices) {
+    const r = results.llm[device];
+    lines.push(`${row(device, r)} ${(r.heap_bytes / 2 ** 20).toFixed(0).padStart(6)} MiB  decode ` +
+               `${(r.decode_tok_s / peer.decode_tok_s).toFixed(2)}x, prefill ${(r.prefill_tok_s / peer.prefill_tok_s).toFixed(2)}x`);
+  }
+  lines.push(`${row("llama.cpp", peer)}    ${peer.source}`);
+  document.getElementById("llm-table").textContent = lines.join("\n");
+  cardStatus.textContent = "done";
+}
+
+// The peer on the same case in this page: llama.cpp in WebAssembly (npm @wllama/wllama, built into
+// dist/peers/ by `python build.py --peers`), one thread, no GPU, the same GGUF from this site, the
+// same prompt text, greedy, end of sequence ignored; one untimed run first, as for ours. Its own
+// timings (llama.cpp's prompt and predicted tokens per second).
+async function benchPeer(prompt, tokens) {
+  const base = new URL("peers/wllama/", location.href);
+  const { Wllama } = await import(new URL("index.js", base).href);
+  const quiet = { debug() {}, log() {}, info() {}, warn: console.warn, error: console.error };
+  const wllama = new Wllama({ default: new URL("wllama.wasm", base).href }, { logger: quiet, suppressNativeLog: true });
+  const manifest = await (await fetch("models/SmolLM2-135M-Instruct/manifest.json")).json();
+  if (manifest.gguf.parts.length !== 1) throw new Error("the peer needs the GGUF served whole (build without --max-shard-kb)");
+  const t = performance.now();
+  await wllama.loadModelFromUrl(new URL(`models/SmolLM2-135M-Instruct/${manifest.gguf.file}`, location.href).href,
+                                { n_threads: 1, n_gpu_layers: 0, n_ctx: 512, useCache: false });
+  const load_ms = round(performance.now() - t);
+  const runs = [];
+  for (let i = 0; i < 2; i++) {
+    const started = performance.now();
+    const r = await wllama.createCompletion({ prompt, max_tokens: tokens, temperature: 0, ignore_eos: true,
+                                              cache_prompt: false });
+    runs.push({ ...r.timings, wall_ms: performance.now() - started, text: r.choices[0].text });
+  }
+  const threads = wllama.getNumThreads();
+  await wllama.exit();
+  const [first, timed] = runs;
+  return {
+    source: `@wllama/wllama ${WLLAMA_VERSION}, ${threads} thread, this run`, load_ms, threads,
+    prompt_tokens: timed.prompt_n, new_tokens: timed.predicted_n, prefill_tok_s: round(timed.prompt_per_second),
+    decode_tok_s: round(timed.predicted_per_second), ttft_s: undefined, answer_start: timed.text.slice(0, 60),
+    first_run: { prefill_tok_s: round(first.prompt_per_second), decode_tok_s: round(first.predicted_per_second) },
+  };
+}
+
+// Without ?peer=1: llama.cpp in WebAssembly on the same GGUF and case, as measured on this
+// project's machine (../shared/NOTES.md), not in this run.
+const WLLAMA_VERSION = "3.8.1";
+const PEER_NOTES = { prefill_tok_s: 19, decode_tok_s: 12.3, source: `@wllama/wllama ${WLLAMA_VERSION}, NOTES.md (not this run)` };
 
 // The quantized-linear section: its table in the page's card, its numbers (less the table) in the results.
 async function benchQlinear(client, full) {
@@ -84,6 +167,13 @@ async function benchQlinear(client, full) {
   document.getElementById("qlinear-table").textContent = table;
   cardStatus.textContent = "done";
   return result;
+}
+
+// ?effnet=, ?minilm=, ?llm=: "1" (or absent) runs the section on its default backends, a
+// comma-separated list on those
+function devicesFor(name, fallback) {
+  const value = params.get(name);
+  return value && value !== "1" ? value.split(",") : fallback;
 }
 
 const round = (x) => Math.round(x * 10) / 10;

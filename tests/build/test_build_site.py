@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import engine
-from buildtools import convert, runtime, wheel
+from buildtools import convert, runtime, site, wheel
 from buildtools.steps import BuildError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -320,3 +320,15 @@ def test_minilm_site_copy_is_float16_with_row_blocks(dist, minilm_folder):
     assert first_use <= 25e6, first_use
     assert sorted(manifest["extra"]) == ["1_Pooling/config.json", "config.json", "sentence_bert_config.json",
                                          "tokenizer.json"]
+
+
+def test_the_benchmarks_peer_is_built_only_when_asked(dist, cache, tmp_path):
+    """--peers puts llama.cpp in WebAssembly (npm @wllama/wllama, as published) in dist/peers/
+    for the bench page's chat section; the site people use has no third-party code."""
+    assert not (dist / "peers").exists()
+    from buildtools.fetch import npm_pack
+    tgz = npm_pack("@wllama/wllama", site.PEERS[0][2], cache)
+    site.write_peers(tmp_path, tgz)
+    folder = tmp_path / "peers" / "wllama"
+    assert sorted(p.name for p in folder.iterdir()) == ["LICENCE", "index.js", "wllama.wasm"]
+    assert (folder / "wllama.wasm").read_bytes()[:4] == b"\0asm" and b"  Wllama," in (folder / "index.js").read_bytes()
