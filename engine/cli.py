@@ -19,10 +19,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _add_device(p: argparse.ArgumentParser) -> None:
+def _add_device(p: argparse.ArgumentParser, default: str = "numpy") -> None:
     from .device import known                     # not available(): that would load (build) every backend
     p.add_argument("--device", default=None, help=f"backend to run on: {', '.join(known())} "
-                                                  "(default: numpy)")
+                                                  f"(default: {default})")
 
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:
@@ -45,7 +45,7 @@ def _add_generation_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--capacity", type=int, default=1024, help="context length in tokens (default 1024)")
     p.add_argument("--weights", default=None, help="a GGUF file or URL (default: dist/models/SmolLM2-135M-Instruct, "
                                                    "built by build.py)")
-    _add_device(p)
+    _add_device(p, default="simd where it is available, else numpy")
 
 
 def build_parser() -> argparse.ArgumentParser:

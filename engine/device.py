@@ -51,6 +51,14 @@ def best_available() -> str:
     return next(name for name in order if auto_selectable(name))
 
 
+def best_for_quantized() -> str:
+    """Where a model with GGML-quantized weights runs when no device is named: simd, whose kernels
+    multiply the blocks as they are and whose decode steps replay as captured graphs, when it is
+    available; else the default. (NumPy's reference kernels dequantize every weight for every
+    product: SmolLM2 decodes ~30x slower there; the webgpu backend runs a decode step op by op.)"""
+    return "simd" if unavailable_reason("simd") is None else _default
+
+
 def get_backend(name: str | None = None):
     """The backend object for `name` (None: the default), loaded on first use."""
     name = _default if name is None else str(name)

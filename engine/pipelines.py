@@ -299,8 +299,10 @@ class TextGeneration(_Pipeline):
     """
 
     def __init__(self, entry, device: str | None = None, weights=None, capacity: int = 1024, **defaults):
+        from .device import best_for_quantized
         from .generation import GenerationConfig, Generator
         from .text import ChatTemplate, Tokenizer
+        device = device or best_for_quantized()           # not NumPy's reference kernels (30x slower)
         super().__init__(entry, device, weights)
         self.model = self.build(device)
         metadata = getattr(self.model, "metadata", None) or {}

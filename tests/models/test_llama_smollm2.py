@@ -94,3 +94,11 @@ def test_stream_pieces_and_sampling_with_a_seed(pipes):
     first = list(chat.stream("Name three colours.", **options))
     assert "".join(first) == chat.chat("Name three colours.", **options)          # the seed repeats it
     assert chat.stats["new_tokens"] >= 1
+
+
+def test_with_no_device_named_the_chat_runs_on_simd(smollm2_gguf):
+    """Quantized models default to the simd kernels, not NumPy's reference ones (~30x slower)."""
+    pipe = engine.pipeline("text-generation", weights=smollm2_gguf, capacity=64)
+    expected = "simd" if "simd" in engine.available_devices() else "numpy"
+    assert pipe.device == expected and pipe.model.token_embd.weight.device == expected
+    assert pipe.generator.cache.device == expected
