@@ -1,10 +1,13 @@
 /* The quantized kernels of engine.ops: linear_q (x times a GGML-quantized weight, transposed)
  * and embedding_q (rows of it, dequantized). The weight is GGML's own bytes, row after row.
  *
- * linear_q quantizes x per block of 32 to 14-bit integers (see quant.h), then for each chunk of weight
- * rows small enough to stay in cache runs the rows of x four at a time against every weight
- * row of the chunk (each block unpacked once for the four), then the rows left one at a time.
- * One row of x (decoding) streams the weight once. */
+ * linear_q quantizes x per block of 32 to 14-bit integers (see quant.h). One row of x (decoding)
+ * streams the weight once, unpacking each block as it comes. Several rows of a 32-element block
+ * type (a prompt) take the panel path (quant.h): x and each chunk of weight rows are laid out once
+ * as int16 panels, then a tile of PANEL_R rows of x times PANEL_C weight rows runs over them with
+ * nothing but multiply-adds in its loop. The K-quants run the rows of x four at a time against
+ * every weight row of a chunk small enough to stay in cache (each block unpacked once for the
+ * four), then the rows left one at a time. */
 #include "quant.h"
 
 #define CHUNK_BYTES 32768            /* weight bytes reused across the rows of x */
@@ -51,38 +54,55 @@ static inline v4i round4(v4f x) {
     return (v4i)(x + splat(12582912.0f)) - (v4i)splat(12582912.0f);
 }
 
-/* Row x (nb blocks of 32) -> q = round(x / dx) with dx = max|x| / QMAX per block (|q| <= QMAX).
- * A block holding inf or NaN gets dx = NaN, so that what it touches is NaN. */
+/* A block of 32 x -> q = round(x / dx) with dx = max|x| / QMAX (|q| <= QMAX): q[k] holds elements
+ * 4k..4k+3; sum(q) over elements 0-15 in *lo, 16-31 in *hi. A block holding inf or NaN gets
+ * dx = NaN, so that what it touches is NaN. */
+static inline float quantize_block(const float *x, v4i q[8], int32_t *lo, int32_t *hi) {
+    v4f v[8], amax = splat(0.0f);
+    v4i finite = splati(-1);
+    for (int k = 0; k < 8; ++k) {
+        v[k] = load4(x + 4 * k);
+        v4f m = (v4f)((v4i)v[k] & 0x7fffffff);                 /* |x| */
+        finite &= m <= splat(3.4028234664e38f);                 /* false for inf and NaN */
+        amax = select4(m > amax, m, amax);
+    }
+    float top = hmax4(amax), dx, inverse;
+    if (top < 0x1p-100f) {              /* a tiny block is scaled by 2^100 first (exactly), so that QMAX / max stays finite */
+        for (int k = 0; k < 8; ++k) v[k] *= splat(0x1p100f);
+        dx = top * 0x1p100f / (float)QMAX * 0x1p-100f;
+        inverse = top > 0.0f ? (float)QMAX / (top * 0x1p100f) : 0.0f;
+    } else {
+        dx = top / (float)QMAX;
+        inverse = (float)QMAX / top;
+    }
+    if (!all4(finite)) {
+        dx = __builtin_nanf("");
+        inverse = 0.0f;
+    }
+    v4i sums[2] = {splati(0), splati(0)};
+    for (int k = 0; k < 8; ++k) {
+        q[k] = round4(v[k] * splat(inverse));
+        sums[k / 4] += q[k];
+    }
+    *lo = sums[0][0] + sums[0][1] + sums[0][2] + sums[0][3];
+    *hi = sums[1][0] + sums[1][1] + sums[1][2] + sums[1][3];
+    return dx;
+}
+
+/* Row x (nb blocks of 32) -> quantized row r of a (quant.h's acts) */
 static void quantize_row(size_t nb, const float *x, const acts *a, size_t r) {
     uint8_t *row = (uint8_t *)a->base + r * a->stride;
     float *dxs = (float *)(row + a->dx), *xss = (float *)(row + a->xs);
     int32_t *s32 = (int32_t *)(row + a->s32), *s16 = (int32_t *)(row + a->s16);
     for (size_t j = 0; j < nb; ++j, x += 32) {
-        v4f v[8], amax = splat(0.0f);
-        v4i finite = splati(-1);
-        for (int k = 0; k < 8; ++k) {
-            v[k] = load4(x + 4 * k);
-            v4f m = select4(v[k] < splat(0.0f), -v[k], v[k]);
-            finite &= m <= splat(3.4028234664e38f);
-            amax = select4(m > amax, m, amax);
-        }
-        /* a tiny block is scaled by 2^100 first (exactly), so that QMAX / max stays finite */
-        float top = hmax4(amax), up = top < 0x1p-100f ? 0x1p100f : 1.0f, down = top < 0x1p-100f ? 0x1p-100f : 1.0f;
-        float dx = all4(finite) ? top * up / (float)QMAX * down : __builtin_nanf("");
-        float inverse = top > 0.0f && all4(finite) ? (float)QMAX / (top * up) : 0.0f;
-        v4i sums[2] = {splati(0), splati(0)};
         v4i q[8];
-        for (int k = 0; k < 8; ++k) {
-            q[k] = round4(v[k] * splat(up) * splat(inverse));
-            sums[k / 4] += q[k];
-        }
+        int32_t lo, hi;
+        float dx = quantize_block(x, q, &lo, &hi);
         for (int k = 0; k < 8; k += 2) {                /* per 16: the evens, then the odds */
             int16_t *out = (int16_t *)row + 32 * j + 16 * (k / 4) + 4 * (k / 2 % 2);
             *(v4i16_u *)out = __builtin_convertvector(__builtin_shufflevector(q[k], q[k + 1], 0, 2, 4, 6), v4i16);
             *(v4i16_u *)(out + 8) = __builtin_convertvector(__builtin_shufflevector(q[k], q[k + 1], 1, 3, 5, 7), v4i16);
         }
-        int32_t lo = sums[0][0] + sums[0][1] + sums[0][2] + sums[0][3];
-        int32_t hi = sums[1][0] + sums[1][1] + sums[1][2] + sums[1][3];
         s16[2 * j] = lo;
         s16[2 * j + 1] = hi;
         s32[j] = lo + hi;
@@ -91,21 +111,216 @@ static void quantize_row(size_t nb, const float *x, const acts *a, size_t r) {
     }
 }
 
+/* --- many rows of x: panels (quant.h) ------------------------------------------------------------ */
+#define PANEL_MIN_ROWS 2          /* one row of x (decoding) streams the weight instead (no reuse to pay for unpacking) */
+#define PANEL_R 5                 /* rows of x per tile */
+#define PANEL_C 2                 /* weight rows per tile */
+#define PANEL_CHUNK_BYTES 98304   /* unpacked weight rows per chunk (L2-resident, reused by every tile of x) */
+_Static_assert(PANEL_R * PANEL_C <= 16, "the float sums of a tile share 16 vectors of scratch with quantize_panel_row");
+
+/* Row x (nb blocks of 32) -> row k of a panel of K rows (quant.h): q of each block
+ * (quantize_block) in quant.h's order; per lane dx and dx * sum(q) of its block. A group of 4
+ * blocks goes through `evens` (scratch for 16 vectors): each block's evens and odds of elements
+ * 0-15 and 16-31 (32-bit lane l of those: elements 4l, 4l+2 / 4l+1, 4l+3 / 16 + ...), then the
+ * four blocks' vectors transposed (lane i = block i), as the weights' nibbles are. */
+static void quantize_panel_row(size_t nb, const float *x, uint8_t *panel, size_t K, size_t k, v4u *evens) {
+    for (size_t g = 0; g < panel_groups(nb); ++g) {
+        const size_t blocks = group_blocks(nb, g), first = group_first(nb, g);
+        uint8_t *values = panel + panel_values(nb, K, k, g);
+        v4f dx = splat(0.0f), xs = splat(0.0f);
+        for (size_t i = 0; i < blocks; ++i) {
+            v4i q[8];
+            int32_t lo, hi;
+            const float d = quantize_block(x + 32 * (first + i), q, &lo, &hi);
+            const size_t lane = i * 4 / blocks;                 /* the block's first lane */
+            for (size_t l = lane; l < lane + 4 / blocks; ++l) {
+                dx[l] = d;
+                xs[l] = d * (float)(lo + hi);
+            }
+            if (blocks == 4) {                       /* evens, odds of 0-15, then of 16-31 */
+                for (int h = 0; h < 2; ++h) {
+                    const v4i *p = q + 4 * h;
+                    evens[4 * (2 * h) + i] = (v4u)narrow16(__builtin_shufflevector(p[0], p[1], 0, 2, 4, 6),
+                                                           __builtin_shufflevector(p[2], p[3], 0, 2, 4, 6));
+                    evens[4 * (2 * h + 1) + i] = (v4u)narrow16(__builtin_shufflevector(p[0], p[1], 1, 3, 5, 7),
+                                                               __builtin_shufflevector(p[2], p[3], 1, 3, 5, 7));
+                }
+            } else {                                 /* per 8 (2 blocks, 4 lanes each) or 16 elements: evens, odds */
+                for (int e = 0; e < 8; e += 2) {
+                    v4i16 even = __builtin_convertvector(__builtin_shufflevector(q[e], q[e + 1], 0, 2, 4, 6), v4i16);
+                    v4i16 odd = __builtin_convertvector(__builtin_shufflevector(q[e], q[e + 1], 1, 3, 5, 7), v4i16);
+                    const size_t v = blocks == 2 ? e : 2 * (e / 4), half = blocks == 2 ? i : e / 2 % 2;
+                    *(v4i16_u *)(values + 16 * K * v + 8 * half) = even;
+                    *(v4i16_u *)(values + 16 * K * (v + 1) + 8 * half) = odd;
+                }
+            }
+        }
+        if (blocks == 4)
+            for (size_t c = 0; c < 4; ++c) {         /* vectors 4l + c */
+                v4u t[4];
+                transpose_words(evens + 4 * c, t);
+                for (size_t l = 0; l < 4; ++l) *(v4u *)(values + 16 * K * (4 * l + c)) = t[l];
+            }
+        store4((float *)(panel + panel_scales(nb, K, k, g)), dx);
+        store4((float *)(panel + panel_mins(nb, K, k, g)), xs);
+    }
+}
+
+/* y[r * y_row + c] = (x row r) . (weight row c) + bias[c], r < R, c < C, from a panel of R rows of
+ * x and one of C weight rows: per group of blocks R x C int32 accumulators (lane i: block i, or
+ * its share of lanes) over the group's multiply-adds, then the scales: acc += float(sums) * dx * d
+ * (+ dx sum(q) * m). The loop over a group's vectors stays a loop: unrolled (by clang, or by hand)
+ * V8 loads the whole body first and spills (1.1-1.8x slower). The float accumulators live in memory
+ * (acc: R * C vectors of scratch), stored after each group: with the int32 ones, the rows of x
+ * and the weights they would outgrow V8's 16 vector registers and spill inside the loop. */
+static inline __attribute__((always_inline)) void panel_tile(size_t R, size_t C, int mins, size_t nb,
+                                                             const uint8_t *x, const uint8_t *w, v4f *acc,
+                                                             const float *bias, float *y, size_t y_row) {
+    for (size_t i = 0; i < R * C; ++i) acc[i] = splat(0.0f);
+    for (size_t g = 0; g < panel_groups(nb); ++g) {
+        const size_t vectors = 4 * group_blocks(nb, g);
+        const v8i16 *xv = (const v8i16 *)x, *wv = (const v8i16 *)w;
+        v4i s[PANEL_R * PANEL_C];
+        for (size_t i = 0; i < R * C; ++i) s[i] = splati(0);
+#ifdef __clang__
+#pragma clang loop unroll(disable)
+#endif
+        for (size_t v = 0; v < vectors; ++v, xv += R, wv += C) {
+            v8i16 wc[PANEL_C];
+            for (size_t c = 0; c < C; ++c) wc[c] = wv[c];
+            for (size_t r = 0; r < R; ++r) {
+                v8i16 xr = xv[r];
+                for (size_t c = 0; c < C; ++c) s[r * C + c] += madd16(xr, wc[c]);
+            }
+        }
+        /* the scales, read before acc is written (clang cannot tell that acc is not the panels) */
+        const v4f *xs = (const v4f *)xv, *ws = (const v4f *)wv;
+        const size_t blocks = vectors / 4, lane = group_first(nb, g) % 4;
+        v4f d[PANEL_C], m[PANEL_C];
+        for (size_t c = 0; c < C; ++c) {
+            d[c] = blocks == 4 ? ws[c] : tail_scales(ws[c], blocks, lane);
+            m[c] = blocks == 4 ? ws[C + c] : tail_scales(ws[C + c], blocks, lane);
+        }
+        for (size_t r = 0; r < R; ++r) {
+            v4f dx = xs[r], xsum = xs[R + r];
+            if (blocks < 4) {
+                dx = tail_scales(dx, blocks, lane);
+                xsum = tail_scales(xsum, blocks, lane);
+            }
+            for (size_t c = 0; c < C; ++c) {           /* as rows_of: d * dx, then the min term */
+                const v4i sums = blocks == 4 ? s[r * C + c] : tail_sums(s[r * C + c], blocks, lane);
+                v4f a = madd(__builtin_convertvector(sums, v4f), d[c] * dx, acc[r * C + c]);
+                if (mins) a = madd(m[c], xsum, a);
+                acc[r * C + c] = a;
+            }
+        }
+        __asm__ volatile("" ::: "memory");      /* acc stays in memory (see above) */
+        x = (const uint8_t *)(xs + 2 * R);
+        w = (const uint8_t *)(ws + 2 * C);
+    }
+    if (C == 2) {                               /* two rows at a time: their 4 sums in one vector */
+        const v4f b = bias ? (v4f){bias[0], bias[1], bias[0], bias[1]} : splat(0.0f);
+        for (size_t r = 0; r < R; r += 2) {
+            const size_t r1 = r + 1 < R ? r + 1 : r;
+            v4f h = hsum4x4(acc[2 * r], acc[2 * r + 1], acc[2 * r1], acc[2 * r1 + 1]) + b;
+            y[r * y_row] = h[0];
+            y[r * y_row + 1] = h[1];
+            if (r1 != r) {
+                y[r1 * y_row] = h[2];
+                y[r1 * y_row + 1] = h[3];
+            }
+        }
+    } else {
+        for (size_t r = 0; r < R; ++r)
+            for (size_t c = 0; c < C; ++c) y[r * y_row + c] = hsum4(acc[r * C + c]) + (bias ? bias[c] : 0.0f);
+    }
+}
+
+/* A tile of R rows of x (panel x) times `count` weight rows (panels of PANEL_C rows from w, the
+ * last one of the rows left): y[r * y_row + n] + bias[n]. panel_tile with R (1..PANEL_R), C and
+ * mins as compile-time constants, each its own unrolled body. */
+#define STRIPS(R_, M_)                                                                              \
+    do {                                                                                            \
+        size_t c0 = 0;                                                                              \
+        for (; c0 + PANEL_C <= count; c0 += PANEL_C)                                                \
+            panel_tile(R_, PANEL_C, M_, nb, x, w + c0 * stride, acc, bias ? bias + c0 : 0, y + c0, y_row); \
+        for (; c0 < count; ++c0)                                                                    \
+            panel_tile(R_, 1, M_, nb, x, w + c0 * stride, acc, bias ? bias + c0 : 0, y + c0, y_row);       \
+    } while (0)
+#define TILES(M_)                                   \
+    switch (R) {                                    \
+    case 1: STRIPS(1, M_); break;                   \
+    case 2: STRIPS(2, M_); break;                   \
+    case 3: STRIPS(3, M_); break;                   \
+    case 4: STRIPS(4, M_); break;                   \
+    default: STRIPS(PANEL_R, M_); break;            \
+    }
+static __attribute__((noinline)) void panel_tiles(size_t R, int mins, size_t nb, const uint8_t *x, const uint8_t *w,
+                                                  size_t count, v4f *acc, const float *bias, float *y, size_t y_row) {
+    const size_t stride = panel_stride(nb);
+    if (mins) TILES(1) else TILES(0)
+}
+
+/* the rows of x in tiles of PANEL_R or one fewer (37 = 5 x 5 + 3 x 4: no tile of 1 or 2 rows, which
+ * would run at a fraction of the speed): tile t's first row */
+static inline size_t tile_start(size_t m, size_t tiles, size_t t) {
+    return t * (m / tiles) + (t < m % tiles ? t : m % tiles);
+}
+
+/* x (m rows) quantized to panels of up to PANEL_R rows, then per chunk of weight rows: the chunk
+ * unpacked to panels of PANEL_C rows, and every tile of x against each of them (the chunk is read
+ * from L2 once per tile of x; a tile of x stays in L1). */
+static void linear_panels(int type, size_t m, size_t rows, size_t nb, size_t row_bytes, size_t chunk,
+                          const float *x, ptrdiff_t x_row, const uint8_t *weight, const float *bias, float *y,
+                          uint8_t *scratch) {
+    const size_t stride = panel_stride(nb), tiles = (m + PANEL_R - 1) / PANEL_R;
+    const int mins = type == Q4_1 || type == Q5_1;
+    uint8_t *xp = scratch, *wp = xp + m * stride;
+    v4f *acc = (v4f *)(wp + chunk * stride);                 /* 16 vectors: the tiles' float sums, or evens */
+    for (size_t t = 0; t < tiles; ++t) {
+        const size_t r0 = tile_start(m, tiles, t), R = tile_start(m, tiles, t + 1) - r0;
+        for (size_t k = 0; k < R; ++k)
+            quantize_panel_row(nb, x + (ptrdiff_t)(r0 + k) * x_row, xp + r0 * stride, R, k, (v4u *)acc);
+    }
+    for (size_t n0 = 0; n0 < rows; n0 += chunk) {
+        const size_t count = rows - n0 < chunk ? rows - n0 : chunk;
+        small_panel(type, weight + n0 * row_bytes, count, row_bytes, nb, wp, PANEL_C);
+        for (size_t t = 0; t < tiles; ++t) {
+            const size_t r0 = tile_start(m, tiles, t), R = tile_start(m, tiles, t + 1) - r0;
+            panel_tiles(R, mins, nb, xp + r0 * stride, wp, count, acc, bias ? bias + n0 : 0, y + r0 * rows + n0, rows);
+        }
+    }
+}
+
 /* y (m, rows) = x (m, cols; rows x_row apart) times the weight (rows, cols) transposed, + bias.
- * Needs (round16 of) m quantized rows of x in scratch. */
+ * Needs (round16 of) m quantized rows of x in scratch, and with panels a chunk of unpacked weight
+ * rows and 16 vectors more. */
 EXPORT size_t linear_q_f32(int type, size_t m, size_t rows, size_t cols, const float *x, ptrdiff_t x_row,
                            const uint8_t *weight, const float *bias, float *y, float *scratch, size_t scratch_size) {
     const size_t nb = cols / 32, row_bytes = row_bytes_of(type, cols);
+    const int panels = is_small(type) && m >= PANEL_MIN_ROWS && nb > 0;
+    size_t chunk = 0, need;
     acts a = act_layout(nb);
-    size_t need = (m * a.stride + 16) / sizeof(float) + 1;
+    if (panels) {                                        /* whole tiles of weight rows per chunk */
+        chunk = PANEL_CHUNK_BYTES / panel_stride(nb) / PANEL_C * PANEL_C;
+        chunk = chunk < PANEL_C ? PANEL_C : chunk > rows ? rows : chunk;
+        need = ((m + chunk) * panel_stride(nb) + 16 * 16 + 16) / sizeof(float) + 1;
+    } else {
+        need = (m * a.stride + 16) / sizeof(float) + 1;
+    }
     if (scratch_size < need) return need;
     if (!row_bytes) {                                    /* unknown type, or no columns */
         for (size_t i = 0; i < m * rows; ++i) y[i] = cols ? __builtin_nanf("") : bias ? bias[i % rows] : 0.0f;
         return 0;
     }
-    a.base = (const uint8_t *)(((uintptr_t)scratch + 15) & ~(uintptr_t)15);
+    uint8_t *aligned = (uint8_t *)(((uintptr_t)scratch + 15) & ~(uintptr_t)15);
+    if (panels) {
+        linear_panels(type, m, rows, nb, row_bytes, chunk, x, x_row, weight, bias, y, aligned);
+        return 0;
+    }
+    a.base = aligned;
     for (size_t r = 0; r < m; ++r) quantize_row(nb, x + (ptrdiff_t)r * x_row, &a, r);
-    size_t chunk = m == 1 ? rows : CHUNK_BYTES / row_bytes ? CHUNK_BYTES / row_bytes : 1;
+    chunk = m == 1 ? rows : CHUNK_BYTES / row_bytes ? CHUNK_BYTES / row_bytes : 1;
     for (size_t n0 = 0; n0 < rows; n0 += chunk) {
         size_t count = rows - n0 < chunk ? rows - n0 : chunk;
         const uint8_t *w = weight + n0 * row_bytes;

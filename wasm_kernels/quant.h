@@ -66,6 +66,27 @@ static inline v4f half4(v4u h) {
 }
 static inline float half1(const uint8_t *p) { return half4((v4u){load_u16(p), 0, 0, 0})[0]; }
 
+/* out[l] lane i = in[i] lane l (32-bit lanes) */
+static inline void transpose_words(const v4u in[4], v4u out[4]) {
+    v4u t0 = __builtin_shufflevector(in[0], in[1], 0, 4, 1, 5), t1 = __builtin_shufflevector(in[0], in[1], 2, 6, 3, 7);
+    v4u t2 = __builtin_shufflevector(in[2], in[3], 0, 4, 1, 5), t3 = __builtin_shufflevector(in[2], in[3], 2, 6, 3, 7);
+    out[0] = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
+    out[1] = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
+    out[2] = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
+    out[3] = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
+}
+
+/* int32 lanes of a then b as int16 (saturating: callers' values fit) */
+static inline v8i16 narrow16(v4i a, v4i b) {
+#if defined(__wasm_simd128__)
+    return __builtin_wasm_narrow_s_i16x8_i32x4(a, b);
+#elif defined(__SSE2__)
+    return (v8i16)__builtin_ia32_packssdw128(a, b);
+#else
+    return __builtin_convertvector(__builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7), v8i16);
+#endif
+}
+
 /* four int32 vectors -> their four horizontal sums */
 static inline v4i hadd4(v4i a, v4i b) {
     return __builtin_shufflevector(a, b, 0, 2, 4, 6) + __builtin_shufflevector(a, b, 1, 3, 5, 7);
@@ -177,7 +198,8 @@ static inline v4i gather_i32(const int32_t *p, size_t count) {
     return v;
 }
 
-/* rows of x multiplied together, each weight block unpacked once for them (2 measured the same) */
+/* rows of x multiplied together by the K-quants, each weight block unpacked once for them (2
+ * measured the same); the 32-element types take several rows through the panels below */
 #define ROWS_AT_ONCE 4
 
 /* One case of a *_rows dispatcher: type T through the file's rows_of(T, R, ...), with R a
@@ -188,6 +210,83 @@ static inline v4i gather_i32(const int32_t *p, size_t count) {
         else rows_of(T, 1, w, count, row_bytes, nb, a, r0, bias, y, y_row);                        \
         break
 
+/* --- panels: the prefill layout (many rows of x, 32-element block types) ------------------------ */
+/* With several rows of x every weight block meets every row, so the weights are unpacked once per
+ * chunk of weight rows into int16 panels, and the product runs as a small integer GEMM over them
+ * (quant.c: a tile of up to 5 rows of x times 2 weight rows, 10 int32 accumulators), one
+ * i32x4.dot_i16x8_s (pmaddwd) and one add per 8 products with no unpacking, reduction or shuffle
+ * in the loop (x and weights both arrive as int16 pairs in the same order).
+ *
+ * Per row, the blocks go 4 at a time, interleaved: each group of 4 blocks is 16 vectors of 8 int16,
+ * and 32-bit lane i of every vector holds two elements of block i. A dot product of two rows, one
+ * int32 lane per block, therefore comes out of 16 multiply-adds already split by block: lane i is
+ * block i's exact sum, ready for the block scales (4 lanes = 4 blocks: one float conversion and
+ * one multiply-add per group, no horizontal sums). Vector 4l + c (l < 4) holds, in lane i, block
+ * i's elements
+ *     c = 0: 4l, 4l+2    c = 1: 4l+1, 4l+3    c = 2: 4l+16, 4l+18    c = 3: 4l+17, 4l+19
+ * which is what the 4x4 transpose of the blocks' (elements 0-15 | 16-31) bytes then the even/odd
+ * bytes of each 16-bit lane give, with no other shuffle. The nb % 4 blocks left at the end of a row
+ * make a group of 2 blocks (8 vectors: lanes 0-1 the first block, 2-3 the second; vector 2t + p
+ * holds elements 8t + p, 8t + 2 + p, 8t + 4 + p, 8t + 6 + p of each) and/or one of 1 block (4
+ * vectors: vector 2t + p holds elements 16t + p, 16t + 2 + p, ..., 16t + 14 + p), so that no
+ * multiply-add goes to padding (SmolLM2's 576 columns are 18 blocks).
+ *
+ * Per group each row also has one float32 vector of its blocks' scales per lane (a weight block's
+ * d, or x's dx) and one of the min term (x's dx * sum(q); a weight block's m for Q4_1/Q5_1, else
+ * 0, in the block's first lane only, so that the lanes add up to the block's m dx sum(q) once).
+ *
+ * A panel interleaves K rows (a tile of x, a strip of weight rows) group by group, so that the
+ * product loop reads one stream per operand at fixed offsets: group g of the panel starts at
+ * K * group_offset, with vector v of row k at 16 (K v + k), then, after the values, the scales of
+ * row k at 16 k and its min terms at 16 (K + k). K rows take K row strides. */
+#define PANEL_GROUP 256                   /* bytes of values of a group of 4 blocks, per row */
+/* groups of a row of nb blocks: nb / 4 of 4 blocks, then one of 2 and/or one of 1 */
+static inline size_t panel_groups(size_t nb) { return nb / 4 + (nb % 4 >= 2) + nb % 2; }
+/* blocks in group g */
+static inline size_t group_blocks(size_t nb, size_t g) {
+    return g < nb / 4 ? 4 : g == nb / 4 && nb % 4 >= 2 ? 2 : 1;
+}
+/* the first block of group g, and the group's bytes per row of the panel before it (64 bytes of
+ * values a block, 32 of scales a group) */
+static inline size_t group_first(size_t nb, size_t g) { return g <= nb / 4 ? 4 * g : 4 * g - 2; }
+static inline size_t group_offset(size_t nb, size_t g) { return 64 * group_first(nb, g) + 32 * g; }
+/* bytes per row */
+static inline size_t panel_stride(size_t nb) { return 64 * nb + 32 * panel_groups(nb); }
+/* offsets in a panel of K rows: values of row k in group g (vector v at + 16 K v), its scales,
+ * its min terms */
+static inline size_t panel_values(size_t nb, size_t K, size_t k, size_t g) { return K * group_offset(nb, g) + 16 * k; }
+static inline size_t panel_scales(size_t nb, size_t K, size_t k, size_t g) {
+    return panel_values(nb, K, k, g) + 64 * K * group_blocks(nb, g);
+}
+static inline size_t panel_mins(size_t nb, size_t K, size_t k, size_t g) { return panel_scales(nb, K, k, g) + 16 * K; }
+
+/* The panels must give what the one-row path gives, bit for bit: a prompt fed whole and the same
+ * tokens fed one by one (a chat reusing its cache) must not drift apart. So a group of 2 or 1
+ * blocks, whose vectors spread a block over 4 / blocks lanes, has its sums (integers: exact) and
+ * its scales gathered to one lane per block, block b in lane b % 4 with zeros elsewhere, before
+ * any float arithmetic, as rows_of has them; and a row's 4 lanes are summed as hsum4 does. */
+static inline v4i tail_sums(v4i s, size_t blocks, size_t lane) {
+    if (blocks == 2) return hadd4(s, splati(0));                 /* (b0, b1, 0, 0) */
+    v4i t = splati(0);
+    t[lane] = (s[0] + s[1]) + (s[2] + s[3]);
+    return t;
+}
+/* v: a tail group's per-lane scales, repeated over a block's lanes or in its first lane only */
+static inline v4f tail_scales(v4f v, size_t blocks, size_t lane) {
+    if (blocks == 2) return __builtin_shufflevector(v, splat(0.0f), 0, 2, 4, 4);
+    v4f t = splat(0.0f);
+    t[lane] = v[0];
+    return t;
+}
+/* hsum4 of a, b, c, e in one vector: lane i = (v0 + v2) + (v1 + v3) of the i-th */
+static inline v4f hsum4x4(v4f a, v4f b, v4f c, v4f e) {
+    v4f ab02 = __builtin_shufflevector(a, b, 0, 4, 2, 6), ce02 = __builtin_shufflevector(c, e, 0, 4, 2, 6);
+    v4f ab13 = __builtin_shufflevector(a, b, 1, 5, 3, 7), ce13 = __builtin_shufflevector(c, e, 1, 5, 3, 7);
+    v4f even = __builtin_shufflevector(ab02, ce02, 0, 1, 4, 5) + __builtin_shufflevector(ab02, ce02, 2, 3, 6, 7);
+    v4f odd = __builtin_shufflevector(ab13, ce13, 0, 1, 4, 5) + __builtin_shufflevector(ab13, ce13, 2, 3, 6, 7);
+    return even + odd;
+}
+
 /* --- what quant_small.c and quant_k.c provide ------------------------------------------------ */
 /* y[(r0 + i) * y_row + n] = (weight row n) . (x row r0 + i) + bias[n] for n < count, i < r
  * (r is 1 or 4); weight rows row_bytes apart, nb blocks of 32 each */
@@ -195,6 +294,9 @@ void small_rows(int type, size_t r, const uint8_t *w, size_t count, size_t row_b
                 size_t r0, const float *bias, float *y, size_t y_row);
 void k_rows(int type, size_t r, const uint8_t *w, size_t count, size_t row_bytes, size_t nb, const acts *a,
             size_t r0, const float *bias, float *y, size_t y_row);
+/* weight rows 0..count-1 (row_bytes apart, nb blocks of 32 each) as panels of K rows (the last one
+ * of the rows left) from out, one after the other */
+void small_panel(int type, const uint8_t *w, size_t count, size_t row_bytes, size_t nb, uint8_t *out, size_t K);
 /* one row of `nb` blocks of 32 dequantized to out, bit for bit as engine.quants.dequantize */
 void small_dequantize(int type, const uint8_t *w, size_t nb, float *out);
 void k_dequantize(int type, const uint8_t *w, size_t nb, float *out);

@@ -115,6 +115,124 @@ void small_rows(int type, size_t r, const uint8_t *w, size_t count, size_t row_b
     }
 }
 
+/* --- panels (quant.h): weight rows unpacked once for many rows of x ------------------------------ */
+/* the even and the odd bytes of v's 16-bit lanes as int16 (signed bytes sign-extended) */
+INLINE v8i16 even_bytes(v4u v, int sign) { return sign ? ((v8i16)v << 8) >> 8 : (v8i16)v & 0xff; }
+INLINE v8i16 odd_bytes(v4u v, int sign) { return sign ? (v8i16)v >> 8 : (v8i16)((v8u16)v >> 8); }
+
+/* 16 int16 vectors from 4 blocks at b (bs bytes apart) in quant.h's order, offsets subtracted, to
+ * values (vectors `step` bytes apart). Q4_0/Q4_1: the nibble bytes themselves transposed (32-bit
+ * lane i = block i), then each 16-bit lane's 4 nibbles shifted and masked out. Otherwise the
+ * blocks unpacked as for the products (elements 0-15, 16-31 as bytes), each half transposed and
+ * its even and odd bytes widened. Each half is stored before the next is made: V8 keeps fewer
+ * vectors live. */
+INLINE void group4(int t, const uint8_t *b, size_t bs, uint8_t *values, size_t step) {
+    const int sign = t == Q8_0;
+    const v8i16 offset = (v8i16){0, 0, 0, 0, 0, 0, 0, 0} + (int16_t)offset_of(t);
+    v4u in[4], tr[4];
+    if (t == Q4_0 || t == Q4_1) {
+        for (size_t i = 0; i < 4; ++i) in[i] = (v4u)load_i8x16(b + i * bs + (t == Q4_0 ? 2 : 4));
+        transpose_words(in, tr);                 /* lane i: bytes 4l..4l+3 of block i: elements 4l.., 16 + 4l.. */
+        for (size_t l = 0; l < 4; ++l, values += 4 * step) {
+            v8u16 v = (v8u16)tr[l];
+            *(v8i16_u *)values = (v8i16)(v & 15) - offset;
+            *(v8i16_u *)(values + step) = (v8i16)((v >> 8) & 15) - offset;
+            *(v8i16_u *)(values + 2 * step) = (v8i16)((v >> 4) & 15) - offset;
+            *(v8i16_u *)(values + 3 * step) = (v8i16)(v >> 12) - offset;
+        }
+        return;
+    }
+    v4u upper[4];
+    for (size_t i = 0; i < 4; ++i) {
+        v16i8 l, h;
+        unpack(t, b + i * bs, &l, &h);
+        in[i] = (v4u)l;
+        upper[i] = (v4u)h;
+    }
+    for (size_t half = 0; half < 2; ++half, values += 2 * step) {
+        transpose_words(half ? upper : in, tr);   /* lane i: elements 16 half + 4l..4l+3 of block i */
+        for (size_t l = 0; l < 4; ++l) {
+            *(v8i16_u *)(values + 4 * l * step) = even_bytes(tr[l], sign) - offset;
+            *(v8i16_u *)(values + (4 * l + 1) * step) = odd_bytes(tr[l], sign) - offset;
+        }
+    }
+}
+
+/* the same for a group of 2 blocks (8 vectors: their 8-byte halves interleaved) or 1 (4 vectors) */
+INLINE void group_tail(int t, const uint8_t *b, size_t bs, size_t blocks, uint8_t *values, size_t step) {
+    const int sign = t == Q8_0;
+    const v8i16 offset = (v8i16){0, 0, 0, 0, 0, 0, 0, 0} + (int16_t)offset_of(t);
+    v16i8 lo0, hi0, lo1, hi1;
+    v4u bytes[4];                                 /* bytes[l]: vectors 2l, 2l + 1 */
+    unpack(t, b, &lo0, &hi0);
+    if (blocks == 2) {                            /* 8 bytes of each block: elements 8l.. */
+        unpack(t, b + bs, &lo1, &hi1);
+        bytes[0] = __builtin_shufflevector((v4u)lo0, (v4u)lo1, 0, 1, 4, 5);
+        bytes[1] = __builtin_shufflevector((v4u)lo0, (v4u)lo1, 2, 3, 6, 7);
+        bytes[2] = __builtin_shufflevector((v4u)hi0, (v4u)hi1, 0, 1, 4, 5);
+        bytes[3] = __builtin_shufflevector((v4u)hi0, (v4u)hi1, 2, 3, 6, 7);
+    } else {                                      /* elements 16l.. */
+        bytes[0] = (v4u)lo0;
+        bytes[1] = (v4u)hi0;
+    }
+    for (size_t l = 0; l < 2 * blocks; ++l, values += 2 * step) {
+        *(v8i16_u *)values = even_bytes(bytes[l], sign) - offset;
+        *(v8i16_u *)(values + step) = odd_bytes(bytes[l], sign) - offset;
+    }
+}
+
+/* the scales (and mins) of a group's blocks, f16 -> f32, to the panel: heads() gives block i's
+ * in lane i (0 past the group's blocks); a group of 2 or 1 blocks repeats d over the block's
+ * lanes and puts m in its first lane only */
+INLINE void group_scales(int t, const uint8_t *b, size_t bs, size_t blocks, uint8_t *scales, size_t K) {
+    const v4u h = heads(b, bs, blocks);
+    v4u d = h;
+    v4f m = has_min(t) ? half4(h >> 16) : splat(0.0f);
+    if (blocks == 2) {
+        d = __builtin_shufflevector(h, h, 0, 0, 1, 1);
+        m = __builtin_shufflevector(m, m, 0, 2, 1, 3);          /* (m0, 0, m1, 0) */
+    }
+    if (blocks == 1) d = __builtin_shufflevector(h, h, 0, 0, 0, 0);
+    store4((float *)scales, half4(d));
+    store4((float *)(scales + 16 * K), m);
+}
+
+/* Weight rows to panels (quant.h), group by group: the values (group4, group_tail), then the
+ * scales. Offsets are subtracted from the values (signed int16 from then on), so the products
+ * need no sum(q) correction. */
+INLINE void panel_of(int t, const uint8_t *w, size_t count, size_t row_bytes, size_t nb, uint8_t *out, size_t K) {
+    const size_t bs = block_bytes(t), stride = panel_stride(nb);
+    for (size_t n = 0; n < count; ++n, w += row_bytes) {
+        const size_t n0 = n - n % K, rows = count - n0 < K ? count - n0 : K;
+        uint8_t *p = out + n0 * stride + 16 * (n % K);        /* row n % K of the panel of rows n0.. */
+        const uint8_t *b = w;
+        for (size_t g = 0; g < nb / 4; ++g, b += 4 * bs, p += rows * (PANEL_GROUP + 32)) {
+            group4(t, b, bs, p, 16 * rows);
+            group_scales(t, b, bs, 4, p + rows * PANEL_GROUP, rows);
+        }
+        if (nb % 4 >= 2) {
+            group_tail(t, b, bs, 2, p, 16 * rows);
+            group_scales(t, b, bs, 2, p + rows * PANEL_GROUP / 2, rows);
+            b += 2 * bs;
+            p += rows * (PANEL_GROUP / 2 + 32);
+        }
+        if (nb % 2) {
+            group_tail(t, b, bs, 1, p, 16 * rows);
+            group_scales(t, b, bs, 1, p + rows * PANEL_GROUP / 4, rows);
+        }
+    }
+}
+
+void small_panel(int type, const uint8_t *w, size_t count, size_t row_bytes, size_t nb, uint8_t *out, size_t K) {
+    switch (type) {
+    case Q4_0: panel_of(Q4_0, w, count, row_bytes, nb, out, K); break;
+    case Q4_1: panel_of(Q4_1, w, count, row_bytes, nb, out, K); break;
+    case Q5_0: panel_of(Q5_0, w, count, row_bytes, nb, out, K); break;
+    case Q5_1: panel_of(Q5_1, w, count, row_bytes, nb, out, K); break;
+    case Q8_0: panel_of(Q8_0, w, count, row_bytes, nb, out, K); break;
+    }
+}
+
 /* float32 as engine.quants: d * (q - offset), or d * q + m; one rounding each */
 INLINE void dequantize_of(int t, const uint8_t *w, size_t nb, float *out) {
     const size_t bs = block_bytes(t);

@@ -58,6 +58,27 @@ def test_linear_q_matches_reference(qtype, m, rng):
 
 
 @pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("m", [2, 3, 5, 9, 37])
+def test_many_rows_give_each_row_what_it_gets_alone(qtype, m, rng):
+    """Bit for bit: rows of x multiplied together (a prompt: panels, or four at a time) equal the
+    same rows one at a time (decoding), so a chat that feeds a prompt whole and one that reuses
+    its cache and feeds the last token alone cannot drift apart. Every tail: 1 to 3 blocks past
+    a multiple of 4, and none."""
+    counts = (1, 2, 3, 4, 5, 6, 7, 18) if quants.BY_NAME[qtype].block_size == 32 else (1, 2, 3)
+    for n in counts:
+        cols = n * quants.BY_NAME[qtype].block_size
+        for rows in (1, 3, 8):
+            weight = random_blocks(qtype, rows, cols, rng)
+            x = rng.standard_normal((m, cols)).astype(np.float32) * rng.uniform(0.1, 10, (m, 1)).astype(np.float32)
+            bias = rng.standard_normal(rows).astype(np.float32)
+            for b in ((bias,), ()):
+                together = Q.linear_q(x, *b, weight=weight, qtype=qtype, rows=rows, cols=cols)
+                alone = np.concatenate([Q.linear_q(x[i:i + 1], *b, weight=weight, qtype=qtype, rows=rows, cols=cols)
+                                        for i in range(m)])
+                np.testing.assert_array_equal(bits(together), bits(alone), f"{qtype} {m}x{cols} @ {rows}")
+
+
+@pytest.mark.parametrize("qtype", TYPES)
 def test_linear_q_batch_dims_and_strided_x(qtype, rng):
     cols, rows = columns(qtype)[-1], 9
     weight = random_blocks(qtype, rows, cols, rng)

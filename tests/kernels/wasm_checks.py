@@ -155,8 +155,17 @@ def quant_checks(rng, errors):
             wide = rng.standard_normal((m, 2 * cols), dtype=np.float32)
             x, bias = wide[:, :cols], rng.standard_normal(rows, dtype=np.float32)    # rows of x strided
             expected, tol = linear_q_reference(x, w, bias)
-            errors[f"linear_q {qtype} {m}x{cols} @ {rows}"] = worst(
-                Q.linear_q(x, bias, weight=weight, qtype=qtype, rows=rows, cols=cols), expected, tol)
+            together = Q.linear_q(x, bias, weight=weight, qtype=qtype, rows=rows, cols=cols)
+            errors[f"linear_q {qtype} {m}x{cols} @ {rows}"] = worst(together, expected, tol)
+        for n in (1, 2, 3, 18):                          # many rows = each row alone, bit for bit (any tail)
+            k = n * quants.BY_NAME[qtype].block_size
+            blocks = random_blocks(qtype, 3, k, rng)
+            xs = rng.standard_normal((7, k), dtype=np.float32)
+            together = Q.linear_q(xs, weight=blocks, qtype=qtype, rows=3, cols=k)
+            alone = np.concatenate([Q.linear_q(xs[i:i + 1], weight=blocks, qtype=qtype, rows=3, cols=k)
+                                    for i in range(7)])
+            errors[f"linear_q {qtype} 7 rows = each alone, {n} blocks"] = \
+                0.0 if np.array_equal(together.view(np.uint32), alone.view(np.uint32)) else float("inf")
         ids = rng.integers(0, rows, (2, 4))
         same = np.array_equal(Q.embedding_q(ids, weight=weight, qtype=qtype, rows=rows, cols=cols).view(np.uint32),
                               w[ids].view(np.uint32))
