@@ -31,8 +31,14 @@ replay).
 The contract, checked where it can be: the function reads nothing from the host while captured
 (`.numpy()`, `.item()`, `bool(t)` raise GraphError: the value would be baked in), every value that
 changes between calls comes in through the inputs, and input shapes stay as captured. Backends
-whose storage is NumPy arrays (numpy, simd) replay; others raise GraphError at capture, and
-callers fall back to eager calls.
+whose storage is NumPy arrays (numpy, simd) replay this way.
+
+The webgpu backend replays differently: its kernels only record dispatches (a pipeline, the
+buffers bound, the workgroups) and submit them when data must come back, so capturing keeps the
+function's dispatches with their buffers, and a replay writes the new input values into the
+inputs' buffers and submits the same dispatches again, in one bridge call in the browser: no
+kernel runs in Python at all. (Checks kernels do on the host, such as an index's range against
+the host copy of a small integer tensor, run at capture only.)
 """
 from __future__ import annotations
 
@@ -102,14 +108,21 @@ def _copy_into(outputs, fn, args, kwargs):
 
 
 class Graph:
-    def __init__(self, backend, inputs: list[Tensor], recorder: _Recorder, outputs):
+    def __init__(self, backend, inputs: list[Tensor], recorder: _Recorder, outputs, dispatches: list | None = None):
         self.backend = backend
-        self.inputs = [backend.view(t._buf, t._layout) for t in inputs]         # written by replay
-        self.slots = list(recorder.keep)
         self.ops = len(recorder.steps)
-        self.prepared = {"native": 0, "ufunc": 0, "copy": 0}          # how the steps replay (for tests, profiles)
-        self.calls = [self._prepare(step) for step in recorder.steps]
         self.names = [key if isinstance(key, str) else key.name.lower() for _, key, *_ in recorder.steps]
+        self.shapes = [tuple(t.shape) for t in inputs]
+        if dispatches is None:                                # NumPy storage: one prepared call a step
+            self.inputs = [backend.view(t._buf, t._layout) for t in inputs]         # written by replay
+            self.slots = list(recorder.keep)
+            self.prepared = {"native": 0, "ufunc": 0, "copy": 0}      # how the steps replay (for tests, profiles)
+            self.calls = [self._prepare(step) for step in recorder.steps]
+        else:                                                 # a device: its recorded dispatches again
+            self.inputs = [t._buf for t in inputs]
+            self.slots = list(recorder.keep)                  # the buffers the dispatches write
+            self.prepared = {"dispatches": len(dispatches)}
+            self.calls = [functools.partial(backend.replay, dispatches)]
         self._single = isinstance(outputs, Tensor)
         outputs = [outputs] if self._single else list(outputs)
         if not all(isinstance(t, Tensor) for t in outputs):
@@ -143,11 +156,14 @@ class Graph:
         returns the output Tensor(s), viewing the graph's buffers (until the next replay)."""
         if len(values) != len(self.inputs):
             raise InputError(f"the graph takes {len(self.inputs)} inputs, got {len(values)}")
-        for target, value in zip(self.inputs, values):
+        for target, shape, value in zip(self.inputs, self.shapes, values):
             value = np.asarray(value)
-            if value.shape != target.shape:
-                raise InputError(f"graph input of shape {value.shape}, captured with {target.shape}")
-            np.copyto(target, value, casting="unsafe")
+            if value.shape != shape:
+                raise InputError(f"graph input of shape {value.shape}, captured with {shape}")
+            if isinstance(target, np.ndarray):
+                np.copyto(target, value, casting="unsafe")
+            else:
+                self.backend.write_input(target, value)
         with np.errstate(all="ignore"):
             for call in self.calls:
                 call()
@@ -159,14 +175,20 @@ def capture(fn, *inputs: Tensor) -> tuple[Graph, object]:
     if not inputs or not all(isinstance(t, Tensor) for t in inputs):
         raise InputError("capture needs the function's input tensors")
     backend = inputs[0]._backend
-    if getattr(backend, "storage", None) != "numpy" or not hasattr(backend, "_own"):
-        raise GraphError(f"capture/replay runs on backends with NumPy storage (numpy, simd), not {backend.name}")
+    host = getattr(backend, "storage", None) == "numpy" and hasattr(backend, "_own")
+    if not host and not hasattr(backend, "recording"):
+        raise GraphError(f"capture/replay runs on backends with NumPy storage (numpy, simd) or that record "
+                         f"their dispatches (webgpu), not {backend.name}")
     if any(t._backend is not backend or not t._layout.is_contiguous or t._layout.offset for t in inputs):
         raise InputError("graph inputs must be contiguous tensors on one backend")
+    if not host:
+        for t in inputs:
+            backend.own_input(t._buf)                # replay writes it: no buffer shared by value
     recorder = _Recorder(backend)
     backend.run, backend.run_fused, backend.copy_out = recorder.run, recorder.run_fused, recorder.copy_out
     try:
-        outputs = fn(*inputs)
+        with contextlib.nullcontext() if host else backend.recording() as dispatches:
+            outputs = fn(*inputs)
     finally:
         del backend.run, backend.run_fused, backend.copy_out      # the class's methods again
-    return Graph(backend, list(inputs), recorder, outputs), outputs
+    return Graph(backend, list(inputs), recorder, outputs, dispatches), outputs

@@ -9,6 +9,7 @@ no float64: such tensors are refused, as torch's MPS backend does.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -98,6 +99,34 @@ class WebGPUBackend:
     def sync(self) -> None:
         """Wait until every recorded dispatch has run."""
         self.gpu.synchronize()
+
+    # --- engine.graph: a captured function's dispatches submitted again -------------------------
+    @contextlib.contextmanager
+    def recording(self):
+        """The dispatches made inside the block, kept (with their buffers) for replay()."""
+        self.gpu.flush()                                   # what came before is not the graph's
+        dispatches = self.gpu.record()
+        try:
+            yield dispatches
+        finally:
+            self.gpu.stop_recording()
+
+    def own_input(self, storage: Storage) -> None:
+        """Before capture: a small tensor sharing a buffer with every tensor of its value gets its
+        own, since replay will overwrite it."""
+        if self.gpu.is_shared(storage.buf):
+            storage.buf = self.gpu.upload(np.frombuffer(self.gpu.read(storage.buf, storage.buf.size), np.uint8))
+
+    def replay(self, dispatches: list) -> None:
+        self.gpu.replay(dispatches)
+
+    def write_input(self, storage: Storage, values: np.ndarray) -> None:
+        """A graph input's new values (its whole buffer, contiguous), written on the device; the
+        host copy of a small integer tensor follows."""
+        values = np.ascontiguousarray(values, storage.dtype.storage).reshape(-1)
+        self.gpu.write(storage.buf, _to_device_values(values, storage.dtype))
+        if storage.host is not None:
+            storage.host = values.copy()
 
     def describe(self) -> str:
         return f"webgpu on {self.gpu.info}"

@@ -71,6 +71,7 @@ class Gpu:
         self._pipelines: dict[str, object] = {}
         self._pool: dict[int, list] = {}
         self._pending: list = []                          # (pipeline, buffers, workgroups)
+        self._recording: list | None = None               # dispatches kept for replay (engine.graph)
         self._params: OrderedDict[bytes, GpuBuffer] = OrderedDict()
         self.stats = {"reads": 0, "read_bytes": 0, "dispatches": 0, "submits": 0, "pipelines": 0,
                       "buffers_created": 0}
@@ -163,9 +164,34 @@ class Gpu:
         # the handles, not the raw buffers: until submitted, none may go back to the pool, where a
         # queue.write_buffer (ordered before this encoder) could overwrite it
         self._pending.append((self.pipeline(source), list(buffers), workgroups))
+        if self._recording is not None:
+            self._recording.append(self._pending[-1])
         self.stats["dispatches"] += 1
         if len(self._pending) >= 256:                      # bound the encoder's size
             self.flush()
+
+    def record(self):
+        """Keep every dispatch made from now on (the handles too, so no buffer they use goes back
+        to the pool) until stop_recording(); returns the list they go into."""
+        self._recording = []
+        return self._recording
+
+    def stop_recording(self) -> None:
+        self._recording = None
+
+    def replay(self, dispatches: list, chunk: int = 1024) -> None:
+        """Submit recorded dispatches again, as they were: the same pipelines, buffers and
+        workgroups, in as few submissions (bridge calls in the browser) as the chunk allows."""
+        self.flush()
+        for start in range(0, len(dispatches), chunk):
+            self._call("submit", [(pipe, [b.raw for b in bufs], wg) for pipe, bufs, wg in dispatches[start:start + chunk]])
+            self.stats["submits"] += 1
+        self.stats["dispatches"] += len(dispatches)
+
+    def write(self, buf: "GpuBuffer", data: np.ndarray) -> None:
+        """Overwrite buf's first bytes with data (a whole number of 32-bit words), ordered before
+        the next submission."""
+        self._call("write", buf.raw, np.ascontiguousarray(data).reshape(-1).view(np.uint8))
 
     def synchronize(self) -> None:
         """Submit what is recorded and wait until the device has finished it (for timing)."""
