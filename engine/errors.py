@@ -86,6 +86,11 @@ class IntegrityError(WeightsError):
     """Bytes that arrived do not match the recorded checksum."""
 
 
+class ModelTooLarge(WeightsError):
+    """The model would not fit in the memory it must live in (a page's WebAssembly heap);
+    said before any of its weights are downloaded."""
+
+
 class FetchError(WeightsError):
     """A byte source could not deliver (network failure, short read)."""
 

@@ -77,7 +77,8 @@ def row_blocks(entry: dict, name: str, where: str) -> tuple[int, list[str]]:
     return block_rows, shas
 
 
-def _row_fetcher(loader: _Loader, url: str, name: str, entry: dict, block_rows: int, shas: list[str]):
+def _row_fetcher(loader: _Loader, url: str, name: str, entry: dict, block_rows: int, shas: list[str],
+                 size: int | None = None):
     """async (blocks) -> {block: bytes}: cached blocks from the cache, the others by Range
     (adjacent blocks in one request), each checked against its sha256 before it is kept."""
     row_bytes = entry["nbytes"] // entry["shape"][0]
@@ -107,7 +108,7 @@ def _row_fetcher(loader: _Loader, url: str, name: str, entry: dict, block_rows: 
 
         async def fetch_run(run):
             start, end = span(run[0])[0], span(run[-1])[1]
-            body, _ = await loader.request(url, start, end)
+            body, _ = await loader.request(url, start, end, size=size)
             for block in run:
                 a, b = span(block)
                 data = body[a - start:b - start]
@@ -178,12 +179,23 @@ async def fetch_gguf(folder: str, *, transport, cache=None, progress=None, names
     return weights
 
 
-async def fetch_model(folder: str, *, transport, cache=None, progress=None, **options) -> Checkpoint:
+def prefetch_bytes(manifest: dict) -> int:
+    """The tensor bytes fetch_model downloads up front for a checked manifest: every tensor but
+    the row tables, whose blocks come later, as the texts need them."""
+    return sum(entry["nbytes"] for entry in manifest["tensors"].values() if "rows" not in entry)
+
+
+async def fetch_model(folder: str, *, transport, cache=None, progress=None, manifest=None,
+                      **options) -> Checkpoint:
     """The model in site folder `folder` (a URL ending in "/"): tensors prefetched, row tables
     lazy, processor files fetched. `options` go to fetch_safetensors (retries, backoff, ...).
-    A GGUF folder gives its GGUF with every tensor fetched (fetch_gguf)."""
-    manifest = await fetch_manifest(folder + MANIFEST_NAME, transport, **{
-        k: v for k, v in options.items() if k in ("retries", "backoff", "sleep")})
+    A GGUF folder gives its GGUF with every tensor fetched (fetch_gguf). `manifest`: its
+    manifest.json already fetched (fetch_manifest), to look at it before any weight moves."""
+    if manifest is None:
+        manifest = await fetch_manifest(folder + MANIFEST_NAME, transport, **{
+            k: v for k, v in options.items() if k in ("retries", "backoff", "sleep")})
+    else:
+        check_manifest(manifest, folder + MANIFEST_NAME)
     tensors = manifest["tensors"]
     row_names = [name for name, entry in tensors.items() if "rows" in entry]
     if manifest.get("container") == "gguf":
@@ -207,7 +219,8 @@ async def fetch_model(folder: str, *, transport, cache=None, progress=None, **op
             raise InvalidHeader(f"manifest row table has unknown dtype {entry.get('dtype')!r}",
                                 file=folder + MANIFEST_NAME, tensor=name)
         tables[name] = RowTable(name, tuple(entry["shape"]), dtype, block_rows,
-                                _row_fetcher(loader, folder + entry["file"], name, entry, block_rows, shas))
+                                _row_fetcher(loader, folder + entry["file"], name, entry, block_rows, shas,
+                                             manifest["files"].get(entry["file"], {}).get("size")))
         if cache is not None:                       # blocks of an older build of this table: gone
             await _prune_rows(loader, folder + entry["file"], name, shas)
     files = {}

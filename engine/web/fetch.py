@@ -1,16 +1,71 @@
 """Browser transport and cache for `engine.io.remote`: JS `fetch` and the Cache API.
 
-The only weight-loading code that touches JS. Retries, coalescing, verification and
-cache keys live in the pure-Python engine.io.remote, tested natively. `js` and
-`pyodide.ffi` are imported inside the methods, so this module imports under CPython.
-Inside Pyodide a JS promise is awaited directly from an `async def`.
+The only weight-loading code that touches JS. Retries, coalescing, verification, cache keys
+and what to do about a host that mangles byte ranges live in the pure-Python engine.io.remote,
+tested natively. `js` and `pyodide` are imported inside the methods, so this module imports
+under CPython. Inside Pyodide a JS promise is awaited directly from an `async def`.
 """
 from __future__ import annotations
 
-import asyncio
+STALL_SECONDS = 20.0        # a request that delivers less than STALL_BYTES in this long is aborted
+STALL_BYTES = 1024
 
-# what engine.io.remote reads, plus two that help when debugging a host
-_HEADERS = ("content-range", "content-length", "content-type", "content-encoding", "etag")
+# One fetch, its body read on the JS side: a watchdog aborts it when it stalls (no time limit on
+# a download that progresses, however large), a body that is not wanted is never downloaded,
+# and the bytes cross into Python once.
+_HELPER = r"""
+({
+  async get(url, headers, stallMs, stallBytes, headersOnly) {
+    const controller = new AbortController();
+    let mark = performance.now(), since = 0, stalled = false;
+    const progress = (n) => { since += n; if (since >= stallBytes) { since = 0; mark = performance.now(); } };
+    const watchdog = setInterval(() => {
+      if (performance.now() - mark >= stallMs) { stalled = true; controller.abort(); }
+    }, Math.max(25, Math.min(1000, stallMs / 4)));
+    const failed = (err) => new Error(stalled
+      ? `the download stalled: less than ${stallBytes} bytes in ${stallMs / 1000} s`
+      : `the connection failed (${err && err.name}: ${err && err.message})`);
+    try {
+      let response;
+      try {
+        // no-store: the Cache API keeps the verified bytes; the HTTP cache would hold them twice
+        // (and completes a partial entry with Range requests of its own)
+        response = await fetch(url, { headers, signal: controller.signal, cache: "no-store" });
+      } catch (err) { throw failed(err); }
+      progress(stallBytes);                             // the headers count as progress
+      const found = {};
+      response.headers.forEach((value, name) => { found[name] = value; });
+      const ranged = "Range" in headers;
+      const encoded = (found["content-encoding"] || "identity") !== "identity";
+      // a whole file for a range, a compressed range, an error page: the caller reads no body
+      if (headersOnly || !response.ok || (ranged && (response.status !== 206 || encoded)) || !response.body) {
+        controller.abort();
+        return { status: response.status, headers: found, body: new Uint8Array(0) };
+      }
+      let body = new Uint8Array(encoded ? 0 : Number(found["content-length"]) || 0), at = 0;
+      const reader = response.body.getReader();
+      for (;;) {
+        let part;
+        try { part = await reader.read(); } catch (err) { throw failed(err); }
+        if (part.done) break;
+        const chunk = part.value;
+        if (at + chunk.byteLength > body.length) {      // no or a wrong Content-Length: grow
+          const grown = new Uint8Array(Math.max(2 * body.length, at + chunk.byteLength));
+          grown.set(body.subarray(0, at));
+          body = grown;
+        }
+        body.set(chunk, at);
+        at += chunk.byteLength;
+        progress(chunk.byteLength);
+      }
+      return { status: response.status, headers: found, body: body.subarray(0, at) };
+    } finally {
+      clearInterval(watchdog);
+    }
+  },
+})
+"""
+_helper = None
 
 
 def _js_object(value):
@@ -20,68 +75,71 @@ def _js_object(value):
 
 
 class JsFetchTransport:
-    """`engine.io.remote.Transport` over `fetch`; a request not done in `timeout` s is
-    aborted, so a stalled connection fails and is retried instead of hanging the load."""
+    """`engine.io.remote.Transport` over `fetch`. A request that delivers less than
+    `stall_bytes` in `stall_timeout` seconds (the wait for the headers included) is aborted
+    and fails as a ConnectionError, which the loader retries; a slow download that keeps
+    moving is never cut short."""
 
-    def __init__(self, timeout: float = 30.0, headers: dict[str, str] | None = None):
-        self.timeout = timeout
+    def __init__(self, stall_timeout: float | None = None, headers: dict[str, str] | None = None,
+                 stall_bytes: int = STALL_BYTES):
+        self.stall_timeout = STALL_SECONDS if stall_timeout is None else stall_timeout
+        self.stall_bytes = stall_bytes
         self.headers = dict(headers or {})
 
-    async def get(self, url: str, start: int | None = None, end: int | None = None):
-        import js
-        from pyodide.ffi import create_proxy
+    async def _fetch(self, url: str, headers: dict, headers_only: bool = False):
+        global _helper
+        from pyodide.ffi import JsException
+        if _helper is None:
+            from pyodide.code import run_js
+            _helper = run_js(_HELPER)
+        try:
+            result = await _helper.get(url, _js_object(headers), int(self.stall_timeout * 1000),
+                                       self.stall_bytes, headers_only)
+        except JsException as e:
+            raise ConnectionError(str(e).removeprefix("Error: ")) from None
+        found = {str(k).lower(): str(v) for k, v in result.headers.to_py().items()}
+        return int(result.status), found, result.body.to_bytes()
 
+    async def get(self, url: str, start: int | None = None, end: int | None = None):
         headers = dict(self.headers)
         if start is not None:
             headers["Range"] = f"bytes={start}-{end - 1}"    # CORS-safelisted
-        controller = js.AbortController.new()
-        abort = create_proxy(lambda: controller.abort())
-        timer = js.setTimeout(abort, int(self.timeout * 1000))
-        try:
-            response = await js.fetch(url, _js_object(
-                {"method": "GET", "headers": headers, "signal": controller.signal}))
-            status = int(response.status)
-            found = {name: str(response.headers.get(name)) for name in _HEADERS
-                     if response.headers.has(name)}
-            if start is not None and status != 206:
-                controller.abort()      # a 200 is the whole file: do not download it to fail
-                return status, found, b""
-            body = (await response.arrayBuffer()).to_bytes()
-        finally:
-            js.clearTimeout(timer)
-            abort.destroy()
-        return status, found, body
+        return await self._fetch(url, headers)
+
+    async def head(self, url: str) -> tuple[int, dict[str, str]]:
+        """(status, headers) of a plain GET of `url`, its body never read (the browser decodes
+        a compressed body, so only the headers show how the host serves the file)."""
+        status, headers, _ = await self._fetch(url, dict(self.headers), headers_only=True)
+        return status, headers
+
+
+class CacheUnavailable(RuntimeError):
+    pass
 
 
 class CacheApiStore:
     """`engine.io.remote.CacheStore` in the Cache API, under the cache `name`.
 
-    Entries are synthetic 200 responses (`Cache.put` rejects 206) keyed by the key
-    string, itself a URL. Where `caches` is missing or refused (an insecure context,
-    some private modes) every get misses and every put is dropped.
+    Entries are synthetic 200 responses (`Cache.put` rejects 206) keyed by the key string,
+    itself a URL. The cache is opened for each operation: a Cache object held across a
+    session keeps serving and silently storing into a cache the browser has deleted (evicted
+    under storage pressure, cleared by the user), so nothing stored after that would survive.
+    Failures raise (no Cache API in an insecure context, a full quota); the loader treats them
+    as misses and reports them.
     """
 
     def __init__(self, name: str = "engine-weights-v1"):
         self.name = name
-        self._opening = None
-
-    async def _open_now(self):
-        import js
-        try:
-            return await js.caches.open(self.name)
-        except Exception:           # AttributeError (no `caches`), SecurityError
-            return None
 
     async def _cache(self):
-        if self._opening is None:   # one open shared by concurrent callers
-            self._opening = asyncio.ensure_future(self._open_now())
-        return await self._opening
+        import js
+        caches = getattr(js, "caches", None)
+        if caches is None:
+            raise CacheUnavailable("this page has no Cache API (it needs a secure context: https or localhost)")
+        return await caches.open(self.name)
 
     async def get(self, key: str) -> bytes | None:
-        cache = await self._cache()
-        if cache is None:
-            return None
-        response = await cache.match(key)     # undefined (None) on a miss
+        response = await (await self._cache()).match(key)     # undefined (None) on a miss
         if response is None:
             return None
         return (await response.arrayBuffer()).to_bytes()
@@ -89,28 +147,13 @@ class CacheApiStore:
     async def put(self, key: str, data: bytes) -> None:
         import js
         cache = await self._cache()
-        if cache is None:
-            return
         array = js.Uint8Array.new(len(data))
         array.assign(data)                    # a JS-owned copy the Response keeps
-        init = _js_object({"status": 200,
-                           "headers": {"content-type": "application/octet-stream"}})
+        init = _js_object({"status": 200, "headers": {"content-type": "application/octet-stream"}})
         await cache.put(key, js.Response.new(array, init))
 
     async def delete(self, key: str) -> None:
-        cache = await self._cache()
-        if cache is not None:
-            await cache.delete(key)
+        await (await self._cache()).delete(key)
 
     async def keys(self) -> list[str]:
-        cache = await self._cache()
-        if cache is None:
-            return []
-        return [str(request.url) for request in await cache.keys()]
-
-    @property
-    def available(self) -> bool | None:
-        """Whether the Cache API opened (None before the first use)."""
-        if self._opening is None or not self._opening.done():
-            return None
-        return self._opening.result() is not None
+        return [str(request.url) for request in await (await self._cache()).keys()]

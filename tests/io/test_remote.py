@@ -293,11 +293,110 @@ def test_transport_exceptions_and_bad_replies_are_retried(site):
         fetch(BASE + "model.safetensors", transport)
 
 
-def test_server_ignoring_range_is_a_clear_error(site, http_server):
+def test_server_ignoring_range_has_each_file_read_whole_once(site, http_server):
+    """A host without Range support (Python's http.server): each file is downloaded whole once
+    and sliced; the tensors are the right ones."""
     http_server.mode = "ignore_range"
-    with pytest.raises(FetchError, match="must support HTTP Range requests"):
+    reference = load_safetensors(site / INDEX)
+    manifest = make_manifest(site / INDEX)
+    w = fetch(http_server.url(INDEX), UrllibTransport(), manifest=manifest)
+    assert_same(w, reference)
+    shards = [r for r in http_server.requests if r is not None]
+    # per shard: the probe (answered 200, its body not read), then the file whole
+    assert len(shards) == 4 and w.fetch_stats["requests"] == 1 + 2 * 4
+
+
+def test_server_ignoring_range_with_a_file_too_large_to_read_whole(site, http_server, monkeypatch):
+    import engine.io.remote as remote
+    monkeypatch.setattr(remote, "WHOLE_FILE_LIMIT", 50_000)
+    http_server.mode = "ignore_range"
+    with pytest.raises(FetchError, match=r"ignores HTTP Range requests.*over 50,000 bytes.*serve it with HTTP Range"):
         fetch(http_server.url("model.safetensors"), UrllibTransport())
-    assert len(http_server.requests) == 1                # no pointless retries
+    assert len(http_server.requests) == 1                # no pointless retries, nothing downloaded
+
+
+class CompressingTransport(FakeTransport):
+    """A host that gzips on the fly, as a browser sees it: a range request fails (the browser
+    cannot decode a slice of a gzip stream), a plain GET is the file (decoded) with
+    Content-Encoding: gzip in its headers."""
+
+    async def get(self, url, start=None, end=None):
+        if start is not None:
+            self.calls.append((url[len(BASE):], start, end))
+            raise ConnectionError("the connection failed (TypeError: Failed to fetch)")
+        return await super().get(url)
+
+    async def head(self, url):
+        self.calls.append((url[len(BASE):], "head", None))
+        return 200, {"Content-Encoding": "gzip"}
+
+
+def test_host_compressing_on_the_fly_has_each_file_read_whole(site):
+    transport, manifest = CompressingTransport(files_of(site)), make_manifest(site / INDEX)
+    w = fetch(BASE + INDEX, transport, manifest=manifest)
+    assert_same(w, load_safetensors(site / INDEX))
+    shard = sorted(manifest["files"])[0]
+    assert [c for c in transport.calls if c[0] == shard] == [(shard, 0, HEAD_BYTES), (shard, "head", None),
+                                                             (shard, None, None)]
+
+
+def test_network_errors_ask_for_the_headers_once_then_retry(site):
+    class Broken(CompressingTransport):
+        async def head(self, url):
+            self.calls.append((url[len(BASE):], "head", None))
+            return 200, {}                      # not compressed: a network failure like any other
+    transport = Broken(files_of(site))
+    with pytest.raises(FetchError, match=r"could not fetch bytes \[0, 65536\): the connection failed "
+                                         r"\(TypeError: Failed to fetch\) \(gave up after 4 attempts\)"):
+        fetch(BASE + "model.safetensors", transport)
+    assert [c[1] for c in transport.calls] == [0, "head", 0, 0, 0]
+
+
+def test_416_to_a_probe_of_a_file_that_has_bytes_is_retried(site):
+    transport = FakeTransport(files_of(site))
+    size = len(files_of(site)["model.safetensors"])
+    transport.fail = [416] * 4
+    with pytest.raises(FetchError, match=r"HTTP 416 \(gave up after 4 attempts\)"):
+        fetch(BASE + "model.safetensors", transport)
+
+    async def bogus_416(url, start=None, end=None):
+        return 416, {"content-range": f"bytes */{size}"}, b""
+    transport.get = bogus_416
+    with pytest.raises(FetchError, match=rf"range not satisfiable: the server says the file has {size} bytes"):
+        fetch(BASE + "model.safetensors", transport)
+
+
+def test_bytes_spoilt_on_the_way_are_fetched_once_more(site):
+    """A run whose bytes fail their sha256 is fetched again once, whole, before it is an error."""
+    files, manifest = files_of(site), make_manifest(site / "model.safetensors")
+    transport = FakeTransport(files)
+    get, spoilt = transport.get, []
+
+    async def spoil_once(url, start=None, end=None):
+        status, headers, body = await get(url, start, end)
+        if start and not spoilt:
+            spoilt.append(start)
+            body = bytes([body[0] ^ 1]) + body[1:]
+        return status, headers, body
+    transport.get = spoil_once
+    w = fetch(BASE + "model.safetensors", transport, manifest=manifest)
+    assert len(spoilt) == 1
+    assert_same(w, load_safetensors(site / "model.safetensors"))
+
+
+def test_a_cache_that_refuses_to_store_is_reported_and_left_alone(site):
+    class Full(MemoryCache):
+        puts = 0
+
+        async def put(self, key, data):
+            Full.puts += 1
+            raise RuntimeError("QuotaExceededError: Quota exceeded.")
+    manifest = make_manifest(site / INDEX)
+    w = fetch(BASE + INDEX, FakeTransport(files_of(site)), manifest=manifest, cache=Full())
+    assert_same(w, load_safetensors(site / INDEX))
+    assert Full.puts == 1                                # asked once, then no more copies offered
+    assert w.fetch_stats["cache_error"] == ("storing in the cache failed: RuntimeError: "
+                                            "QuotaExceededError: Quota exceeded.")
 
 
 def test_not_found(site, http_server):
@@ -463,11 +562,8 @@ def test_cache_key_scheme(site):
 
 
 def test_browser_module_imports_natively_and_cache_falls_back(monkeypatch):
-    from engine.web.fetch import CacheApiStore, JsFetchTransport
-    assert JsFetchTransport().timeout == 30.0
+    from engine.web.fetch import CacheApiStore, CacheUnavailable, JsFetchTransport
+    assert JsFetchTransport().stall_timeout == 20.0
     monkeypatch.setitem(sys.modules, "js", types.SimpleNamespace())   # no `caches`
-
-    async def use(store):
-        await store.put("https://h/k", b"x")
-        return await store.get("https://h/k"), await store.keys(), store.available
-    assert asyncio.run(use(CacheApiStore())) == (None, [], False)
+    with pytest.raises(CacheUnavailable, match="secure context"):
+        asyncio.run(CacheApiStore().get("https://h/k"))

@@ -117,3 +117,25 @@ def test_row_blocks_of_an_older_build_are_pruned(folder):
     load({**files, "manifest.json": json.dumps(manifest).encode()}, cache)
     rows = sorted(k for k in cache.entries if "engine-rows" in k)
     assert len(rows) == 1 and rows[0].endswith(shas[-1])      # the unchanged last block stays
+
+
+def test_memory_check_counts_what_is_prefetched_and_refuses_before_downloading(folder):
+    """The page's heap check (engine.web.loader.check_memory): twice the tensor bytes fetched up
+    front (row tables come later, block by block) against the heap's headroom."""
+    from engine.errors import ModelTooLarge
+    from engine.io.site import prefetch_bytes
+    from engine.web.loader import check_memory
+    manifest = json.loads(folder[1]["manifest.json"])
+    assert prefetch_bytes(manifest) == manifest["tensors"]["dense.weight"]["nbytes"] == DIM * DIM * 2
+    mib = 1 << 20
+    check_memory(manifest, "toy", BASE, heap_now=(4 << 30, 4096 * mib - 2 * DIM * DIM * 2))    # just fits
+    with pytest.raises(ModelTooLarge) as e:
+        check_memory(manifest, "toy", BASE + "manifest.json", heap_now=(4 << 30, 4096 * mib - 1000))
+    assert str(e.value) == ("toy is too large for this browser: its 1.1 KiB of weights need about 2.2 KiB of "
+                            "memory, and this page's WebAssembly heap can grow by 1.0 KiB more (its ceiling is 4.0 "
+                            "GiB, 4.0 GiB already in use); nothing was downloaded (file https://site.test/w/manifest.json)")
+    manifest["tensors"]["dense.weight"]["nbytes"] = 3 << 30
+    with pytest.raises(ModelTooLarge, match=r"its 3.0 GiB of weights need about 6.0 GiB of memory, and this "
+                                            r"page's WebAssembly heap can grow by 3.9 GiB more"):
+        check_memory(manifest, "toy", BASE, heap_now=(4 << 30, 100 * mib))
+    check_memory(manifest, "toy", BASE)                  # natively there is no heap to check
