@@ -27,6 +27,7 @@ def megabytes(n):
 
 # --- engine status ----------------------------------------------------------------------
 seen = {"status": None}
+backend = {"current": None}                      # where the worker's models are
 
 
 def show_state(snapshot):
@@ -53,7 +54,7 @@ def became_ready(info):
         option = document.createElement("option")
         option.value = option.textContent = name
         select.appendChild(option)
-    select.value = info.device
+    select.value = backend["current"] = info.device
     select.disabled = False
     note = by_id("backend-note")
     requested = info.requested
@@ -67,6 +68,7 @@ def became_ready(info):
     by_id("isolation").textContent = ("cross-origin isolated: precise timers" if info.crossOriginIsolated
                                       else "not cross-origin isolated: coarse timers")
     show_registry(info.registry.to_py())
+    storage_note(info.model, info.weights)
     document.body.dataset.ready = "true"
     schedule_prediction()
 
@@ -81,6 +83,31 @@ def show_registry(models):
         label = card.querySelector("[data-model]")
         if entry is not None and label is not None:
             label.textContent = entry["title"].split(" · ", 1)[-1]
+
+
+storage_notes = {}
+task_models = {}
+
+
+def storage_note(model, stats):
+    """Say so when a model's weights could not be kept in the browser's cache (a full quota, no
+    Cache API): the page works, but they will download again on the next visit."""
+    error = getattr(stats, "cache_error", None) if stats is not None else None
+    if not error or model in storage_notes:
+        return
+    storage_notes[model] = error
+    note = by_id("storage-note")
+    listed = "; ".join(f"{name} ({why})" for name, why in storage_notes.items())
+    note.textContent = (f"Weights not cached: {listed}. They work, but will download again on the next visit.")
+    note.hidden = False
+
+
+async def load_task(task):
+    """Load a task's model (once; a failed load may be tried again) and report how it was stored."""
+    info = await client.loadTask(task)
+    task_models[task] = info.model
+    storage_note(info.model, info.weights)
+    return info
 
 
 def retry(event=None):
@@ -186,7 +213,7 @@ def follow_device(result):
     for option in list(select.options):
         if option.value == "webgpu":
             option.remove()
-    select.value = result.device
+    select.value = backend["current"] = result.device
     note = by_id("backend-note")
     note.textContent, note.hidden = notice, False
     by_id("adapter-info").textContent = "no WebGPU: the device was lost"
@@ -209,12 +236,25 @@ def show_result(result):
 
 
 async def change_backend(event):
-    name = event.target.value
+    """Move the models to the chosen backend. The worker does it after the job in progress; if it
+    cannot, the models stay where they were, and the select and a note say so."""
+    select = event.target
+    name = select.value
+    previous = backend["current"]
+    note = by_id("backend-note")
+    try:
+        await client.setBackend(name)
+    except Exception as e:
+        select.value = previous
+        why = str(e).removeprefix("Error: ").removeprefix("engine.errors.")
+        note.textContent = f"could not switch to {name}: {why}; still on {previous}"
+        note.hidden = False
+        return
+    backend["current"] = name
     url = js.URL.new(js.location.href)
     url.searchParams.set("backend", name)
     js.history.replaceState(None, "", url.href)
     client.backendWanted = name                      # what a Retry restarts with
-    await client.setBackend(name)
     schedule_prediction()
     if ranking["ranked"]:
         schedule_ranking(0)
@@ -291,7 +331,7 @@ async def classify(blob, name):
     by_id("image-time-ms").textContent = "…"
     try:
         pixels = await decode(blob, name)
-        await client.loadTask(IMAGE_TASK)
+        await load_task(IMAGE_TASK)
         by_id("image-progress").hidden = True
         result = await client.callWithPixels("classify_image", pixels, 5)
     except Exception as e:
@@ -446,7 +486,7 @@ async def rank_once():
     by_id("sentences-time-ms").textContent = "…"
     doing = "The model could not be loaded: "
     try:
-        await client.loadTask(SENTENCE_TASK)        # once: the first Rank downloads the model
+        await load_task(SENTENCE_TASK)              # once: the first Rank downloads the model
         by_id("sentences-progress").hidden = True
         doing = ""
         result = await client.python("embed_texts", to_js([query] + [text for _, text in sentences]))
@@ -456,6 +496,7 @@ async def rank_once():
         return
     ranking["ranked"] = True
     follow_device(result)
+    storage_note(task_models.get(SENTENCE_TASK), result)
     show_ranking(sentences, result)
 
 
@@ -538,4 +579,4 @@ client.subscribe(create_proxy(weights_progress(SENTENCE_TASK, "sentences-progres
 # --- chat: web/chat_card.py (pyscript.json puts it beside this file) ------------------------------
 import chat_card  # noqa: E402
 
-chat_card.start(client, by_id, card_error, weights_progress)
+chat_card.start(client, by_id, card_error, weights_progress, load_task)

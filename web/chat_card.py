@@ -1,7 +1,11 @@
 """The chat card (PyScript, main thread; app.py calls start()). The model runs in the worker:
 each message goes there with the whole conversation, and the answer comes back piece by piece
 (engine-client.js chat()), so the page stays responsive while it is generated. The worker's
-cache keeps the earlier turns, so only the new message is fed to the model."""
+cache keeps the earlier turns, so only the new message is fed to the model.
+
+Interruptions: Stop ends the answer before its next token (pressed while the model downloads, no
+answer is generated); New chat drops the conversation, and an answer still arriving for the old
+one is not added to the new one."""
 import asyncio
 import json
 
@@ -11,9 +15,10 @@ from pyodide.ffi import create_proxy
 TASK = "text-generation"
 
 
-def start(client, by_id, card_error, weights_progress):
+def start(client, by_id, card_error, weights_progress, load_task):
     document = js.document
-    state = {"history": [], "busy": False, "defaults": None}
+    # conversation: which one the card shows (New chat counts up); stopped: Stop was pressed
+    state = {"history": [], "busy": False, "defaults": None, "conversation": 0, "stopped": False}
     log, box = by_id("chat-log"), by_id("chat-input")
 
     def bubble(role, text=""):
@@ -40,7 +45,7 @@ def start(client, by_id, card_error, weights_progress):
                 "max_new_tokens": number("chat-max-tokens", int, 1, 1000, 256)}
 
     async def load():
-        await client.loadTask(TASK)                  # once: the first message downloads the model
+        await load_task(TASK)                        # once: the first message downloads the model
         by_id("chat-progress").hidden = True
         if state["defaults"] is None:
             state["defaults"] = json.loads(js.JSON.stringify(await client.python("chat_defaults")))
@@ -57,6 +62,7 @@ def start(client, by_id, card_error, weights_progress):
             return
         card_error("chat-error", None)
         set_busy(True)
+        conversation, state["stopped"] = state["conversation"], False
         box.value = ""
         bubble("user", text)
         answer = bubble("assistant")
@@ -73,6 +79,9 @@ def start(client, by_id, card_error, weights_progress):
         piece_proxy = create_proxy(on_piece)
         try:
             await load()
+            if state["stopped"] or conversation != state["conversation"]:
+                answer.classList.add("stopped")      # interrupted while the model loaded: no answer
+                return
             system = by_id("chat-system").value.strip()
             turn = {"role": "user", "content": text}
             messages = ([{"role": "system", "content": system}] if system else []) + state["history"] + [turn]
@@ -87,6 +96,8 @@ def start(client, by_id, card_error, weights_progress):
             piece_proxy.destroy()
             answer.classList.remove("streaming")
             set_busy(False)
+        if conversation != state["conversation"]:
+            return                                   # New chat meanwhile: this answer's conversation is gone
         stats = result["stats"]
         answer.textContent = result["text"]
         if stats.get("stop_reason") == "cancelled":
@@ -103,9 +114,11 @@ def start(client, by_id, card_error, weights_progress):
 
     async def stop(event=None):
         if state["busy"]:
+            state["stopped"] = True
             await client.stopChat()
 
     async def new_chat(event=None):
+        state["conversation"] += 1
         await stop()
         state["history"] = []
         log.innerHTML = ""

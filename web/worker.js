@@ -87,7 +87,8 @@ async function boot(backend, kernels) {
     self.postMessage({ type: "progress", stage: "weights", loaded, total });
   const info = JSON.parse(await api.load("digit-classification", device, BASE, weights));
   timings.weights_ms = performance.now() - t;
-  return { devices, requested: backend, device: info.device, weights: info.weights, timings, unavailable, registry,
+  return { devices, requested: backend, device: info.device, model: info.model, weights: info.weights, timings,
+           unavailable, registry,
            adapter, kernels: flavour, crossOriginIsolated: self.crossOriginIsolated === true };
 }
 

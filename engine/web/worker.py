@@ -105,10 +105,25 @@ def pipeline(task: str = "digit-classification"):
 
 
 async def set_device(device: str) -> str:
+    """Move every loaded pipeline to `device` (after the model call in progress, if any). A
+    device that cannot be used, or a move that fails, leaves every pipeline where it was."""
+    from engine import device as devices
+    from engine.errors import BackendError
     async with _lock:
-        for pipe in _state["pipelines"].values():
-            pipe.to(device)
-    _state["device"] = device
+        why = devices.unavailable_reason(device)
+        if why is not None:
+            raise BackendError(f"backend {device!r} cannot be used here: {why}")
+        moved = []
+        try:
+            for pipe in _state["pipelines"].values():
+                previous = pipe.device
+                pipe.to(device)
+                moved.append((pipe, previous))
+        except BaseException:
+            for pipe, previous in moved:
+                pipe.to(previous)
+            raise
+        _state["device"] = device
     return json.dumps({"device": device})
 
 
@@ -167,7 +182,12 @@ async def embed_texts(texts, task: str = "sentence-embedding") -> str:
                        "truncated": pipe.truncated, "max_length": pipe.max_length,
                        "tokens": int(batch["attention_mask"].sum()),
                        "fetch_ms": round((t1 - t0) * 1e3, 2), "ms": round(ms, 2), "device": _state["device"],
-                       "rows": _row_stats(pipe), **notice})
+                       "rows": _row_stats(pipe), "cache_error": _fetch_stats(pipe).get("cache_error"), **notice})
+
+
+def _fetch_stats(pipe) -> dict:
+    """What the loader of the pipeline's weights counted (the row tables' fetches included)."""
+    return getattr(getattr(pipe.checkpoint.tensors, "tensors", pipe.checkpoint.tensors), "fetch_stats", {})
 
 
 def _row_stats(pipe) -> dict:
@@ -239,17 +259,24 @@ def _options(value) -> dict:
     return json.loads(value) if isinstance(value, str) else dict(value or {})
 
 
+_chat = {"stop": False}
+
+
 async def chat(messages, options=None, on_piece=None) -> str:
     """Answer a conversation ([{"role", "content"}, ...], JSON or a list), calling on_piece(text)
     with each piece as it comes, and yielding to the worker's message loop between tokens so that
-    chat_stop can arrive. The earlier turns' tokens still in the cache are not fed again."""
+    chat_stop can arrive. The earlier turns' tokens still in the cache are not fed again.
+
+    A chat_stop that arrives while this call waits for another model call to finish stops it
+    too: messages are taken in order, so any Stop after this call began is meant for it."""
+    _chat["stop"] = False
     pipe = _state["pipelines"][CHAT_TASK]
     messages = messages.to_py() if hasattr(messages, "to_py") else messages
     messages = json.loads(messages) if isinstance(messages, str) else list(messages)
     pieces = []
     async with _lock:
         memory = _heap_bytes()
-        for piece in pipe.stream(messages, **_options(options)):
+        for piece in pipe.stream(messages, cancel=lambda: _chat["stop"], **_options(options)):
             pieces.append(piece)
             if on_piece is not None:
                 on_piece(piece)
@@ -262,7 +289,9 @@ async def chat(messages, options=None, on_piece=None) -> str:
 
 
 def chat_stop() -> str:
-    """Stop the answer being generated (it ends before its next token); no lock: it runs between tokens."""
+    """Stop the answer being generated, or about to be (it ends before its next token); no lock:
+    it runs between tokens."""
+    _chat["stop"] = True
     pipe = _state["pipelines"].get(CHAT_TASK)
     if pipe is not None:
         pipe.cancel()
@@ -270,10 +299,12 @@ def chat_stop() -> str:
 
 
 async def chat_reset() -> str:
-    """A new conversation: the cached one is dropped."""
+    """A new conversation: the cached one is dropped (nothing to drop before the model loads)."""
     async with _lock:
-        _state["pipelines"][CHAT_TASK].reset()
-    return json.dumps({"reset": True})
+        pipe = _state["pipelines"].get(CHAT_TASK)
+        if pipe is not None:
+            pipe.reset()
+    return json.dumps({"reset": pipe is not None})
 
 
 def chat_defaults() -> str:

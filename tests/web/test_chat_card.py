@@ -103,3 +103,48 @@ out
 """)
     assert answers == {device: PARIS for device in ("numpy", "simd", "webgpu")}, answers
     assert s.console_errors == []
+
+
+def test_interrupting_the_chat_never_wedges_it(dev_server, session_factory):
+    """Stop while the model downloads (no answer is generated), New chat mid-answer (the old
+    conversation does not leak into the new one), a backend switch mid-answer (it waits for the
+    answer, which Stop ends): after each, the next message is answered as in a fresh chat."""
+    s = session_factory(dev_server.url)
+    page = s.open()
+    page.fill(INPUT, "What is the capital of France?")
+    page.press(INPUT, "Enter")
+    page.click("[data-testid=chat-stop]")                       # the 98 MB are still on their way
+    page.wait_for_function("!document.querySelector('[data-testid=chat-send]').disabled", timeout=120_000)
+    stopped = page.locator(ANSWERS).last
+    assert "stopped" in stopped.get_attribute("class") and stopped.text_content() == ""
+    assert "new_tokens" not in s.run("from engine.web import worker\nworker.pipeline('text-generation').stats")
+
+    def stats():
+        return s.run("from engine.web import worker\nworker.pipeline('text-generation').stats")
+    assert ask(page, "What is the capital of France?") == PARIS
+    fresh = stats()["prompt_tokens"]
+
+    page.click(".chat-settings summary")
+    page.fill("[data-testid=chat-max-tokens]", "300")
+    for interruption in ("new chat", "backend"):
+        count_pieces(page)
+        page.fill(INPUT, "Write a long story about a dragon who learns to cook.")
+        page.press(INPUT, "Enter")
+        page.wait_for_function("window.pieces.length > 3", timeout=120_000)
+        if interruption == "new chat":
+            page.click("[data-testid=chat-new]")
+            page.wait_for_function(f"document.querySelectorAll('{ANSWERS}').length === 0")
+        else:
+            page.select_option("[data-testid=backend-select]", "numpy")     # waits for the answer...
+            page.click("[data-testid=chat-stop]")                           # ...which Stop ends
+            page.wait_for_function("location.search.includes('backend=numpy')", timeout=60_000)   # moved
+            page.select_option("[data-testid=backend-select]", "simd")
+            page.wait_for_function("location.search.includes('backend=simd')", timeout=60_000)
+            assert s.run("from engine.web import worker\nworker.pipeline('text-generation').device") == "simd"
+            page.click("[data-testid=chat-new]")
+        page.wait_for_function("!document.querySelector('[data-testid=chat-send]').disabled", timeout=60_000)
+        assert ask(page, "What is the capital of France?") == PARIS
+        assert stats()["prompt_tokens"] == fresh, interruption       # nothing of the story came along
+        assert page.locator("[data-testid=chat-user]").count() == 1
+        assert int(page.text_content("[data-testid=chat-tokens]")) == 7
+    assert s.console_errors == []
