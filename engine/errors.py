@@ -1,10 +1,13 @@
 """One error hierarchy: every failure a user can cause derives from EngineError."""
 from __future__ import annotations
 
+from .untrusted import shown
+
 
 def _placed(message: str, file: str | None, **named) -> str:
-    """`message (file F, tensor 'T')`: the message with where it happened, as far as known."""
-    where = ([f"file {file}"] if file else []) + [f"{k} {v!r}" for k, v in named.items() if v is not None]
+    """`message (file F, tensor 'T')`: the message with where it happened, as far as known.
+    Names come from the files themselves, so a long one is cut (shown)."""
+    where = ([f"file {file}"] if file else []) + [f"{k} {shown(v, 200)}" for k, v in named.items() if v is not None]
     return f"{message} ({', '.join(where)})" if where else message
 
 

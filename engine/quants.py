@@ -121,10 +121,10 @@ _BIT = np.arange(32, dtype=np.uint32)
 def _planes(packed: np.ndarray, runs: int, bits: int) -> np.ndarray:
     """(n, runs * W) bytes -> (n, runs * 8/bits * W) values of `bits` bits in element order:
     each run of W bytes gives W elements per plane, lowest bits first."""
-    n = packed.shape[0]
+    n, width = packed.shape[0], packed.shape[1] // runs      # explicit: -1 is ambiguous for n == 0
     shifts = np.arange(0, 8, bits, dtype=np.uint8)[:, None]            # (8/bits, 1)
-    values = packed.reshape(n, runs, 1, -1) >> shifts                  # (n, runs, 8/bits, W)
-    return (values & np.uint8((1 << bits) - 1)).reshape(n, -1)
+    values = packed.reshape(n, runs, 1, width) >> shifts               # (n, runs, 8/bits, W)
+    return (values & np.uint8((1 << bits) - 1)).reshape(n, runs * (8 // bits) * width)
 
 
 def _nibbles(qs: np.ndarray) -> np.ndarray:

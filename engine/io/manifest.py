@@ -36,7 +36,8 @@ import math
 import re
 
 from ..errors import IntegrityError, InvalidHeader
-from .safetensors import SafetensorsFile, TensorInfo, _safe_shard_name
+from ..untrusted import INT64_MAX, checked_name, checked_shape, shown
+from .safetensors import SafetensorsFile, TensorInfo
 
 MANIFEST_FORMAT = 1
 CONTAINERS = ("safetensors", "gguf")
@@ -44,7 +45,7 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _is_count(value) -> bool:
-    return type(value) is int and value >= 0
+    return type(value) is int and 0 <= value <= INT64_MAX
 
 
 def _is_sha256(value) -> bool:
@@ -52,57 +53,81 @@ def _is_sha256(value) -> bool:
 
 
 def check_manifest(doc, where: str) -> None:
-    """Raise InvalidHeader naming `where` unless `doc` is a well-formed manifest."""
+    """Raise InvalidHeader naming `where` unless `doc` is a well-formed manifest.
+
+    Every file it names (index, shards, GGUF parts, processor files) must be a plain relative name
+    (engine.untrusted.checked_name: the page fetches it beside the manifest, the CLI opens it there)
+    listed under "files" or "extra", and every tensor's bytes must lie inside the file it names."""
     def bad(message, tensor=None):
         raise InvalidHeader(f"manifest {message}", file=where, tensor=tensor)
+
+    def name(value, what, tensor=None):
+        return checked_name(value, lambda message: InvalidHeader(f"manifest {message}", file=where, tensor=tensor),
+                            what)
     if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
         bad(f'must be a JSON object with "format": {MANIFEST_FORMAT}')
     if doc.get("container", "safetensors") not in CONTAINERS:
-        bad(f'"container" must be one of {", ".join(CONTAINERS)}, got {doc["container"]!r}')
+        bad(f'"container" must be one of {", ".join(CONTAINERS)}, got {shown(doc["container"])}')
     tensors, files = doc.get("tensors"), doc.get("files", {})
     if not isinstance(tensors, dict) or not isinstance(files, dict):
         bad('"tensors" and "files" must be objects')
+    for filename, entry in files.items():
+        name(filename, "file name")
+        if not (isinstance(entry, dict) and _is_count(entry.get("size")) and _is_sha256(entry.get("sha256"))):
+            bad(f"entry for file {shown(filename)} needs size and a lower-case hex sha256")
+    extra = doc.get("extra", {})
+    if not isinstance(extra, dict) or not isinstance(doc.get("metadata", {}), dict):
+        bad('"extra" and "metadata" must be objects')
+    for filename, entry in extra.items():
+        name(filename, "processor file name")
+        if not (isinstance(entry, dict) and _is_count(entry.get("size")) and _is_sha256(entry.get("sha256"))):
+            bad(f"entry for processor file {shown(filename)} needs size and a lower-case hex sha256")
     if doc.get("container") == "gguf":
-        return _check_gguf(doc, bad)
-    for name, entry in tensors.items():
+        return _check_gguf(doc, bad, name)
+    name(doc.get("index"), '"index"')
+    for tensor, entry in tensors.items():
         if not (isinstance(entry, dict) and isinstance(entry.get("file"), str)
                 and _is_count(entry.get("offset")) and _is_count(entry.get("nbytes"))
                 and _is_sha256(entry.get("sha256"))):
-            bad("entry needs file, offset, nbytes and a lower-case hex sha256", name)
-    for filename, entry in files.items():
-        if not (isinstance(entry, dict) and _is_count(entry.get("size"))
-                and _is_sha256(entry.get("sha256"))):
-            bad(f"entry for file {filename!r} needs size and a lower-case hex sha256")
+            bad("entry needs file, offset, nbytes and a lower-case hex sha256", tensor)
+        if entry["file"] not in files:
+            bad(f"entry names file {shown(entry['file'])}, which \"files\" does not list", tensor)
+        if entry["offset"] + entry["nbytes"] > files[entry["file"]]["size"]:
+            bad(f"bytes [{entry['offset']}, {entry['offset'] + entry['nbytes']}) lie past the end of "
+                f"{entry['file']} ({files[entry['file']]['size']} bytes)", tensor)
+        if not isinstance(entry.get("dtype", ""), str):
+            bad(f"dtype must be a string, got {shown(entry['dtype'])}", tensor)
+        if "shape" in entry:
+            checked_shape(entry["shape"], lambda message: InvalidHeader(f"manifest {message}", file=where,
+                                                                        tensor=tensor))
 
 
-def _check_gguf(doc: dict, bad) -> None:
+def _check_gguf(doc: dict, bad, name) -> None:
     gguf, files = doc.get("gguf"), doc["files"]
-    if not (isinstance(gguf, dict) and _safe_shard_name(gguf.get("file")) and _is_count(gguf.get("size"))
+    if not (isinstance(gguf, dict) and isinstance(gguf.get("file"), str) and _is_count(gguf.get("size"))
             and _is_sha256(gguf.get("sha256")) and _is_count(gguf.get("header_bytes"))
             and 0 < gguf["header_bytes"] <= gguf["size"] and _is_sha256(gguf.get("header_sha256"))
             and isinstance(gguf.get("parts"), list) and gguf["parts"]):
         bad('"gguf" needs file, size, sha256, header_bytes (at most size), header_sha256 and parts')
-    for filename, entry in files.items():
-        if not (isinstance(entry, dict) and _is_count(entry.get("size")) and _is_sha256(entry.get("sha256"))):
-            bad(f"entry for file {filename!r} needs size and a lower-case hex sha256")
+    name(gguf["file"], "GGUF file name")
     covered = 0
     for part in gguf["parts"]:           # contiguous, in order, each listed under "files"
-        if not (isinstance(part, dict) and _safe_shard_name(part.get("file")) and part["file"] in files
+        if not (isinstance(part, dict) and isinstance(part.get("file"), str) and part["file"] in files
                 and part.get("offset") == covered):
-            bad(f"GGUF part {part!r} must name a file of \"files\" and start at byte {covered}")
+            bad(f"GGUF part {shown(part)} must name a file of \"files\" and start at byte {covered}")
         covered += files[part["file"]]["size"]
     if covered != gguf["size"] or len(files) != len(gguf["parts"]):
         bad(f"GGUF parts hold {covered} bytes in {len(gguf['parts'])} files; the GGUF has {gguf['size']} "
             f"and \"files\" lists {len(files)}")
-    for name, entry in doc["tensors"].items():
+    for tensor, entry in doc["tensors"].items():
         if not (isinstance(entry, dict) and isinstance(entry.get("ggml_type"), str)
                 and isinstance(entry.get("shape"), list) and all(_is_count(n) for n in entry["shape"])
                 and _is_count(entry.get("offset")) and _is_count(entry.get("nbytes"))
                 and _is_sha256(entry.get("sha256"))):
-            bad("entry needs ggml_type, shape, offset, nbytes and a lower-case hex sha256", name)
+            bad("entry needs ggml_type, shape, offset, nbytes and a lower-case hex sha256", tensor)
         if not gguf["header_bytes"] <= entry["offset"] <= entry["offset"] + entry["nbytes"] <= gguf["size"]:
             bad(f"bytes [{entry['offset']}, {entry['offset'] + entry['nbytes']}) lie outside the data "
-                f"section [{gguf['header_bytes']}, {gguf['size']})", name)
+                f"section [{gguf['header_bytes']}, {gguf['size']})", tensor)
 
 
 def gguf_parts(manifest: dict) -> list[tuple[str, int, int]]:

@@ -22,20 +22,29 @@ import io
 import math
 import os
 import pickle
+import pickletools
 import struct
 import zipfile
+import zlib
 from collections import OrderedDict
 from typing import NamedTuple
 
 import numpy as np
 
 from .. import dtypes
-from ..errors import (InvalidHeader, InvalidOffsets, SizeMismatch, SourceNotFound,
+from ..errors import (FetchError, InvalidHeader, InvalidOffsets, SizeMismatch, SourceNotFound,
                       TruncatedFile, UnknownDtype, UnsafePickle, WeightsError)
 from ..tensor import Tensor, _from_raw
+from ..untrusted import INT64_MAX, checked_shape, shown
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
+MAX_PICKLE_BYTES = 64 << 20     # data.pkl of a checkpoint is kilobytes (~150 bytes a tensor)
+# What zipfile raises on a damaged or unusual archive: it has no error type of its own for most
+# of it (a bad version is NotImplementedError, a damaged deflate stream zlib.error, a bad
+# header struct.error or ValueError...).
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError, ValueError,
+               struct.error, NotImplementedError, RuntimeError, KeyError, IndexError, OverflowError)
 
 
 class _StorageType(NamedTuple):      # stands in for torch.FloatStorage & co.
@@ -67,8 +76,8 @@ def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, bac
 
 
 def _rebuild_parameter(data, requires_grad, backward_hooks):
-    if not isinstance(data, _TensorRef):
-        raise InvalidHeader(f"a Parameter wraps a {type(data).__name__}, not a tensor")
+    if not isinstance(data, _TensorRef):       # _unpickle names the file
+        raise ValueError(f"a Parameter wraps a {type(data).__name__}, not a tensor")
     return data                      # parameters load as plain tensors
 
 
@@ -86,16 +95,45 @@ _GLOBALS = {"collections.OrderedDict": OrderedDict,
             **{f"torch.{name}": _StorageType(name, dtype) for name, dtype in _STORAGES.items()}}
 
 
+def _check_pickle(stream: io.BytesIO, file: str) -> None:
+    """Walk the next pickle's opcodes (pickletools, which reads only the bytes there are) before the
+    C unpickler runs it: the unpickler allocates what an opcode claims before reading it, a
+    BINBYTES8 length or the memo size a PUT names (LONG_BINPUT 2**31 asks for 16 GB), so a few
+    hostile bytes would exhaust memory. An argument past the end is refused here; so is a memo
+    index past what the pickle's bytes could fill (it stores at most one object per byte)."""
+    start = stream.tell()
+    limit = len(stream.getbuffer()) - start
+    try:
+        for opcode, argument, _ in pickletools.genops(stream):
+            if opcode.name in ("PUT", "BINPUT", "LONG_BINPUT") and not 0 <= argument <= limit:
+                raise InvalidHeader(f"malformed pickle: memo index {argument} past what its {limit} bytes "
+                                    f"can hold", file=file)
+            if opcode.name == "STOP":
+                break
+    except (ValueError, struct.error) as e:        # truncated or unknown opcodes (UnicodeDecodeError too)
+        if "remain" in str(e) or "exhausted" in str(e):
+            raise TruncatedFile(f"file truncated inside a pickle: {e}", file=file) from None
+        raise InvalidHeader(f"malformed pickle: {e}", file=file) from None
+    finally:
+        stream.seek(start)
+
+
 class _Unpickler(pickle.Unpickler):
     def __init__(self, file, name: str, legacy: bool, storages: bool = True):
         super().__init__(file, encoding="utf-8")
+        self.stream = file
         self.name, self.legacy, self.storages_allowed = name, legacy, storages
         self.roots: dict[str, tuple[dtypes.DType, int]] = {}    # key -> (dtype, numel)
+
+    def load(self):
+        _check_pickle(self.stream, self.name)
+        return super().load()
 
     def find_class(self, module, name):
         qualified = f"{module}.{name}"
         if qualified in _GLOBALS:
             return _GLOBALS[qualified]
+        qualified = qualified if len(qualified) <= 200 else qualified[:200] + "..."     # for the message
         if qualified == "torch._utils._rebuild_tensor_v3":   # dtypes without a *Storage class
             raise UnknownDtype(f"{qualified}: torch writes it for dtypes the engine lacks "
                                f"(uint16/32/64, float8 ...)", file=self.name)
@@ -111,31 +149,31 @@ class _Unpickler(pickle.Unpickler):
         fields = 6 if self.legacy else 5
         if not (self.storages_allowed and isinstance(pid, tuple) and len(pid) == fields
                 and pid[0] in ("storage", b"storage")):
-            raise InvalidHeader(f"unexpected persistent id {pid!r:.200}", file=self.name)
+            raise InvalidHeader(f"unexpected persistent id {shown(pid, 200)}", file=self.name)
         storage_type, key, numel = pid[1], pid[2], pid[4]
         if not isinstance(storage_type, _StorageType) or not isinstance(key, str) \
-                or type(numel) is not int or numel < 0:
-            raise InvalidHeader(f"malformed storage reference {pid!r:.200}", file=self.name)
+                or type(numel) is not int or not 0 <= numel <= INT64_MAX:
+            raise InvalidHeader(f"malformed storage reference {shown(pid, 200)}", file=self.name)
         if self.roots.setdefault(key, (storage_type.dtype, numel)) != (storage_type.dtype, numel):
-            raise InvalidHeader(f"storage {key!r} is referenced with different types or sizes",
+            raise InvalidHeader(f"storage {shown(key)} is referenced with different types or sizes",
                                 file=self.name)
         view = pid[5] if self.legacy else None
         if view is None:
             return _StorageRef(key, storage_type.dtype, numel, 0)
         if not (isinstance(view, tuple) and len(view) == 3
-                and all(type(v) is int and v >= 0 for v in view[1:])):
-            raise InvalidHeader(f"malformed storage view {view!r:.200}", file=self.name)
+                and all(type(v) is int and 0 <= v <= INT64_MAX for v in view[1:])):
+            raise InvalidHeader(f"malformed storage view {shown(view, 200)}", file=self.name)
         _, base, view_size = view
         if base + view_size > numel:
             raise InvalidOffsets(f"storage view [{base}, {base + view_size}) runs past storage "
-                                 f"{key!r} of {numel} elements", file=self.name)
+                                 f"{shown(key)} of {numel} elements", file=self.name)
         return _StorageRef(key, storage_type.dtype, view_size, base)
 
 
 def _unpickle(unpickler: _Unpickler):
     try:
         return unpickler.load()
-    except WeightsError:
+    except (WeightsError, MemoryError):
         raise
     except Exception as e:   # anything the untrusted bytes provoke; only stand-ins ran
         if isinstance(e, EOFError) or "truncated" in str(e):
@@ -157,15 +195,11 @@ def _state_dict(obj, file: str) -> dict:
                             file=file)
     for name, value in dict.items(obj):
         if not isinstance(name, str):
-            raise InvalidHeader(f"tensor names must be strings, got {name!r:.100}", file=file)
+            raise InvalidHeader(f"tensor names must be strings, got {shown(name)}", file=file)
         if not isinstance(value, _TensorRef):
             raise InvalidHeader(f"value is a {type(value).__name__}, not a tensor (only plain "
                                 f"tensor state dicts are read)", file=file, tensor=name)
     return obj
-
-
-def _is_index_tuple(value) -> bool:
-    return isinstance(value, tuple) and all(type(v) is int and v >= 0 for v in value)
 
 
 def _materialize(name: str, ref: _TensorRef, buffer, order: str, file: str):
@@ -174,10 +208,15 @@ def _materialize(name: str, ref: _TensorRef, buffer, order: str, file: str):
     if not isinstance(storage, _StorageRef):
         raise InvalidHeader(f"tensor storage is a {type(storage).__name__}, not a storage",
                             file=file, tensor=name)
-    if type(offset) is not int or offset < 0 or not _is_index_tuple(size) \
-            or not _is_index_tuple(stride) or len(size) != len(stride):
-        raise InvalidHeader(f"malformed layout: offset {offset!r:.50}, size {size!r:.100}, "
-                            f"stride {stride!r:.100}", file=file, tensor=name)
+
+    def malformed(message):
+        return InvalidHeader(f"malformed layout: {message}", file=file, tensor=name)
+    if not (isinstance(size, tuple) and isinstance(stride, tuple) and len(size) == len(stride)
+            and type(offset) is int and 0 <= offset <= INT64_MAX):
+        raise malformed(f"offset {shown(offset)}, size {shown(size)}, stride {shown(stride)}")
+    size, stride = checked_shape(size, malformed, "size"), checked_shape(stride, malformed, "stride")
+    # a dimension of one element never steps: its stride, whatever it says, is not used
+    stride = tuple(s if n > 1 else 0 for n, s in zip(size, stride))
     dtype = storage.dtype
     if math.prod(size) == 0:
         return np.empty(size, dtype.storage), dtype, size
@@ -215,11 +254,29 @@ def _build(state: dict, fetch, order: str, file: str) -> OrderedDict:
     return OrderedDict((name, arrays[name]) for name in dict.keys(state))
 
 
+def _read_entry(archive: zipfile.ZipFile, entry: str, limit: int, file: str, tensor=None) -> bytes:
+    """At most `limit` bytes of a zip entry, inflated no further than that: an entry's sizes are
+    claims (a kilobyte of deflate stream can inflate to a gigabyte). torch writes entries stored;
+    deflated ones (an archive zipped again) are read too, nothing else, and nothing encrypted."""
+    info = archive.getinfo(entry)
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        raise InvalidHeader(f"zip entry {shown(entry)} uses compression method {info.compress_type}; only "
+                            f"stored and deflated entries are read", file=file, tensor=tensor)
+    if info.flag_bits & 0x41:          # bit 0: encrypted, bit 6: strong encryption
+        raise InvalidHeader(f"zip entry {shown(entry)} is encrypted", file=file, tensor=tensor)
+    try:
+        with archive.open(info) as stream:
+            return stream.read(limit)
+    except _ZIP_ERRORS as e:
+        raise TruncatedFile(f"cannot read zip entry {shown(entry)}: {type(e).__name__}: {e}", file=file,
+                            tensor=tensor) from None
+
+
 def _read_zip(file_object, file: str) -> OrderedDict:
     try:
         archive = zipfile.ZipFile(file_object)
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
-        raise TruncatedFile(f"zip archive is truncated or corrupt: {e}", file=file) from None
+    except _ZIP_ERRORS as e:
+        raise TruncatedFile(f"zip archive is truncated or corrupt: {type(e).__name__}: {e}", file=file) from None
     names = set(archive.namelist())
     pickles = sorted(n for n in names if n.endswith("/data.pkl") and n.count("/") == 1)
     if len(pickles) != 1:
@@ -227,33 +284,33 @@ def _read_zip(file_object, file: str) -> OrderedDict:
                             f"expected one (is it a torch checkpoint?)", file=file)
     prefix = pickles[0][:-len("data.pkl")]
 
-    def read(entry: str, tensor=None) -> bytes:
-        try:
-            return archive.read(entry)
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
-            raise TruncatedFile(f"cannot read zip entry {entry!r}: {e}", file=file,
-                                tensor=tensor) from None
-
     order = "<"
     if prefix + "byteorder" in names:
-        byteorder = read(prefix + "byteorder").strip()
+        byteorder = _read_entry(archive, prefix + "byteorder", 16, file).strip()
         if byteorder not in (b"little", b"big"):
             raise InvalidHeader(f"unknown byteorder {byteorder!r:.50}", file=file)
         order = "<" if byteorder == b"little" else ">"
-    unpickler = _Unpickler(io.BytesIO(read(pickles[0])), file, legacy=False)
+    pickled = _read_entry(archive, pickles[0], MAX_PICKLE_BYTES + 1, file)
+    if len(pickled) > MAX_PICKLE_BYTES:
+        raise InvalidHeader(f"{pickles[0]} is over {MAX_PICKLE_BYTES} bytes; a checkpoint's is kilobytes",
+                            file=file)
+    unpickler = _Unpickler(io.BytesIO(pickled), file, legacy=False)
     state = _state_dict(_unpickle(unpickler), file)
 
     def fetch(key: str, tensor: str):
         entry = f"{prefix}data/{key}"
         if entry not in names:
-            raise InvalidHeader(f"zip archive lacks the storage entry {entry!r}", file=file,
+            raise InvalidHeader(f"zip archive lacks the storage entry {shown(entry)}", file=file,
                                 tensor=tensor)
-        data = read(entry, tensor)
         dtype, numel = unpickler.roots[key]
-        if len(data) < numel * dtype.itemsize:
-            raise TruncatedFile(f"storage entry {entry!r} has {len(data)} bytes, but its "
-                                f"{numel} {dtype.name} elements need {numel * dtype.itemsize}",
-                                file=file, tensor=tensor)
+        need = numel * dtype.itemsize
+        if archive.getinfo(entry).file_size < need:     # before reading: do not inflate a short entry
+            raise TruncatedFile(f"storage entry {shown(entry)} has {archive.getinfo(entry).file_size} bytes, "
+                                f"but its {numel} {dtype.name} elements need {need}", file=file, tensor=tensor)
+        data = _read_entry(archive, entry, need, file, tensor)
+        if len(data) < need:
+            raise TruncatedFile(f"storage entry {shown(entry)} ends after {len(data)} bytes, but its "
+                                f"{numel} {dtype.name} elements need {need}", file=file, tensor=tensor)
         return data
 
     return _build(state, fetch, order, file)
@@ -274,11 +331,11 @@ def _read_legacy(data: bytes, file: str) -> OrderedDict:
                             "stream starting with torch's magic number", file=file)
     protocol = header()
     if protocol != PROTOCOL_VERSION:
-        raise InvalidHeader(f"unsupported legacy protocol version {protocol!r:.50}", file=file)
+        raise InvalidHeader(f"unsupported legacy protocol version {shown(protocol)}", file=file)
     sys_info = header()
     if not isinstance(sys_info, dict) or sys_info.get("little_endian") is not True:
         raise InvalidHeader(f"only checkpoints written on little-endian machines are read "
-                            f"(sys_info {sys_info!r:.200})", file=file)
+                            f"(sys_info {shown(sys_info, 200)})", file=file)
     unpickler = _Unpickler(stream, file, legacy=True)
     state = _state_dict(_unpickle(unpickler), file)
     keys = header()
@@ -291,25 +348,25 @@ def _read_legacy(data: bytes, file: str) -> OrderedDict:
     spans, position = {}, stream.tell()
     for key in keys:
         if key not in unpickler.roots:
-            raise InvalidHeader(f"storage {key!r} is listed but never referenced", file=file)
+            raise InvalidHeader(f"storage {shown(key)} is listed but never referenced", file=file)
         dtype, numel = unpickler.roots[key]
         if position + 8 > len(data):
-            raise TruncatedFile(f"file ends before storage {key!r}", file=file,
+            raise TruncatedFile(f"file ends before storage {shown(key)}", file=file,
                                 tensor=owner.get(key))
         (count,) = struct.unpack_from("<q", data, position)
         if count != numel:
-            raise SizeMismatch(f"storage {key!r} holds {count} elements, the pickle says "
+            raise SizeMismatch(f"storage {shown(key)} holds {count} elements, the pickle says "
                                f"{numel}", file=file, tensor=owner.get(key))
         start, position = position + 8, position + 8 + count * dtype.itemsize
         if position > len(data):
-            raise TruncatedFile(f"file truncated: storage {key!r} needs bytes [{start}, "
+            raise TruncatedFile(f"file truncated: storage {shown(key)} needs bytes [{start}, "
                                 f"{position}) of a {len(data)}-byte file", file=file,
                                 tensor=owner.get(key))
         spans[key] = start
 
     def fetch(key: str, tensor: str):
         if key not in spans:
-            raise InvalidHeader(f"storage {key!r} is missing from the file's storage list",
+            raise InvalidHeader(f"storage {shown(key)} is missing from the file's storage list",
                                 file=file, tensor=tensor)
         dtype, numel = unpickler.roots[key]
         return memoryview(data)[spans[key]:spans[key] + numel * dtype.itemsize]
@@ -329,6 +386,8 @@ def read_pth_arrays(path_or_bytes, *, name: str | None = None) -> OrderedDict:
             handle = open(path_or_bytes, "rb")
         except FileNotFoundError:
             raise SourceNotFound("no such file", file=file) from None
+        except (OSError, ValueError) as e:      # a directory, a NUL in the name...
+            raise FetchError(f"cannot open: {getattr(e, 'strerror', None) or e}", file=file) from None
         data = handle.read(4)
     try:
         if data[:4] in (b"PK\x03\x04", b"PK\x05\x06"):

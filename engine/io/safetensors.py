@@ -25,6 +25,7 @@ from .. import dtypes
 from ..errors import (HeaderTooLarge, InvalidHeader, InvalidOffsets, MissingShard,
                       MissingTensor, SizeMismatch, TruncatedFile, UnknownDtype)
 from ..tensor import Tensor, _from_raw
+from ..untrusted import checked_name, checked_shape, load_json, shown
 from .sources import ByteSource, SourceNotFound, is_url, open_source
 
 MAX_HEADER_BYTES = 100_000_000        # the limit the reference implementation enforces
@@ -42,18 +43,9 @@ class TensorInfo:
     file: str
 
 
-def _no_duplicate_keys(pairs):
-    keys = [k for k, _ in pairs]
-    if len(set(keys)) != len(keys):
-        raise ValueError(f"duplicate key {next(k for k in keys if keys.count(k) > 1)!r}")
-    return dict(pairs)
-
-
 def _parse_json(data, file: str, what: str):
-    try:
-        return json.loads(bytes(data).decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise InvalidHeader(f"{what} is not valid UTF-8 JSON: {e}", file=file) from None
+    """A header or index: JSON as engine.untrusted.load_json bounds it, keys unique."""
+    return load_json(data, lambda message: InvalidHeader(message, file=file), what=what, unique_keys=True)
 
 
 def _is_index_list(value, length: int | None = None) -> bool:
@@ -70,15 +62,13 @@ def _parse_entry(name: str, entry, file: str):
         raise InvalidHeader(f"header entry lacks {', '.join(missing)}", file=file, tensor=name)
     code, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     if not isinstance(code, str):
-        raise InvalidHeader(f"dtype must be a string, got {code!r}", file=file, tensor=name)
+        raise InvalidHeader(f"dtype must be a string, got {shown(code)}", file=file, tensor=name)
     if code not in dtypes.BY_SAFETENSORS:
-        raise UnknownDtype(f"unsupported dtype {code!r}; supported: "
+        raise UnknownDtype(f"unsupported dtype {shown(code)}; supported: "
                            f"{', '.join(dtypes.BY_SAFETENSORS)}", file=file, tensor=name)
-    if not _is_index_list(shape):
-        raise InvalidHeader(f"shape must be a list of non-negative ints, got {shape!r}",
-                            file=file, tensor=name)
+    shape = checked_shape(shape, lambda message: InvalidHeader(message, file=file, tensor=name))
     if not _is_index_list(offsets, 2):
-        raise InvalidHeader(f"data_offsets must be two non-negative ints, got {offsets!r}",
+        raise InvalidHeader(f"data_offsets must be two non-negative ints, got {shown(offsets)}",
                             file=file, tensor=name)
     dtype, (begin, end) = dtypes.BY_SAFETENSORS[code], offsets
     if begin > end:
@@ -87,8 +77,8 @@ def _parse_entry(name: str, entry, file: str):
     nbytes = math.prod(shape) * dtype.itemsize
     if end - begin != nbytes:
         raise SizeMismatch(f"data_offsets [{begin}, {end}] hold {end - begin} bytes but shape "
-                           f"{shape} of {code} needs {nbytes}", file=file, tensor=name)
-    return dtype, tuple(shape), begin, end
+                           f"{list(shape)} of {code} needs {nbytes}", file=file, tensor=name)
+    return dtype, shape, begin, end
 
 
 def _check_layout(spans: list[tuple[int, int, str]], data_len: int, file: str) -> None:
@@ -235,13 +225,6 @@ class SafetensorsFile(_SingleFile):
         self.metadata, self._infos = read_header(self.source)
 
 
-def _safe_shard_name(filename) -> bool:
-    """Shards live beside the index; refuse names that climb out of it."""
-    return (isinstance(filename, str) and filename != "" and not filename.startswith("/")
-            and "\\" not in filename and ":" not in filename
-            and ".." not in filename.split("/"))
-
-
 class ShardedSafetensors(_LazyWeights):
     """Shards listed by a HF-style index, as one lazy Mapping; shards open on first use."""
 
@@ -263,10 +246,9 @@ class ShardedSafetensors(_LazyWeights):
         self.metadata = doc.get("metadata") or {}
         if not isinstance(self.metadata, dict):
             raise InvalidHeader('index "metadata" must be an object', file=self.name)
-        for tensor, filename in doc["weight_map"].items():
-            if not _safe_shard_name(filename):
-                raise InvalidHeader(f"bad shard file name {filename!r}", file=self.name,
-                                    tensor=tensor)
+        for tensor, filename in doc["weight_map"].items():   # shards lie beside the index
+            checked_name(filename, lambda message: InvalidHeader(message, file=self.name, tensor=tensor),
+                         "shard file name")
         self.weight_map: dict[str, str] = doc["weight_map"]
         self._shards: dict[str, SafetensorsFile] = {}
 

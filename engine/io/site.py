@@ -19,12 +19,12 @@ they are wanted (`fetch_model` does the same and prefetches them all). Natively,
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
 
 from .. import dtypes as D
-from ..errors import IntegrityError, InvalidHeader, SourceNotFound, TruncatedFile
+from ..errors import IntegrityError, InvalidHeader, TruncatedFile
+from ..untrusted import load_json, shown
 from .checkpoint import Checkpoint
 from .gguf import GGUFFile
 from .manifest import _key_prefix, cache_key, check_manifest, gguf_parts
@@ -61,8 +61,9 @@ class _Overlay:
         return self.tables[name] if name in self.tables else self.tensors[name]
 
 
-def row_blocks(entry: dict, name: str, where: str) -> tuple[int, list[str]]:
-    """(block_rows, sha256 per block) of a row table's manifest entry, checked."""
+def row_blocks(entry: dict, name: str, where: str) -> tuple[D.DType, int, list[str]]:
+    """(stored dtype, block_rows, sha256 per block) of a row table's manifest entry, checked: the
+    rows are fetched and gathered by these numbers, so they must agree with its byte count."""
     rows = entry.get("rows")
     shape = entry.get("shape")
     if not (isinstance(rows, dict) and type(rows.get("block_rows")) is int and rows["block_rows"] > 0
@@ -70,11 +71,19 @@ def row_blocks(entry: dict, name: str, where: str) -> tuple[int, list[str]]:
             and all(type(n) is int and n > 0 for n in shape)):
         raise InvalidHeader('manifest row table needs "shape" (2 positive ints) and "rows": '
                             '{"block_rows", "sha256": [...]}', file=where, tensor=name)
+    dtype = D.BY_SAFETENSORS.get(entry.get("dtype"))
+    if dtype is None:
+        raise InvalidHeader(f"manifest row table has unknown dtype {shown(entry.get('dtype'))}", file=where,
+                            tensor=name)
+    if shape[0] * shape[1] * dtype.itemsize != entry["nbytes"]:
+        raise InvalidHeader(f"manifest row table of shape {shape} {dtype.name} needs "
+                            f"{shape[0] * shape[1] * dtype.itemsize} bytes, its entry says {entry['nbytes']}",
+                            file=where, tensor=name)
     block_rows, shas = rows["block_rows"], rows["sha256"]
     if len(shas) != -(-shape[0] // block_rows):
         raise InvalidHeader(f"manifest row table has {len(shas)} block hashes for {shape[0]} rows in blocks "
                             f"of {block_rows}", file=where, tensor=name)
-    return block_rows, shas
+    return dtype, block_rows, shas
 
 
 def _row_fetcher(loader: _Loader, url: str, name: str, entry: dict, block_rows: int, shas: list[str],
@@ -213,11 +222,7 @@ async def fetch_model(folder: str, *, transport, cache=None, progress=None, mani
     tables = {}
     for name in row_names:
         entry = tensors[name]
-        block_rows, shas = row_blocks(entry, name, folder + MANIFEST_NAME)
-        dtype = D.BY_SAFETENSORS.get(entry.get("dtype"))
-        if dtype is None:
-            raise InvalidHeader(f"manifest row table has unknown dtype {entry.get('dtype')!r}",
-                                file=folder + MANIFEST_NAME, tensor=name)
+        dtype, block_rows, shas = row_blocks(entry, name, folder + MANIFEST_NAME)
         tables[name] = RowTable(name, tuple(entry["shape"]), dtype, block_rows,
                                 _row_fetcher(loader, folder + entry["file"], name, entry, block_rows, shas,
                                              manifest["files"].get(entry["file"], {}).get("size")))
@@ -262,12 +267,10 @@ def open_gguf_folder(location) -> GGUFFile:
     manifest; the sha256s are the page's business)."""
     path = Path(location)
     manifest_path = path / MANIFEST_NAME if path.is_dir() else path
-    try:
-        manifest = json.loads(manifest_path.read_bytes())
-    except FileNotFoundError:
-        raise SourceNotFound("no such file", file=str(manifest_path)) from None
-    except ValueError as e:
-        raise InvalidHeader(f"manifest is not valid JSON: {e}", file=str(manifest_path)) from None
+    with FileSource(manifest_path) as source:
+        data = source.read(0, source.size())
+    manifest = load_json(data, lambda message: InvalidHeader(message, file=str(manifest_path)), what="manifest",
+                         unique_keys=True)
     check_manifest(manifest, str(manifest_path))
     if manifest.get("container") != "gguf":
         raise InvalidHeader("the manifest describes no GGUF (\"container\": \"gguf\")", file=str(manifest_path))

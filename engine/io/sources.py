@@ -119,6 +119,10 @@ class FileSource(ByteSource):
             file = open(self.path, "rb")
         except FileNotFoundError:
             raise SourceNotFound("no such file", file=self.path) from None
+        except OSError as e:               # a directory, no permission, a name too long...
+            raise FetchError(f"cannot open: {e.strerror or e}", file=self.path) from None
+        except ValueError:                 # NUL in the path, or text the file system cannot encode
+            raise FetchError("not a usable file name", file=self.path) from None
         self._size = os.fstat(file.fileno()).st_size
         self._view = None
         self._map = None

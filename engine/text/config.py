@@ -11,6 +11,7 @@ from typing import Any, Callable
 from ..errors import TokenizerError
 
 _REQUIRED = object()
+U32_MAX = (1 << 32) - 1          # ids and type ids are u32 in the reference, and must fit NumPy's int64
 _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", list: "a list",
                dict: "an object", float: "a number", type(None): "null"}
 
@@ -33,15 +34,17 @@ class Section:
     def error(self, message: str, key: str | int | None = None) -> TokenizerError:
         return TokenizerError(message, file=self.file, field=self.where(key))
 
-    def get(self, key: str, kinds: type | tuple = object, default: Any = _REQUIRED) -> Any:
-        """data[key], checked to be of `kinds`; `default` when absent (absent and no default: an error)."""
+    def get(self, key: str, kinds: type | tuple = object, default: Any = _REQUIRED, *,
+            at_most: int | None = None) -> Any:
+        """data[key], checked to be of `kinds`; `default` when absent (absent and no default: an error).
+        With `at_most`, an integer must lie in [0, at_most]."""
         if key not in self.data:
             if default is _REQUIRED:
                 raise self.error("missing field", key)
             return default
-        return self.check(self.data[key], kinds, key)
+        return self.check(self.data[key], kinds, key, at_most=at_most)
 
-    def check(self, value: Any, kinds: type | tuple, key: str | int) -> Any:
+    def check(self, value: Any, kinds: type | tuple, key: str | int, *, at_most: int | None = None) -> Any:
         kinds = kinds if isinstance(kinds, tuple) else (kinds,)
         if object in kinds:
             return value
@@ -51,12 +54,19 @@ class Section:
         if not ok:
             wanted = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
             raise self.error(f"expected {wanted}, got {_TYPE_NAMES.get(type(value), type(value).__name__)}", key)
+        if at_most is not None and type(value) is int and not 0 <= value <= at_most:
+            raise self.error(f"must not be negative, got {value}" if value < 0 else
+                             f"must be at most {at_most}, got {value}", key)
         return value
 
     def section(self, key: str, optional: bool = False) -> Section | None:
         """The object at data[key] as a Section (None for null or, if optional, absent)."""
         value = self.get(key, (dict, type(None)), None if optional else _REQUIRED)
         return None if value is None else Section(value, self.where(key), self.file)
+
+    def required_section(self, key: str) -> Section:
+        """The object at data[key] as a Section: absent, null or anything else is an error."""
+        return Section(self.get(key, dict), self.where(key), self.file)
 
     def sections(self, key: str) -> list[Section]:
         """The list of objects at data[key], each as a Section."""

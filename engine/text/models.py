@@ -25,8 +25,9 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict
 
-from .config import Registry, Section
+from .config import U32_MAX, Registry, Section
 from ..errors import TokenizerError
+from ..untrusted import shown
 
 MODELS = Registry("model")
 
@@ -36,8 +37,9 @@ CACHE_WORDS = 20_000
 def read_vocab(s: Section, key: str = "vocab") -> dict[str, int]:
     vocab = s.get(key, dict)
     for token, i in vocab.items():
-        if type(i) is not int or i < 0:
-            raise s.error(f"the id of {token!r} must be a non-negative integer, got {i!r}", key)
+        if type(i) is not int or not 0 <= i <= U32_MAX:
+            raise s.error(f"the id of {shown(token)} must be a non-negative integer up to {U32_MAX}, got {shown(i)}",
+                          key)
     return vocab
 
 

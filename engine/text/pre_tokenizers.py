@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from re import _constants as _sre, _parser
 
 from . import unicode_tables
 from .config import Registry, Section, char_class, code_points
@@ -161,14 +162,16 @@ def char_set(ranges) -> str:
     return f"(?:[{_body(low)}]|{astral})" if low else astral
 
 
-def translate_regex(pattern: str) -> str:
+def translate_regex(pattern: str, *, skeleton: bool = False) -> str:
     r"""A regex written for the reference (Oniguruma, as in tokenizer.json "Split" patterns) as an
     equivalent Python `re` pattern. Character classes become explicit sets, \p{L}, \p{N} and \s
     taken from tables (Python's `re` has no \p, and its Unicode is not the reference's). What
     cannot be translated faithfully is refused (ValueError) rather than approximated: other
     Unicode classes, \d \w \b and the like (whose meaning differs between engines), anchors,
-    nested classes and class intersections."""
+    nested classes and class intersections. With `skeleton`, every class is written "." instead:
+    the pattern's structure without char_set's own (disjoint) alternatives."""
     out, i, n = [], 0, len(pattern)
+    char_set_or_dot = (lambda ranges: ".") if skeleton else char_set
 
     def escape(i: int) -> tuple[list, int]:
         """The escape at pattern[i] (a backslash): (the characters it stands for, as ranges; next i)."""
@@ -244,13 +247,13 @@ def translate_regex(pattern: str) -> str:
                     raise ValueError(f"bad range in a character class at {pattern[i - 1:after]!r}")
                 ranges, i = [(ranges[0][0], end[0][0])], after
             members += ranges
-        return char_set(_complement(members) if negated else members), i
+        return char_set_or_dot(_complement(members) if negated else members), i
 
     while i < n:
         c = pattern[i]
         if c == "\\":
             ranges, i = escape(i)
-            out.append(char_set(ranges) if len(ranges) != 1 or ranges[0][0] != ranges[0][1]
+            out.append(char_set_or_dot(ranges) if len(ranges) != 1 or ranges[0][0] != ranges[0][1]
                        else re.escape(chr(ranges[0][0])))
         elif c == "[":
             text, i = character_class(i)
@@ -266,10 +269,36 @@ def translate_regex(pattern: str) -> str:
     return "".join(out)
 
 
+# Python's `re` (3.11+) parses patterns with re._parser: its tree shows what a repetition repeats
+_REPEATS = (_sre.MAX_REPEAT, _sre.MIN_REPEAT, _sre.POSSESSIVE_REPEAT)
+
+
+def _check_backtracking(items, repeated: bool = False) -> None:
+    """Refuse a repetition of something that itself repeats or alternates, as in "(a+)+b" or
+    "(a|aa)*b": backtracking engines (Python's `re` and Oniguruma alike) take exponential time on
+    texts that almost match, and a tokenizer.json must not be able to hang the page that encodes
+    with it. Real split patterns (GPT-2's, Llama 3's, Qwen's...) repeat only characters and classes."""
+    for op, argument in items:
+        if op in _REPEATS:
+            if repeated:
+                raise ValueError("a repeated group holds another repetition (exponential backtracking)")
+            _check_backtracking(argument[2], repeated or argument[1] > 1)
+        elif op is _sre.BRANCH:
+            if repeated:
+                raise ValueError("a repeated group holds alternatives (exponential backtracking)")
+            for branch in argument[1]:
+                _check_backtracking(branch, repeated)
+        elif op is _sre.SUBPATTERN:
+            _check_backtracking(argument[3], repeated)
+        elif op in (_sre.ASSERT, _sre.ASSERT_NOT):
+            _check_backtracking(argument[1], repeated)
+
+
 def compile_regex(pattern: str, s: Section | None = None, key: str = "pattern") -> re.Pattern:
     try:
+        _check_backtracking(_parser.parse(translate_regex(pattern, skeleton=True)))
         return re.compile(translate_regex(pattern))
-    except (ValueError, re.error) as e:
+    except (ValueError, OverflowError, RecursionError, re.error) as e:    # Overflow: "a{4294967296}"
         message = f"cannot use the regex {pattern!r}: {e}"
         if s is None:
             raise ValueError(message) from None

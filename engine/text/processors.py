@@ -14,7 +14,7 @@ Facts taken from the reference (`tokenizers`, processors/template.rs, processors
 from __future__ import annotations
 
 from . import unicode_tables
-from .config import Registry, Section, code_points
+from .config import U32_MAX, Registry, Section, code_points
 from .encoding import Encoding
 from .pre_tokenizers import BYTE_CHARS
 
@@ -39,10 +39,10 @@ class TemplateProcessing:
         specials = s.section("special_tokens", optional=True)
         if specials is not None:
             for name in specials.data:
-                entry = specials.section(name)
+                entry = specials.required_section(name)
                 ids, tokens = entry.get("ids", list), entry.get("tokens", list)
                 for i, token_id in enumerate(ids):
-                    entry.check(token_id, int, f"ids[{i}]")
+                    entry.check(token_id, int, f"ids[{i}]", at_most=U32_MAX)
                 for i, token in enumerate(tokens):
                     entry.check(token, str, f"tokens[{i}]")
                 if len(ids) != len(tokens):
@@ -90,8 +90,8 @@ def _template(s: Section, key: str, special: dict, sequences: tuple) -> list[tup
         if len(piece.data) != 1 or next(iter(piece.data)) not in ("SpecialToken", "Sequence"):
             raise piece.error('expected {"SpecialToken": {...}} or {"Sequence": {...}}')
         kind = next(iter(piece.data))
-        body = piece.section(kind)
-        name, type_id = body.get("id", str), body.get("type_id", int, 0)
+        body = piece.required_section(kind)
+        name, type_id = body.get("id", str), body.get("type_id", int, 0, at_most=U32_MAX)
         if kind == "Sequence" and name not in sequences:
             raise body.error(f"sequence {name!r} in the {key} template (expected {' or '.join(sequences)})", "id")
         if kind == "SpecialToken" and name not in special:
@@ -106,8 +106,9 @@ class BertProcessing:
     def from_config(cls, s: Section) -> TemplateProcessing:
         def token(key):
             value = s.get(key, list)
-            if len(value) != 2 or not isinstance(value[0], str) or type(value[1]) is not int:
-                raise s.error('expected ["token", id]', key)
+            if len(value) != 2 or not isinstance(value[0], str) or type(value[1]) is not int \
+                    or not 0 <= value[1] <= U32_MAX:
+                raise s.error(f'expected ["token", id] with an id in [0, {U32_MAX}]', key)
             return value[0], value[1]
         return TemplateProcessing.bert(token("cls"), token("sep"))
 

@@ -15,13 +15,13 @@ decoders.py); the core here knows none of them by name.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import InputError, TokenizerError
+from ..untrusted import load_json
 from .added_tokens import AddedVocabulary
 from .chat import ChatTemplate
 from .config import Section
@@ -82,24 +82,18 @@ class Tokenizer:
     def from_file(cls, path) -> Tokenizer:
         try:
             data = Path(path).read_bytes()
-        except OSError as e:
-            raise TokenizerError(f"cannot read the tokenizer: {e.strerror or e}", file=path) from e
+        except (OSError, ValueError) as e:          # ValueError: a NUL in the path
+            raise TokenizerError(f"cannot read the tokenizer: {getattr(e, 'strerror', None) or e}", file=path) from e
         return cls.from_buffer(data, file=str(path))
 
     @classmethod
     def from_buffer(cls, data: bytes, file: str = "<buffer>") -> Tokenizer:
-        try:
-            text = bytes(data).decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise TokenizerError(f"not UTF-8 text (byte {e.start})", file=file) from e
-        return cls.from_str(text, file=file)
+        return cls.from_str(data, file=file)
 
     @classmethod
-    def from_str(cls, json_text: str, file: str = "<string>") -> Tokenizer:
-        try:
-            data = json.loads(json_text)
-        except json.JSONDecodeError as e:
-            raise TokenizerError(f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}", file=file) from e
+    def from_str(cls, json_text: str | bytes, file: str = "<string>") -> Tokenizer:
+        """The tokenizer of a tokenizer.json's text (str, or UTF-8 bytes)."""
+        data = load_json(json_text, lambda message: TokenizerError(message, file=file), what="the tokenizer")
         if not isinstance(data, dict):
             raise TokenizerError(f"expected a JSON object, got {type(data).__name__}", file=file)
         root = Section(data, "", file)

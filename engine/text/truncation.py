@@ -14,9 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InputError
-from .config import Section
+from ..untrusted import INT64_MAX, shown
+from .config import U32_MAX, Section
 from .encoding import Encoding
 
+# Padding to a fixed length (or a multiple) allocates that many tokens per text: a bigger number
+# in a tokenizer.json is refused rather than allocated (a million tokens is beyond what is padded to).
+MAX_PADDED_LENGTH = 1 << 20
 _STRATEGIES = {"LongestFirst": "longest_first", "OnlyFirst": "only_first", "OnlySecond": "only_second"}
 _DIRECTIONS = {"Right": "right", "Left": "left"}
 
@@ -101,11 +105,8 @@ def round_up(length: int, multiple: int | None) -> int:
 def read_truncation(s: Section | None) -> Truncation | None:
     if s is None:
         return None
-    t = Truncation(s.get("max_length", int), s.get("stride", int, 0),
-                   s.choice("strategy", _STRATEGIES, "longest_first"), s.choice("direction", _DIRECTIONS, "right"))
-    if t.max_length < 0 or t.stride < 0:
-        raise s.error("max_length and stride must not be negative", "max_length" if t.max_length < 0 else "stride")
-    return t
+    return Truncation(s.get("max_length", int, at_most=INT64_MAX), s.get("stride", int, 0, at_most=INT64_MAX),
+                      s.choice("strategy", _STRATEGIES, "longest_first"), s.choice("direction", _DIRECTIONS, "right"))
 
 
 def read_padding(s: Section | None) -> Padding | None:
@@ -114,10 +115,13 @@ def read_padding(s: Section | None) -> Padding | None:
     strategy = s.get("strategy", (str, dict), "BatchLongest")
     if strategy == "BatchLongest":
         length = None
-    elif isinstance(strategy, dict) and list(strategy) == ["Fixed"] and type(strategy["Fixed"]) is int:
+    elif isinstance(strategy, dict) and list(strategy) == ["Fixed"] and type(strategy["Fixed"]) is int \
+            and 0 <= strategy["Fixed"] <= MAX_PADDED_LENGTH:
         length = strategy["Fixed"]
     else:
-        raise s.error(f'expected "BatchLongest" or {{"Fixed": length}}, got {strategy!r}', "strategy")
-    return Padding(length, s.get("pad_to_multiple_of", (int, type(None)), None), s.get("pad_id", int, 0),
-                   s.get("pad_type_id", int, 0), s.get("pad_token", str, "[PAD]"),
+        raise s.error(f'expected "BatchLongest" or {{"Fixed": length}} with a length in [0, {MAX_PADDED_LENGTH}], '
+                      f'got {shown(strategy)}', "strategy")
+    return Padding(length, s.get("pad_to_multiple_of", (int, type(None)), None, at_most=MAX_PADDED_LENGTH),
+                   s.get("pad_id", int, 0, at_most=U32_MAX), s.get("pad_type_id", int, 0, at_most=U32_MAX),
+                   s.get("pad_token", str, "[PAD]"),
                    s.choice("direction", _DIRECTIONS, "right"))

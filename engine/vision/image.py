@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
+import re
 import struct
 import warnings
 import zlib
@@ -22,6 +24,7 @@ import zlib
 import numpy as np
 
 from ..errors import InputError
+from ..untrusted import shown
 
 __all__ = ["read_image", "image_size", "from_pillow", "to_float", "to_grayscale"]
 
@@ -32,7 +35,22 @@ _ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4),   # (x0, y0, d
           (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
 # JPEG start-of-frame markers; C4 (DHT), C8 (JPG) and CC (DAC) share the range but are not frames.
 _JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+_JPEG_MAX_STEPS = 1 << 16               # markers (and fill bytes) looked at before the frame header
 _WAVEFRONT_ELEMENTS = 1 << 24          # memory cap (elements) of one band in _unfilter_wavefront
+# None/Sub/Up rows: NumPy's running sum down columns is slow on wide arrays (~20 ns a byte) and a
+# NumPy call per row slow on millions of short ones (~1 us a row), so long rows go one call each,
+# short ones in chunks of about _EASY_ROWS_BYTES
+_WIDE_ROW_BYTES = 256
+_EASY_ROWS_BYTES = 1 << 22
+# Average and Paeth rows are undone one anti-diagonal per NumPy step (_unfilter_wavefront): about
+# 50 ns a byte plus 30 us a step (counted as 600 bytes), however short the diagonal. A photo, whose
+# data compresses 2-3x, costs about its raw bytes; a zlib bomb inflates 1000x, and one declaring a
+# narrow image of millions of rows takes a step per row (31 kB declaring 1 x 16,000,000 would run
+# for minutes). So this work may be 256 bytes per byte of compressed data, or _WAVEFRONT_FLOOR
+# (about a second) if that is more; beyond it the file is refused as too slow to decode here.
+_WAVEFRONT_STEP_BYTES = 600
+_WAVEFRONT_PER_BYTE = 256
+_WAVEFRONT_FLOOR = 1 << 25
 
 
 class _Bad(Exception):
@@ -156,16 +174,8 @@ def _header(f) -> tuple[int, int, str]:
         return width, abs(height), "BMP"                          # negative height: top-down rows
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP" and len(head) >= 30:
         return (*_webp_size(head), "WEBP")
-    if head.startswith(b"\x93NUMPY"):
-        f.seek(0)
-        try:
-            fmt = np.lib.format
-            read = fmt.read_array_header_1_0 if fmt.read_magic(f) == (1, 0) else fmt.read_array_header_2_0
-            shape = read(f)[0]
-        except (ValueError, OSError, EOFError) as e:
-            raise _Bad(f"corrupt .npy header ({e})") from None
-        if len(shape) not in (2, 3):
-            raise _Bad(f".npy array of shape {shape} is not an (H, W) or (H, W, C) image")
+    if head.startswith(_NPY_MAGIC):
+        shape = _npy_header(f)[0]
         return shape[1], shape[0], "NPY"
     if _pillow() is None:
         raise _Bad("not a recognised image (PNG, JPEG, GIF, BMP, WebP or .npy)")
@@ -188,14 +198,22 @@ def _read(f, n: int, what: str) -> bytes:
 
 
 def _jpeg_size(f) -> tuple[int, int]:
-    """Walk the marker segments up to the first start-of-frame; never reads scan data."""
+    """Walk the marker segments up to the first start-of-frame; never reads scan data. Files have
+    a few dozen markers before it; one of nothing but markers or fill bytes is refused after
+    _JPEG_MAX_STEPS of them rather than walked byte by byte to its end."""
     f.seek(2)
-    while True:
+    for _ in range(_JPEG_MAX_STEPS):
         marker, code = _read(f, 2, "JPEG (no frame header)")
         if marker != 0xFF:
             raise _Bad(f"corrupt JPEG (no marker at byte {f.tell() - 2})")
-        while code == 0xFF:                  # fill bytes may precede a marker
-            code = _read(f, 1, "JPEG (no frame header)")[0]
+        if code == 0xFF:                     # fill bytes may precede a marker
+            fill = f.read(_JPEG_MAX_STEPS)
+            rest = fill.lstrip(b"\xff")
+            if not rest:
+                raise _Bad("truncated JPEG (no frame header)" if len(fill) < _JPEG_MAX_STEPS
+                           else "corrupt JPEG (a run of fill bytes with no marker)")
+            f.seek(1 - len(rest), 1)         # just past the marker's code
+            code = rest[0]
         if code in (0x01, 0xD8) or 0xD0 <= code <= 0xD7:   # markers without a length
             continue
         if code in (0xD9, 0xDA):
@@ -207,6 +225,7 @@ def _jpeg_size(f) -> tuple[int, int]:
         if length < 2:
             raise _Bad("corrupt JPEG (segment length < 2)")
         f.seek(length - 2, 1)
+    raise _Bad(f"corrupt JPEG (no frame header in its first {_JPEG_MAX_STEPS} markers)")
 
 
 def _webp_size(head: bytes) -> tuple[int, int]:
@@ -274,16 +293,24 @@ def _decode_png(data: bytes, max_pixels: int) -> np.ndarray:
     shapes = [(-(-(height - y0) // dy), -(-(width - x0) // dx)) for x0, y0, dx, dy in passes]
     row_bytes = [(w * channels * depth + 7) // 8 for _, w in shapes]
     expected = sum(h * (1 + n) for (h, w), n in zip(shapes, row_bytes) if h and w)
+    compressed = sum(len(chunk) for chunk in idat)
     raw = _inflate(idat, expected)
 
     bytes_per_pixel = max(1, channels * depth // 8)      # filter unit; 1 for sub-byte depths
+    budget = max(_WAVEFRONT_FLOOR, _WAVEFRONT_PER_BYTE * compressed)
     img = np.empty((height, width, channels), np.uint16 if depth == 16 else np.uint8)
     pos = 0
     for (x0, y0, dx, dy), (h, w), n in zip(passes, shapes, row_bytes):
         if h and w:
             rows = raw[pos : pos + h * (n + 1)].reshape(h, n + 1)
             pos += h * (n + 1)
-            img[y0::dy, x0::dx] = _unpack(_unfilter(rows, bytes_per_pixel), w, channels, depth)
+            unfiltered, work = _unfilter(rows, bytes_per_pixel, budget)
+            if work > budget:
+                raise _Bad(f"PNG image data of {compressed} bytes declares {width}x{height} pixels whose Average/"
+                           f"Paeth filters would take too long to undo here (work {work}, at most {budget} for "
+                           f"data of this size: a zlib bomb?)")
+            budget -= work
+            img[y0::dy, x0::dx] = _unpack(unfiltered, w, channels, depth)
     return _png_to_8bit(img, colour, depth, palette, transparency)
 
 
@@ -304,45 +331,82 @@ def _inflate(chunks, expected: int) -> np.ndarray:
     return np.frombuffer(out, np.uint8)
 
 
-def _unfilter(rows: np.ndarray, bpp: int) -> np.ndarray:
-    """Undo per-row filters: rows (h, 1 + n) with the filter type first -> (h, n) bytes."""
-    types, data = rows[:, 0], rows[:, 1:]
+def _unfilter(rows: np.ndarray, bpp: int, budget: int) -> tuple[np.ndarray, int]:
+    """Undo per-row filters: rows (h, 1 + n) with the filter type first -> ((h, n) bytes, the
+    wavefront's work); past a `budget` of work it stops (unfinished) and says how much it needed."""
+    types, data = rows[:, 0].copy(), rows[:, 1:]
     if types.size and types.max() > 4:
         raise _Bad(f"corrupt PNG (unknown filter type {int(types.max())})")
+    # Where a filter's neighbours are all zero it is a simpler one: Paeth predicts from the row above
+    # alone in a one-pixel-wide image, and from the left alone in the first row
+    if data.shape[1] == bpp:
+        types[types == 4] = 2
+    if types.size and types[0] == 4:
+        types[0] = 1
     out = np.empty_like(data)
     # Average and Paeth need the left neighbour's result, so rows with them go through the
     # wavefront; encoders mix types row by row, so it takes every row from the first to the
-    # last such row (its cost is per band, not per row), the rest go row by row.
+    # last such row (its cost is per band, not per row), the rest go a chunk of rows at a time.
     hard = np.flatnonzero(types >= 3)
     lo, hi = (hard[0], hard[-1] + 1) if hard.size else (len(types), len(types))
-    _unfilter_rows(data, types, out, 0, lo, bpp)
+    zeros = np.zeros(data.shape[1], np.uint8)
+    _unfilter_rows(data[:lo], types[:lo], out[:lo], zeros, bpp)
+    work = 0
     if hard.size:
-        prev = out[lo - 1] if lo else np.zeros(data.shape[1], np.uint8)
-        out[lo:hi] = _unfilter_wavefront(data[lo:hi], types[lo:hi], prev, bpp)
-    _unfilter_rows(data, types, out, hi, len(types), bpp)
-    return out
+        band = _band_rows(hi - lo, data.shape[1] // bpp, bpp)
+        steps = -(-(hi - lo) // band) * (band + data.shape[1] // bpp + 1)
+        work = (hi - lo) * data.shape[1] + steps * _WAVEFRONT_STEP_BYTES
+        if work > budget:
+            return out, work
+        out[lo:hi] = _unfilter_wavefront(data[lo:hi], types[lo:hi], out[lo - 1] if lo else zeros, bpp, band)
+    _unfilter_rows(data[hi:], types[hi:], out[hi:], out[hi - 1] if hi else zeros, bpp)
+    return out, work
 
 
-def _unfilter_rows(data, types, out, lo, hi, bpp):
-    """None, Sub and Up rows, one vectorised row at a time."""
-    prev = out[lo - 1] if lo else np.zeros(data.shape[1], np.uint8)
-    for i in range(lo, hi):
-        if types[i] == 0:
-            out[i] = data[i]
-        elif types[i] == 1:                       # Sub: running sum per byte lane, mod 256
-            out[i] = np.cumsum(data[i].reshape(-1, bpp), axis=0, dtype=np.uint8).reshape(-1)
-        else:                                     # Up
-            out[i] = data[i] + prev
-        prev = out[i]
+def _unfilter_rows(data, types, out, prev, bpp):
+    """None, Sub and Up rows into `out`, `prev` being the row above the first. Sub is a running sum
+    along each row's byte lanes; Up adds the row above. All sums are mod 256 (uint8)."""
+    if data.shape[1] >= _WIDE_ROW_BYTES:           # few long rows: one NumPy call per row
+        for i, kind in enumerate(types):
+            if kind == 0:
+                out[i] = data[i]
+            elif kind == 1:
+                out[i] = np.cumsum(data[i].reshape(-1, bpp), axis=0, dtype=np.uint8).reshape(-1)
+            else:
+                np.add(data[i], prev, out=out[i])
+            prev = out[i]
+        return
+    # Many short rows (a zlib bomb can declare millions): no Python step per row. A run of Up rows
+    # is a running sum down the columns from the last row that is not Up (or from `prev`).
+    chunk = max(1, _EASY_ROWS_BYTES // max(1, data.shape[1]))
+    for start in range(0, len(types), chunk):
+        kinds, rows = types[start:start + chunk], data[start:start + chunk]
+        base = rows.copy()
+        sub = kinds == 1
+        if sub.any():
+            lanes = base[sub].reshape(int(sub.sum()), -1, bpp)
+            base[sub] = np.cumsum(lanes, axis=1, dtype=np.uint8).reshape(len(lanes), -1)
+        total = np.cumsum(base, axis=0, dtype=np.uint8)                     # (h, n)
+        restart = np.maximum.accumulate(np.where(kinds != 2, np.arange(len(kinds)), -1))
+        before = np.concatenate([np.zeros((1, rows.shape[1]), np.uint8), total])
+        result = total - before[np.maximum(restart, 0)]
+        result[restart < 0] += prev
+        out[start:start + chunk] = result
+        if len(result):
+            prev = result[-1]
 
 
-def _unfilter_wavefront(data: np.ndarray, types: np.ndarray, prev: np.ndarray, bpp: int) -> np.ndarray:
+def _band_rows(m: int, cols: int, bpp: int) -> int:
+    """Rows per band of the wavefront: its diagonal-major copies hold about _WAVEFRONT_ELEMENTS."""
+    band = int((-cols + (cols * cols + 4 * _WAVEFRONT_ELEMENTS / bpp) ** 0.5) / 2)
+    return max(1, min(m, band))
+
+
+def _unfilter_wavefront(data: np.ndarray, types: np.ndarray, prev: np.ndarray, bpp: int, band: int) -> np.ndarray:
     """Pixel (r, c) needs (r, c-1), (r-1, c) and (r-1, c-1), so all pixels with equal r + c
     are independent: each anti-diagonal is one vectorised step. Bands of rows bound the
     memory of the diagonal-major copies."""
     m, cols = len(data), data.shape[1] // bpp
-    band = int((-cols + (cols * cols + 4 * _WAVEFRONT_ELEMENTS / bpp) ** 0.5) / 2)
-    band = max(1, min(m, band))
     out = np.empty_like(data)
     for b0 in range(0, m, band):
         nb = min(band, m - b0)
@@ -373,15 +437,17 @@ def _unfilter_wavefront(data: np.ndarray, types: np.ndarray, prev: np.ndarray, b
 
 
 def _unpack(data: np.ndarray, width: int, channels: int, depth: int) -> np.ndarray:
-    """(h, n) unfiltered bytes -> (h, width, channels) samples (uint16 for 16-bit)."""
+    """(h, n) unfiltered bytes -> (h, width, channels) samples (uint16 for 16-bit), in as much
+    memory as the samples themselves."""
     h = data.shape[0]
     if depth == 8:
         return data.reshape(h, width, channels)
     if depth == 16:
-        pairs = data.reshape(h, width * channels, 2).astype(np.uint16)
-        return ((pairs[..., 0] << 8) | pairs[..., 1]).reshape(h, width, channels)
-    bits = np.unpackbits(data, axis=1)[:, : width * depth].reshape(h, width, depth)
-    return (bits @ (1 << np.arange(depth - 1, -1, -1))).astype(np.uint8)[..., None]
+        return data.view(">u2").reshape(h, width, channels).astype(np.uint16)
+    # 1, 2 or 4 bits (gray or palette, one channel), most significant first in each byte
+    shifts = np.arange(8 - depth, -1, -depth, dtype=np.uint8)                  # (8 / depth,)
+    samples = (data[:, :, None] >> shifts) & np.uint8((1 << depth) - 1)       # (h, n, 8 / depth)
+    return samples.reshape(h, -1)[:, :width, None]
 
 
 def _png_to_8bit(img, colour, depth, palette, transparency) -> np.ndarray:
@@ -410,18 +476,77 @@ def _png_to_8bit(img, colour, depth, palette, transparency) -> np.ndarray:
 
 # --- .npy and Pillow ---------------------------------------------------------------------
 
+_NPY_MAGIC = b"\x93NUMPY"
+_NPY_MAX_HEADER = 10_000        # NumPy's own default limit; it writes about 128 bytes
+_NPY_VERSIONS = {(1, 0): 2, (2, 0): 4, (3, 0): 4}     # version -> bytes of the header length
+# the header is a Python dict literal: {'descr': '<u1', 'fortran_order': False, 'shape': (3, 4), }
+_NPY_ENTRY = re.compile(r"""\s*['"](\w+)['"]\s*:\s*('[^']*'|"[^"]*"|True|False|\([0-9L,\s]*\))\s*""")
+_NPY_DTYPE = re.compile(r"[<>|=]?(b1|u1|i1|[ui][248]|f[248])")      # bool, integers, floats
+
+
+def _npy_header(f) -> tuple[tuple[int, ...], np.dtype, bool, int]:
+    """(shape, dtype, fortran_order, data offset) of an .npy file.
+
+    Read here rather than by NumPy, whose reader allocates the header length a file states before
+    checking it (4 GB from a 4-byte field) and evaluates the header with Python's parser, which
+    some texts drive to TokenError, RecursionError or MemoryError. The format: the magic, a
+    version, a 2- or 4-byte little-endian header length, the dict literal, the data."""
+    f.seek(0)
+    prefix = f.read(12)
+    version = tuple(prefix[6:8])
+    if version not in _NPY_VERSIONS:
+        raise _Bad(f"unsupported .npy version {'.'.join(map(str, version)) or '(none)'}")
+    size = _NPY_VERSIONS[version]
+    if len(prefix) < 8 + size:
+        raise _Bad("truncated .npy header")
+    length = int.from_bytes(prefix[8:8 + size], "little")
+    if length > _NPY_MAX_HEADER:
+        raise _Bad(f".npy header length {length} is over {_NPY_MAX_HEADER} bytes")
+    f.seek(8 + size)
+    raw = f.read(length)
+    if len(raw) < length:
+        raise _Bad("truncated .npy header")
+    text = raw.decode("utf-8" if version == (3, 0) else "latin-1", "replace").strip()
+    inner = text[1:-1] if text[:1] == "{" and text[-1:] == "}" else ""
+    entries, pos = {}, 0
+    while (match := _NPY_ENTRY.match(inner, pos)) is not None:      # 'key': value, ...
+        entries[match[1]] = match[2]
+        pos = match.end() + inner.startswith(",", match.end())
+    if inner[pos:].strip() or entries.keys() != {"descr", "fortran_order", "shape"}:
+        raise _Bad("corrupt .npy header (expected {'descr': ..., 'fortran_order': ..., 'shape': (...)})")
+    descr = entries["descr"][1:-1]
+    if _NPY_DTYPE.fullmatch(descr) is None:
+        raise _Bad(f".npy dtype {shown(descr)} is not bool, an integer or a float")
+    if entries["fortran_order"] not in ("True", "False"):
+        raise _Bad(f"corrupt .npy header (fortran_order {shown(entries['fortran_order'])})")
+    dims = [d.strip().rstrip("L") for d in entries["shape"][1:-1].split(",")]
+    if dims and dims[-1] == "":
+        dims.pop()                                   # "(3,)"
+    if not all(d.isascii() and d.isdigit() and len(d) <= 18 for d in dims):
+        raise _Bad(f"corrupt .npy shape {shown(entries['shape'])}")
+    shape = tuple(int(d) for d in dims)
+    if len(shape) not in (2, 3):
+        raise _Bad(f".npy array of shape {shape} is not an (H, W) or (H, W, C) image")
+    return shape, np.dtype(descr), entries["fortran_order"] == "True", 8 + size + length
+
+
 def _decode_npy(f) -> np.ndarray:
     """uint8 as is; bool as 0/255; other integers in 0..255; floats in [0, 1] scaled by 255."""
-    try:
-        arr = np.load(f, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as e:
-        raise _Bad(f"cannot read .npy ({e})") from None
+    shape, dtype, fortran, offset = _npy_header(f)
+    if len(shape) == 3 and not 1 <= shape[2] <= 4:
+        raise _Bad(f".npy array of shape {shape} is not (H, W) or (H, W, C) with C in 1..4")
+    count = math.prod(shape)
+    available = f.seek(0, io.SEEK_END) - offset
+    if count * dtype.itemsize > available:           # before reading: read(n) allocates n bytes
+        raise _Bad(f".npy data truncated: shape {shape} of {dtype} needs {count * dtype.itemsize} bytes, "
+                   f"the file has {max(available, 0)}")
+    f.seek(offset)
+    data = f.read(count * dtype.itemsize)
+    arr = np.frombuffer(data, dtype, count).reshape(shape, order="F" if fortran else "C")
     if arr.ndim == 2:
         arr = arr[:, :, None]
-    if arr.ndim != 3 or not 1 <= arr.shape[2] <= 4:
-        raise _Bad(f".npy array of shape {arr.shape} is not (H, W) or (H, W, C) with C in 1..4")
     if arr.dtype == np.uint8:
-        return arr
+        return np.ascontiguousarray(arr)
     if arr.dtype == np.bool_:
         return arr.astype(np.uint8) * np.uint8(255)
     if arr.dtype.kind in "iu" and arr.min() >= 0 and arr.max() <= 255:

