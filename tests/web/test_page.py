@@ -216,8 +216,9 @@ def test_phone_layout(dev_server, session_factory):
 def test_bench_page_runs(dev_server, session_factory):
     s = session_factory(dev_server.url)
     # MiniLM on SwiftShader's emulated GPU alone took 4 minutes: its webgpu case runs in
-    # tests/web/test_sentences_card.py; the chat section with a short answer
-    page = s.open("bench.html?repeat=3&minilm=simd&llm=1&peer=1&tokens=8", ready=False)
+    # tests/web/test_sentences_card.py; the quantized-linear section alone runs in
+    # tests/web/test_quantized_page.py; the chat section with a short answer
+    page = s.open("bench.html?repeat=3&qlinear=0&minilm=simd&llm=1&peer=1&tokens=8", ready=False)
     page.wait_for_function("document.body.dataset.done === 'true'", timeout=400_000)
     results = json.loads(page.text_content("[data-testid=bench-results]"))
     assert "error" not in results, results
@@ -231,7 +232,7 @@ def test_bench_page_runs(dev_server, session_factory):
     assert peer["prefill_tok_s"] > 0 and peer["decode_tok_s"] > 0 and peer["answer_start"].startswith("The capital")
     table = page.text_content("[data-testid=llm-table]")
     assert "decode" in table and "llama.cpp" in table and "this run" in table
-    assert set(results["sections_ms"]) == {"gemm", "ops", "qlinear", "mnist", "effnet", "minilm", "llm"}
+    assert set(results["sections_ms"]) == {"gemm", "ops", "mnist", "effnet", "minilm", "llm"}
     assert set(results["cold_start_ms"]) >= {"pyodide_ms", "numpy_ms", "engine_ms", "weights_ms", "total"}
     assert results["mnist"]["numpy"]["batch1_ms"] > 0
     assert results["weights"]["network_bytes"] > 0
