@@ -49,3 +49,14 @@ def need(condition: bool, why: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{why} (CI must provide it: see scripts/test.sh)")
     pytest.skip(why)
+
+
+def range_reply(data: bytes, start: int | None, end: int | None) -> tuple[int, dict, bytes]:
+    """(status, headers, body) of a host that honours Range, for bytes [start, end) of `data`
+    (the whole file when start is None): what in-memory fake transports answer."""
+    if start is None:
+        return 200, {}, data
+    if start >= len(data):
+        return 416, {"content-range": f"bytes */{len(data)}"}, b""
+    last = min(end, len(data)) - 1
+    return 206, {"content-range": f"bytes {start}-{last}/{len(data)}"}, data[start:last + 1]

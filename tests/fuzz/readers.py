@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from engine.errors import InputError, TokenizerError, WeightsError
+from tests.helpers import range_reply
 
 SEEDS = Path(__file__).resolve().parent / "seeds"
 BASE = "https://fuzz.invalid/models/toy/"        # where the manifest reader's site lives
@@ -124,12 +125,7 @@ class FolderTransport:
         if "\0" in name or not path.is_file():
             return 404, {}, b""
         data = path.read_bytes()
-        if start is None:
-            return 200, {}, data
-        if start >= len(data):
-            return 416, {"content-range": f"bytes */{len(data)}"}, b""
-        last = min(end, len(data)) - 1
-        return 206, {"content-range": f"bytes {start}-{last}/{len(data)}"}, data[start:last + 1]
+        return range_reply(data, start, end)
 
 
 async def _no_sleep(seconds):

@@ -21,6 +21,7 @@ from engine.io.remote import (HEAD_BYTES, PrefetchedSource, UrllibTransport, fet
                               fetch_safetensors)
 from engine.io.safetensors import (SafetensorsFile, ShardedSafetensors, load_safetensors,
                                    save_safetensors)
+from tests.helpers import range_reply
 
 BASE = "https://site.test/w/"
 INDEX = "model.safetensors.index.json"
@@ -93,12 +94,7 @@ class FakeTransport:
         data = self.files.get(name)
         if data is None:
             return 404, {}, b""
-        if start is None:
-            return 200, {}, data
-        if start >= len(data):
-            return 416, {"content-range": f"bytes */{len(data)}"}, b""
-        last = min(end, len(data)) - 1
-        return 206, {"content-range": f"bytes {start}-{last}/{len(data)}"}, data[start:last + 1]
+        return range_reply(data, start, end)
 
     def requested(self):
         return sorted({name for name, _, _ in self.calls})
