@@ -13,11 +13,11 @@ import io
 import math
 import os
 import struct
-import zipfile
 
 import numpy as np
 
 from .errors import InvalidHeader, SourceNotFound, TruncatedFile
+from .untrusted import checked_shape, shown
 
 LONG_STRING = 200          # strings longer than this are cut, with their length
 LONG_LIST = 16             # lists longer than this become "[N items: first, ... ]"
@@ -149,17 +149,7 @@ def _pth_state(path: str):
     with open(path, "rb") as handle:
         if handle.read(4) in _ZIP_MAGICS:
             handle.seek(0)
-            try:
-                archive = zipfile.ZipFile(handle)
-                pickles = sorted(n for n in archive.namelist()
-                                 if n.endswith("/data.pkl") and n.count("/") == 1)
-                if len(pickles) != 1:
-                    raise InvalidHeader(f"zip archive has {len(pickles)} top-level */data.pkl "
-                                        f"entries, expected one (is it a torch checkpoint?)",
-                                        file=path)
-                data = archive.read(pickles[0])
-            except (zipfile.BadZipFile, EOFError, ValueError) as e:
-                raise TruncatedFile(f"zip archive is truncated or corrupt: {e}", file=path) from None
+            _, _, data = pth._zip_pickle(handle, path)
             unpickler = pth._Unpickler(io.BytesIO(data), path, legacy=False)
             return pth._state_dict(pth._unpickle(unpickler), path), "zip"
         handle.seek(0)
@@ -186,9 +176,11 @@ def _inspect_pth(path: str):
     tensors = []
     for name, ref in dict.items(state):
         storage, size = ref.storage, ref.size
-        if not isinstance(storage, pth._StorageRef) or not pth._is_index_tuple(size):
-            raise InvalidHeader(f"malformed tensor: storage {storage!r:.50}, size {size!r:.100}",
+        if not isinstance(storage, pth._StorageRef) or not isinstance(size, tuple):
+            raise InvalidHeader(f"malformed tensor: storage {shown(storage, 50)}, size {shown(size)}",
                                 file=path, tensor=name)
+        size = checked_shape(size, lambda message: InvalidHeader(f"malformed tensor: {message}", file=path,
+                                                                 tensor=name), "size")
         tensors.append(_tensor(name, storage.dtype.name, size,
                                math.prod(size) * storage.dtype.itemsize))
     return tensors, {}, {"layout": layout}

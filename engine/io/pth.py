@@ -272,28 +272,33 @@ def _read_entry(archive: zipfile.ZipFile, entry: str, limit: int, file: str, ten
                             tensor=tensor) from None
 
 
-def _read_zip(file_object, file: str) -> OrderedDict:
+def _zip_pickle(file_object, file: str) -> tuple[zipfile.ZipFile, str, bytes]:
+    """(archive, entry prefix "<name>/", data.pkl's bytes) of a torch zip checkpoint: one top-level
+    data.pkl, read within MAX_PICKLE_BYTES (the reader and `engine inspect` both start here)."""
     try:
         archive = zipfile.ZipFile(file_object)
     except _ZIP_ERRORS as e:
         raise TruncatedFile(f"zip archive is truncated or corrupt: {type(e).__name__}: {e}", file=file) from None
-    names = set(archive.namelist())
-    pickles = sorted(n for n in names if n.endswith("/data.pkl") and n.count("/") == 1)
+    pickles = sorted(n for n in archive.namelist() if n.endswith("/data.pkl") and n.count("/") == 1)
     if len(pickles) != 1:
         raise InvalidHeader(f"zip archive has {len(pickles)} top-level */data.pkl entries, "
                             f"expected one (is it a torch checkpoint?)", file=file)
-    prefix = pickles[0][:-len("data.pkl")]
+    pickled = _read_entry(archive, pickles[0], MAX_PICKLE_BYTES + 1, file)
+    if len(pickled) > MAX_PICKLE_BYTES:
+        raise InvalidHeader(f"{pickles[0]} is over {MAX_PICKLE_BYTES} bytes; a checkpoint's is kilobytes",
+                            file=file)
+    return archive, pickles[0][:-len("data.pkl")], pickled
 
+
+def _read_zip(file_object, file: str) -> OrderedDict:
+    archive, prefix, pickled = _zip_pickle(file_object, file)
+    names = set(archive.namelist())
     order = "<"
     if prefix + "byteorder" in names:
         byteorder = _read_entry(archive, prefix + "byteorder", 16, file).strip()
         if byteorder not in (b"little", b"big"):
             raise InvalidHeader(f"unknown byteorder {byteorder!r:.50}", file=file)
         order = "<" if byteorder == b"little" else ">"
-    pickled = _read_entry(archive, pickles[0], MAX_PICKLE_BYTES + 1, file)
-    if len(pickled) > MAX_PICKLE_BYTES:
-        raise InvalidHeader(f"{pickles[0]} is over {MAX_PICKLE_BYTES} bytes; a checkpoint's is kilobytes",
-                            file=file)
     unpickler = _Unpickler(io.BytesIO(pickled), file, legacy=False)
     state = _state_dict(_unpickle(unpickler), file)
 
