@@ -8,7 +8,10 @@ Range requests, so this serves files itself:
   file with 200 (RFC 9110 lets a server ignore Range);
 - HEAD, ETag with If-None-Match (304), `Cache-Control: no-cache` so rebuilds show;
 - MIME types a browser insists on (application/wasm, JavaScript for .mjs);
-- never compressed: byte ranges address the body as stored;
+- a build's precompressed copy (`<file>.gz`, buildtools/compress.py) with `Content-Encoding:
+  gzip` when the browser accepts gzip and asks for the whole file, as nginx's gzip_static does;
+  a Range request always gets the stored bytes (ranges address the body as stored), and
+  nothing is compressed on the fly;
 - cross-origin isolation headers (COOP/COEP/CORP) unless turned off;
 - no directory listings, no dot files, nothing outside the served folder.
 """
@@ -100,6 +103,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _common_headers(self) -> None:
         self.send_header("Accept-Ranges", "bytes")
+        self.send_header("Vary", "Accept-Encoding")     # a .gz beside the file may answer instead
         self.send_header("Cache-Control", "no-cache")
         self.send_header("X-Content-Type-Options", "nosniff")
         if self.isolation:
@@ -148,6 +152,10 @@ class Handler(BaseHTTPRequestHandler):
         except OSError:
             self._simple(HTTPStatus.NOT_FOUND, body)
             return
+        encoded = self._precompressed(full)
+        if encoded is not None:
+            f.close()
+            f = open(encoded, "rb")
         with f:
             st = os.fstat(f.fileno())
             size = st.st_size
@@ -170,6 +178,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_response(HTTPStatus.PARTIAL_CONTENT if wanted else HTTPStatus.OK)
             self._common_headers()
             self.send_header("Content-Type", content_type(full))
+            if encoded is not None:
+                self.send_header("Content-Encoding", "gzip")
             self.send_header("Content-Length", str(last - first + 1))
             if wanted:
                 self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
@@ -179,6 +189,17 @@ class Handler(BaseHTTPRequestHandler):
             if body and last >= first:
                 f.seek(first)
                 self._copy(f, last - first + 1)
+
+    def _precompressed(self, full: str) -> str | None:
+        """`full`.gz when the build made one, the client accepts gzip and wants the whole file."""
+        if self.headers.get("Range") or not os.path.isfile(full + ".gz"):
+            return None
+        for token in (self.headers.get("Accept-Encoding") or "").lower().split(","):
+            name, _, params = token.partition(";")
+            if name.strip() == "gzip":
+                refused = params.replace(" ", "") in ("q=0", "q=0.0", "q=0.00", "q=0.000")
+                return None if refused else full + ".gz"
+        return None
 
     @staticmethod
     def _matches(header: str | None, etag: str) -> bool:

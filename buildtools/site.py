@@ -6,6 +6,7 @@ dist/
     pyscript/                     @pyscript/core's dist/
     models/<name>/                sharded weights, index and manifest, or a GGUF (see convert.py)
     build-info.json               versions and download sizes, for the page's progress bars
+    **.gz                         precompressed copies of the runtime and page files (compress.py)
     .build-state.json             what the incremental build knows (not part of the site)
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from . import convert, runtime, wheel
+from . import compress, convert, runtime, wheel
 from .fetch import FetchFailed, npm_pack, pip_download
 from .steps import Builder, BuildError, Step
 
@@ -242,5 +243,10 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
     listing = _engine_registry().describe()
     b.run(Step("registry", {"registry": listing},
                lambda out: (out / "registry.json").write_text(json.dumps(listing, indent=1) + "\n")))
+    # last: the .gz copies of what the steps above made (compress.py says which files)
+    made = {rel: b.outputs(step)[rel] for rel, step in b.claimed.items()}
+    packed = compress.candidates(made)
+    b.run(Step("compress", {"files": {rel: made[rel]["sha256"] for rel in packed}, "code": _code(compress)},
+               lambda out: compress.write_compressed(out, b.dist, packed)))
     b.finish()
     return b

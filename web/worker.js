@@ -34,7 +34,10 @@ self.fetch = async (input, init) => {
   const match = STAGES.find(([re]) => re.test(new URL(url, BASE).pathname));
   if (!match || !response.ok || !response.body) return response;
   const stage = match[1];
-  const total = Number(response.headers.get("Content-Length")) || 0;
+  // an encoded body (the host sent the build's .gz) is counted decoded: its Content-Length is
+  // the encoded size, so the file's size is known only when it ends
+  const encoded = response.headers.get("Content-Encoding");
+  const total = encoded ? 0 : Number(response.headers.get("Content-Length")) || 0;
   let loaded = 0;
   const reader = response.body.getReader();
   const counted = new ReadableStream({
@@ -42,7 +45,7 @@ self.fetch = async (input, init) => {
       const { done, value } = await reader.read();
       if (done) { report(stage, url, total || loaded, total || loaded); controller.close(); return; }
       loaded += value.byteLength;
-      report(stage, url, loaded, total);
+      if (total) report(stage, url, loaded, total);
       controller.enqueue(value);
     },
     cancel(reason) { reader.cancel(reason); },

@@ -1,9 +1,11 @@
-"""The development server: Range, HEAD, ETag, MIME types, isolation headers, no escapes."""
+"""The development server: Range, HEAD, ETag, MIME types, isolation headers, precompressed
+files, no escapes."""
 import http.client
 import threading
 
 import pytest
 
+from buildtools.compress import gzip_bytes
 from buildtools.devserver import make_server, parse_range
 
 BODY = bytes(range(256)) * 4                  # 1024 bytes, every offset recognisable
@@ -21,6 +23,8 @@ def root(tmp_path_factory):
     for name in ("a.wasm", "a.mjs", "a.js", "a.whl", "a.safetensors", "a.json", "a.py", "a.css", "a.zip"):
         (site / name).write_bytes(b"x" * 10)
     (site / "sub" / "page.txt").write_text("in a folder")
+    (site / "runtime.js").write_bytes(b"x" * 2000)
+    (site / "runtime.js.gz").write_bytes(gzip_bytes(b"x" * 2000))       # as the build's compress step
     (site / ".build-state.json").write_text("{}")
     return site
 
@@ -180,3 +184,21 @@ def test_parse_range_cases():
     assert parse_range("bytes=2-4", 10) == (2, 4)
     assert parse_range("bytes=-3", 10) == (7, 9)
     assert parse_range("bytes=10-", 10) == "unsatisfiable"
+
+
+def test_precompressed_copy(server):
+    """runtime.js.gz answers for runtime.js when gzip is accepted and the whole file is asked for."""
+    import gzip
+    r, body = request(server, "/runtime.js", **{"Accept-Encoding": "gzip, deflate, br"})
+    assert r.status == 200 and r.getheader("Content-Encoding") == "gzip"
+    assert gzip.decompress(body) == b"x" * 2000 and int(r.getheader("Content-Length")) == len(body) < 2000
+    assert r.getheader("Content-Type").startswith("text/javascript") and "Accept-Encoding" in r.getheader("Vary")
+    encoded_etag = r.getheader("ETag")
+    for headers in ({}, {"Accept-Encoding": "identity"}, {"Accept-Encoding": "gzip;q=0, br"},
+                    {"Accept-Encoding": "gzip", "Range": "bytes=0-9"}):
+        r, body = request(server, "/runtime.js", **headers)
+        assert r.getheader("Content-Encoding") is None, headers
+        assert body == b"x" * (10 if "Range" in headers else 2000)
+        assert r.getheader("ETag") != encoded_etag          # a cache never mixes the two bodies
+    r, body = request(server, "/data.bin", **{"Accept-Encoding": "gzip"})     # no .gz beside it
+    assert r.getheader("Content-Encoding") is None and body == BODY

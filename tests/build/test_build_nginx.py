@@ -78,6 +78,23 @@ def test_range_on_a_weight_shard(nginx, dist):
 
 
 @needs_nginx
+def test_precompressed_runtime(nginx, dist):
+    """The build's .gz beside pyodide.asm.wasm goes out encoded (gzip_static), as wasm, to a
+    browser that accepts gzip; without Accept-Encoding the stored file goes out; weights have
+    no .gz (test_range_on_a_weight_shard asks for gzip and gets the stored bytes)."""
+    import gzip
+    stored = (dist / "pyodide" / "pyodide.asm.wasm").read_bytes()
+    assert (dist / "pyodide" / "pyodide.asm.wasm.gz").is_file()
+    assert not list((dist / "models").rglob("*.gz"))
+    r, body = request(nginx, "/pyodide/pyodide.asm.wasm", **{"Accept-Encoding": "gzip, deflate, br"})
+    assert r.status == 200 and r.getheader("Content-Encoding") == "gzip"
+    assert r.getheader("Content-Type") == "application/wasm" and "Accept-Encoding" in r.getheader("Vary")
+    assert len(body) < len(stored) / 2 and gzip.decompress(body) == stored
+    r, body = request(nginx, "/pyodide/pyodide.asm.wasm")
+    assert r.getheader("Content-Encoding") is None and body == stored
+
+
+@needs_nginx
 def test_mime_types(nginx):
     for path, mime in [("/pyodide/pyodide.asm.wasm", "application/wasm"),
                        ("/pyodide/pyodide.mjs", "text/javascript"),
