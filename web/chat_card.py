@@ -1,4 +1,4 @@
-"""The chat card (PyScript, main thread; app.py calls start()). The model runs in the worker:
+"""The chat card (PyScript on MicroPython, main thread; app.py calls start()). The model runs in the worker:
 each message goes there with the whole conversation, and the answer comes back piece by piece
 (engine-client.js chat()), so the page stays responsive while it is generated. The worker's
 cache keeps the earlier turns, so only the new message is fed to the model.
@@ -7,10 +7,10 @@ Interruptions: Stop ends the answer before its next token (pressed while the mod
 answer is generated); New chat drops the conversation, and an answer still arriving for the old
 one is not added to the new one."""
 import asyncio
-import json
 
 import js
-from pyodide.ffi import create_proxy
+from bridge import error_text, to_js, to_py, without_prefix
+from pyscript.ffi import create_proxy
 
 TASK = "text-generation"
 
@@ -48,7 +48,7 @@ def start(client, by_id, card_error, weights_progress, load_task):
         await load_task(TASK)                        # once: the first message downloads the model
         by_id("chat-progress").hidden = True
         if state["defaults"] is None:
-            state["defaults"] = json.loads(js.JSON.stringify(await client.python("chat_defaults")))
+            state["defaults"] = to_py(await client.python("chat_defaults"))
             system = by_id("chat-system")
             if not system.value.strip():
                 system.value = state["defaults"]["system"] or ""
@@ -85,15 +85,14 @@ def start(client, by_id, card_error, weights_progress, load_task):
             system = by_id("chat-system").value.strip()
             turn = {"role": "user", "content": text}
             messages = ([{"role": "system", "content": system}] if system else []) + state["history"] + [turn]
-            result = await client.chat(js.JSON.parse(json.dumps(messages)), js.JSON.parse(json.dumps(options())),
-                                       piece_proxy)
-            result = json.loads(js.JSON.stringify(result))
+            result = to_py(await client.chat(to_js(messages), to_js(options()), piece_proxy))
         except Exception as e:                   # the worker's error text; the turn is not kept
             answer.remove()
-            card_error("chat-error", str(e).removeprefix("Error: ").removeprefix("engine.errors."))
+            card_error("chat-error", without_prefix(error_text(e), "engine.errors."))
             return
         finally:
-            piece_proxy.destroy()
+            if hasattr(piece_proxy, "destroy"):     # Pyodide's proxies are freed by hand
+                piece_proxy.destroy()
             answer.classList.remove("streaming")
             set_busy(False)
         if conversation != state["conversation"]:
@@ -135,7 +134,7 @@ def start(client, by_id, card_error, weights_progress, load_task):
             on_submit(event)
 
     def _run(coroutine):
-        asyncio.ensure_future(coroutine)
+        asyncio.create_task(coroutine)
 
     by_id("chat-form").addEventListener("submit", create_proxy(on_submit))
     box.addEventListener("keydown", create_proxy(on_key))

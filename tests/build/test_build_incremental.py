@@ -16,7 +16,7 @@ from buildtools.fetch import FetchFailed, pip_download
 from buildtools.steps import STATE_NAME, BuildError
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = ["pyodide", "pyscript", "engine", "weights/mnist_cnn", "weights/efficientnet_lite0",
+STEPS = ["pyodide", "pyscript", "micropython", "engine", "weights/mnist_cnn", "weights/efficientnet_lite0",
          "weights/all-MiniLM-L6-v2", "weights/SmolLM2-135M-Instruct", "kernels", "samples", "web", "build-info",
          "registry", "compress"]
 

@@ -1,0 +1,43 @@
+"""What the page's UI code (app.py, chat_card.py) needs between MicroPython and JavaScript.
+
+The page runs on PyScript's MicroPython (`type="mpy"`), not on a second Pyodide: the engine
+has its own full CPython in the worker, and the UI only moves values between the DOM and the
+worker. MicroPython's FFI differs from Pyodide's, so the few conversions live here, written
+once: JSON carries values across (no `to_py`, no `dict_converter`), and a JS error caught in
+Python (`JsException(jsobj, name, message)`) is shown by its message.
+"""
+import json
+
+import js
+
+
+def to_js(value):
+    """A JSON-able Python value as a plain JS value (objects, arrays, numbers, strings)."""
+    return js.JSON.parse(json.dumps(value))
+
+
+def to_py(value):
+    """A JS value made of plain objects, arrays, numbers and strings, as Python."""
+    return json.loads(js.JSON.stringify(value))
+
+
+def items(collection):
+    """The items of a DOM collection (NodeList, HTMLOptionsCollection) as a list."""
+    return [collection.item(i) for i in range(collection.length)]
+
+
+def without_prefix(text, *prefixes):
+    """`text` with each of `prefixes` removed in turn where it starts with it."""
+    for prefix in prefixes:
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    return text
+
+
+def error_text(error):
+    """What an exception says: a worker's error (a rejected JS promise) by its message; a Python
+    one by str(). (Pyodide's str() of a JS error began with "Error: "; MicroPython gives the parts.)"""
+    args = getattr(error, "args", ())
+    if type(error).__name__ == "JsException" and len(args) == 3:
+        return str(args[2])
+    return without_prefix(str(error), "Error: ")
