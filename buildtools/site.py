@@ -8,6 +8,7 @@ dist/
     models/<name>/                sharded weights, index and manifest, or a GGUF (see convert.py)
     build-info.json               versions and download sizes, for the page's progress bars
     **.gz                         precompressed copies of the runtime and page files (compress.py)
+    sw.js                         the service worker's list of this build's files (serviceworker.py)
     .build-state.json             what the incremental build knows (not part of the site)
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from . import compress, convert, runtime, wheel
+from . import compress, convert, runtime, serviceworker, wheel
 from .fetch import FetchFailed, npm_pack, pip_download
 from .steps import Builder, BuildError, Step
 
@@ -255,5 +256,9 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
     packed = compress.candidates(made)
     b.run(Step("compress", {"files": {rel: made[rel]["sha256"] for rel in packed}, "code": _code(compress)},
                lambda out: compress.write_compressed(out, b.dist, packed)))
+    # the service worker names this build's files (serviceworker.py)
+    keep = serviceworker.kept(made)
+    b.run(Step("service-worker", {"files": keep, "code": _code(serviceworker)},
+               lambda out: serviceworker.write_service_worker(out, keep)))
     b.finish()
     return b

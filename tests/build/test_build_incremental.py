@@ -18,7 +18,7 @@ from buildtools.steps import STATE_NAME, BuildError
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = ["pyodide", "pyscript", "micropython", "engine", "weights/mnist_cnn", "weights/efficientnet_lite0",
          "weights/all-MiniLM-L6-v2", "weights/SmolLM2-135M-Instruct", "kernels", "samples", "web", "build-info",
-         "registry", "compress"]
+         "registry", "compress", "service-worker"]
 
 
 def build(project: Path, cache: Path, **options) -> tuple[list[str], list[str]]:
@@ -84,10 +84,11 @@ def test_changed_model_file_rebuilds_only_the_weights(project, cache):
     weights.close()
     tensors["fc2.bias"][0] += 1.0
     engine.save_safetensors(tensors, path, metadata=metadata)
-    untouched = {k: v for k, v in mtimes(project / "dist").items() if not k.startswith("models/")}
+    untouched = {k: v for k, v in mtimes(project / "dist").items() if not k.startswith("models/") and k != "sw.js"}
 
     built, _ = build(project, cache)
-    assert built == ["weights/mnist_cnn"]                 # same sizes: build-info stays as it is
+    # same sizes: build-info stays as it is; the service worker lists the new manifest's sha256
+    assert built == ["weights/mnist_cnn", "service-worker"]
     after = mtimes(project / "dist")
     assert {k: after[k] for k in untouched} == untouched
     served = engine.load_safetensors(project / "dist" / "models" / "mnist_cnn")
@@ -99,7 +100,7 @@ def test_changed_engine_source_rebuilds_the_wheel_only(project, cache):
         f.write("\n# a change\n")
     built, _ = build(project, cache)
     # build-info: the wheel's size; compress: the lock (it names the wheel's sha256) is gzipped
-    assert built[0] == "engine" and set(built) <= {"engine", "build-info", "compress"}
+    assert built[0] == "engine" and set(built) <= {"engine", "build-info", "compress", "service-worker"}
 
 
 def test_shard_size_option_rebuilds_the_weights(project, cache):
@@ -108,7 +109,7 @@ def test_shard_size_option_rebuilds_the_weights(project, cache):
     original = whole.read_bytes()
     built, _ = build(project, cache, max_shard_kb=1024)
     assert built == ["weights/mnist_cnn", "weights/efficientnet_lite0", "weights/all-MiniLM-L6-v2",
-                     "weights/SmolLM2-135M-Instruct", "build-info"]
+                     "weights/SmolLM2-135M-Instruct", "build-info", "service-worker"]
     folder = project / "dist" / "models" / "mnist_cnn"
     assert sorted(p.name for p in folder.glob("*.safetensors")) == ["model-00001-of-00001.safetensors"]
     manifest = json.loads((folder / "manifest.json").read_text())

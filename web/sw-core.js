@@ -1,0 +1,77 @@
+// The service worker (sw.js, written by the build, sets self.SITE = {version, files} and imports
+// this): after a first visit the page, its Python runtime and the models' JSON files come from
+// the Cache API, so the site works with no network. Weights are the loader's: it keeps them in
+// the Cache API itself (engine/web/fetch.py), and their Range requests pass through untouched.
+//
+// One cache per build ("engine-site-<version>"). A new build is a new service worker: it fills
+// its own cache, checking every file against the sha256 the build recorded, and takes over only
+// when no page of the old version is open (no skipWaiting), so a page never mixes old and new
+// files; activating it deletes the old caches. Only the very first version claims the open page
+// at once: that page loaded the same files from the network.
+"use strict";
+
+const { version, files } = self.SITE;
+const PREFIX = "engine-site-";
+const CACHE = PREFIX + version;
+const BASE = new URL("./", self.location).href;
+const KEPT = new Map(Object.entries(files).map(([rel, sha256]) => [new URL(rel, BASE).href, sha256]));
+
+async function sha256Hex(buffer) {
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", buffer));
+  return Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+// One file into the cache, as stored on the host (decoded: the body a page reads), verified.
+async function keep(cache, url, sha256) {
+  if (await cache.match(url)) return;                 // an install tried again: kept and verified
+  const response = await fetch(url, { cache: "no-cache" });
+  if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
+  const body = await response.arrayBuffer();
+  const got = await sha256Hex(body);
+  if (got !== sha256) throw new Error(`${url}: sha256 ${got}, this build's is ${sha256} (a deploy in progress?)`);
+  const headers = new Headers(response.headers);
+  headers.delete("Content-Encoding");                 // the body kept is the decoded one
+  headers.set("Content-Length", String(body.byteLength));
+  await cache.put(url, new Response(body, { status: 200, headers }));
+}
+
+self.addEventListener("install", (event) => {
+  event.waitUntil((async () => {
+    const cache = await caches.open(CACHE);
+    await Promise.all([...KEPT].map(([url, sha256]) => keep(cache, url, sha256)));
+  })());
+});
+
+self.addEventListener("activate", (event) => {
+  event.waitUntil((async () => {
+    const names = (await caches.keys()).filter((name) => name.startsWith(PREFIX) && name !== CACHE);
+    await Promise.all(names.map((name) => caches.delete(name)));
+    if (names.length === 0) await self.clients.claim();     // first version: same files as the page
+  })());
+});
+
+async function fromCache(request, url) {
+  const cached = await (await caches.open(CACHE)).match(url);
+  return cached || fetch(request);
+}
+
+// The models' JSON files: the host's current ones while online, the kept ones offline.
+async function networkFirst(request, url) {
+  try {
+    return await fetch(request);
+  } catch (error) {
+    const cached = await (await caches.open(CACHE)).match(url);
+    if (cached) return cached;
+    throw error;
+  }
+}
+
+self.addEventListener("fetch", (event) => {
+  const request = event.request;
+  if (request.method !== "GET" || request.headers.has("Range")) return;
+  const address = new URL(request.url);
+  let url = address.origin + address.pathname;      // ?backend=... and #... name the same file
+  if (request.mode === "navigate" && url === BASE) url = BASE + "index.html";
+  if (!KEPT.has(url)) return;                       // anything else goes to the network as usual
+  event.respondWith(url.startsWith(BASE + "models/") ? networkFirst(request, url) : fromCache(request, url));
+});
