@@ -8,8 +8,9 @@ Range requests, so this serves files itself:
   file with 200 (RFC 9110 lets a server ignore Range);
 - HEAD, ETag with If-None-Match (304), `Cache-Control: no-cache` so rebuilds show;
 - MIME types a browser insists on (application/wasm, JavaScript for .mjs);
-- a build's precompressed copy (`<file>.gz`, buildtools/compress.py) with `Content-Encoding:
-  gzip` when the browser accepts gzip and asks for the whole file, as nginx's gzip_static does;
+- a build's precompressed copy (`<file>.br` or `<file>.gz`, buildtools/compress.py) with
+  `Content-Encoding: br` / `gzip` when the browser accepts it and asks for the whole file, as
+  nginx's brotli_static and gzip_static do;
   a Range request always gets the stored bytes (ranges address the body as stored), and
   nothing is compressed on the fly;
 - cross-origin isolation headers (COOP/COEP/CORP) unless turned off;
@@ -155,7 +156,7 @@ class Handler(BaseHTTPRequestHandler):
         encoded = self._precompressed(full)
         if encoded is not None:
             f.close()
-            f = open(encoded, "rb")
+            f = open(encoded[0], "rb")
         with f:
             st = os.fstat(f.fileno())
             size = st.st_size
@@ -179,7 +180,7 @@ class Handler(BaseHTTPRequestHandler):
             self._common_headers()
             self.send_header("Content-Type", content_type(full))
             if encoded is not None:
-                self.send_header("Content-Encoding", "gzip")
+                self.send_header("Content-Encoding", encoded[1])
             self.send_header("Content-Length", str(last - first + 1))
             if wanted:
                 self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
@@ -190,15 +191,19 @@ class Handler(BaseHTTPRequestHandler):
                 f.seek(first)
                 self._copy(f, last - first + 1)
 
-    def _precompressed(self, full: str) -> str | None:
-        """`full`.gz when the build made one, the client accepts gzip and wants the whole file."""
-        if self.headers.get("Range") or not os.path.isfile(full + ".gz"):
+    def _precompressed(self, full: str) -> tuple[str, str] | None:
+        """(`full`.br or .gz, its encoding) when the build made one, the client accepts that
+        encoding and wants the whole file; brotli first (smaller)."""
+        if self.headers.get("Range"):
             return None
+        accepted = set()
         for token in (self.headers.get("Accept-Encoding") or "").lower().split(","):
             name, _, params = token.partition(";")
-            if name.strip() == "gzip":
-                refused = params.replace(" ", "") in ("q=0", "q=0.0", "q=0.00", "q=0.000")
-                return None if refused else full + ".gz"
+            if params.replace(" ", "") not in ("q=0", "q=0.0", "q=0.00", "q=0.000"):
+                accepted.add(name.strip())
+        for encoding, suffix in (("br", ".br"), ("gzip", ".gz")):
+            if encoding in accepted and os.path.isfile(full + suffix):
+                return full + suffix, encoding
         return None
 
     @staticmethod

@@ -16,13 +16,17 @@ from pathlib import Path
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "deploy" / "nginx.conf"
 TEMP_FOLDERS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+# Debian's libnginx-mod-http-brotli-static; the template's lines marked "brotli:" need it
+BROTLI_MODULE = Path("/usr/share/nginx/modules/ngx_http_brotli_static_module.so")
 
 
-def render_nginx_conf(root, port: int, tmp, host: str = "127.0.0.1", user: str | None = None) -> str:
+def render_nginx_conf(root, port: int, tmp, host: str = "127.0.0.1", user: str | None = None,
+                      brotli: bool | None = None) -> str:
     """The config text for serving `root` on host:port, with state under `tmp` (created).
 
     `user`: the account the workers run as when nginx starts as root (nginx's default is
     "nobody"); e.g. "root" to serve a folder under a private temporary directory in tests.
+    `brotli`: keep the lines that need nginx's brotli module (default: when it is installed).
     """
     root, tmp = Path(root).resolve(), Path(tmp).resolve()
     for value in (str(root), str(tmp), host, user or ""):
@@ -35,6 +39,8 @@ def render_nginx_conf(root, port: int, tmp, host: str = "127.0.0.1", user: str |
         os.chmod(tmp / name, 0o777)        # scratch for the workers, whoever they run as
     listen_host = f"[{host}]" if ":" in host else host
     text = TEMPLATE.read_text()
+    if not (BROTLI_MODULE.exists() if brotli is None else brotli):
+        text = "".join(line for line in text.splitlines(keepends=True) if "# brotli:" not in line)
     for placeholder, value in (("@ROOT@", str(root)), ("@TMP@", str(tmp)),
                                ("@HOST@", listen_host), ("@PORT@", str(int(port)))):
         text = text.replace(placeholder, value)

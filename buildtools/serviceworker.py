@@ -15,7 +15,7 @@ import hashlib
 import json
 from pathlib import Path
 
-# what the page and its worker load, folder by folder (everything in them, except .gz copies)
+# what the page and its worker load, folder by folder (everything in them, except .gz and .br copies)
 FOLDERS = ("pyodide/", "pyscript/", "micropython/", "kernels/", "samples/")
 TOP_SUFFIXES = (".html", ".css", ".js", ".py", ".json")
 LEFT_OUT = ("bench.html", "bench.js", "sw.js", "sw-core.js")     # the benchmark page needs the network
@@ -27,7 +27,7 @@ def kept(outputs: dict[str, dict]) -> dict[str, str]:
     for rel, record in outputs.items():
         top_level = "/" not in rel and rel.endswith(TOP_SUFFIXES) and rel not in LEFT_OUT
         model_json = rel.startswith("models/") and rel.endswith(".json")      # manifests, indexes, processors
-        if rel.endswith(".gz") or not (top_level or model_json or rel.startswith(FOLDERS)):
+        if rel.endswith((".gz", ".br")) or not (top_level or model_json or rel.startswith(FOLDERS)):
             continue
         files[rel] = record["sha256"]
     return dict(sorted(files.items()))

@@ -7,7 +7,7 @@ dist/
     micropython/                  MicroPython for PyScript (the page's UI code runs on it)
     models/<name>/                sharded weights, index and manifest, or a GGUF (see convert.py)
     build-info.json               versions and download sizes, for the page's progress bars
-    **.gz                         precompressed copies of the runtime and page files (compress.py)
+    **.gz, **.br                  precompressed copies of the runtime and page files (compress.py)
     sw.js                         the service worker's list of this build's files (serviceworker.py)
     .build-state.json             what the incremental build knows (not part of the site)
 """
@@ -254,8 +254,10 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
     # last: the .gz copies of what the steps above made (compress.py says which files)
     made = {rel: b.outputs(step)[rel] for rel, step in b.claimed.items()}
     packed = compress.candidates(made)
-    b.run(Step("compress", {"files": {rel: made[rel]["sha256"] for rel in packed}, "code": _code(compress)},
-               lambda out: compress.write_compressed(out, b.dist, packed)))
+    brotli = compress.brotli_version()
+    b.run(Step("compress", {"files": {rel: made[rel]["sha256"] for rel in packed}, "brotli": brotli,
+                            "code": _code(compress)},
+               lambda out: compress.write_compressed(out, b.dist, packed, brotli=brotli is not None)))
     # the service worker names this build's files (serviceworker.py)
     keep = serviceworker.kept(made)
     b.run(Step("service-worker", {"files": keep, "code": _code(serviceworker)},

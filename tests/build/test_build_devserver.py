@@ -25,6 +25,9 @@ def root(tmp_path_factory):
     (site / "sub" / "page.txt").write_text("in a folder")
     (site / "runtime.js").write_bytes(b"x" * 2000)
     (site / "runtime.js.gz").write_bytes(gzip_bytes(b"x" * 2000))       # as the build's compress step
+    (site / "both.js").write_bytes(b"y" * 2000)
+    (site / "both.js.gz").write_bytes(gzip_bytes(b"y" * 2000))
+    (site / "both.js.br").write_bytes(b"brotli stand-in")                # served as is, never decoded here
     (site / ".build-state.json").write_text("{}")
     return site
 
@@ -202,3 +205,12 @@ def test_precompressed_copy(server):
         assert r.getheader("ETag") != encoded_etag          # a cache never mixes the two bodies
     r, body = request(server, "/data.bin", **{"Accept-Encoding": "gzip"})     # no .gz beside it
     assert r.getheader("Content-Encoding") is None and body == BODY
+
+
+def test_brotli_copy_first(server):
+    r, body = request(server, "/both.js", **{"Accept-Encoding": "gzip, deflate, br"})
+    assert r.getheader("Content-Encoding") == "br" and body == b"brotli stand-in"
+    r, body = request(server, "/both.js", **{"Accept-Encoding": "gzip, br;q=0"})
+    assert r.getheader("Content-Encoding") == "gzip"
+    r, body = request(server, "/runtime.js", **{"Accept-Encoding": "br"})          # no .br: the stored file
+    assert r.getheader("Content-Encoding") is None and body == b"x" * 2000

@@ -86,12 +86,25 @@ def test_precompressed_runtime(nginx, dist):
     stored = (dist / "pyodide" / "pyodide.asm.wasm").read_bytes()
     assert (dist / "pyodide" / "pyodide.asm.wasm.gz").is_file()
     assert not list((dist / "models").rglob("*.gz"))
-    r, body = request(nginx, "/pyodide/pyodide.asm.wasm", **{"Accept-Encoding": "gzip, deflate, br"})
+    r, body = request(nginx, "/pyodide/pyodide.asm.wasm", **{"Accept-Encoding": "gzip, deflate"})
     assert r.status == 200 and r.getheader("Content-Encoding") == "gzip"
     assert r.getheader("Content-Type") == "application/wasm" and "Accept-Encoding" in r.getheader("Vary")
     assert len(body) < len(stored) / 2 and gzip.decompress(body) == stored
     r, body = request(nginx, "/pyodide/pyodide.asm.wasm")
     assert r.getheader("Content-Encoding") is None and body == stored
+    # brotli where the browser accepts it (scripts/test.sh installs nginx's module and the brotli command)
+    assert (dist / "pyodide" / "pyodide.asm.wasm.br").is_file()
+    r, body = request(nginx, "/pyodide/pyodide.asm.wasm", **{"Accept-Encoding": "gzip, deflate, br"})
+    assert r.getheader("Content-Encoding") == "br" and body == (dist / "pyodide" / "pyodide.asm.wasm.br").read_bytes()
+    assert len(body) < len(stored) / 3
+
+
+def test_rendered_config_without_the_brotli_module(tmp_path):
+    """A host without nginx's brotli module gets a config without its lines: gzip only."""
+    text = render_nginx_conf(tmp_path / "site", 8123, tmp_path / "run", brotli=False)
+    assert [line for line in text.splitlines() if "brotli" in line.split("#")[0]] == []
+    assert "gzip_static on;" in text
+    assert "brotli_static on;" in render_nginx_conf(tmp_path / "site", 8123, tmp_path / "run", brotli=True)
 
 
 @needs_nginx
