@@ -121,11 +121,27 @@ async function callPython(m) {
   return JSON.parse(await api[m.cmd](...(m.args || [])));
 }
 
-// What this worker downloaded (its own resource timing; the page has its own).
+// What this worker fetched (its own resource timing; the page has its own), in all and per stage
+// (the STAGES above, and "weights" for models/): requests, bytes over the wire (transferSize:
+// 0 when the service worker or the HTTP cache answered), as sent (encodedBodySize: gzipped where
+// the host sent the build's .gz) and as stored (decodedBodySize).
 function resourceBytes() {
   const entries = performance.getEntriesByType("resource");
-  const sum = (key) => entries.reduce((n, e) => n + (e[key] || 0), 0);
-  return { requests: entries.length, transfer_bytes: sum("transferSize"), body_bytes: sum("encodedBodySize") };
+  const total = (list) => ({
+    requests: list.length,
+    network_requests: list.filter((e) => e.transferSize > 0).length,
+    transfer_bytes: list.reduce((n, e) => n + (e.transferSize || 0), 0),
+    body_bytes: list.reduce((n, e) => n + (e.encodedBodySize || 0), 0),
+    decoded_bytes: list.reduce((n, e) => n + (e.decodedBodySize || 0), 0),
+  });
+  const stageOf = (url) => {
+    const path = new URL(url).pathname;
+    const match = STAGES.find(([re]) => re.test(path));
+    return match ? match[1] : path.includes("/models/") ? "weights" : "other";
+  };
+  const stages = {};
+  for (const e of entries) (stages[stageOf(e.name)] ||= []).push(e);
+  return { ...total(entries), stages: Object.fromEntries(Object.entries(stages).map(([k, v]) => [k, total(v)])) };
 }
 
 self.onmessage = async (event) => {

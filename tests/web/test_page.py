@@ -234,6 +234,13 @@ def test_bench_page_runs(dev_server, session_factory):
     assert "decode" in table and "llama.cpp" in table and "this run" in table
     assert set(results["sections_ms"]) == {"gemm", "ops", "mnist", "effnet", "minilm", "llm"}
     assert set(results["cold_start_ms"]) >= {"pyodide_ms", "numpy_ms", "engine_ms", "weights_ms", "total"}
+    cold = results["cold_start"]                      # a fresh profile: a first visit, all over the network
+    assert cold["visit"] == "navigate" and cold["service_worker"] is False
+    assert set(cold["stages"]) >= {"pyodide", "numpy", "engine", "weights"} and cold["stages"]["pyodide"]["ms"] > 0
+    wasm = (dev_server.root / "pyodide" / "pyodide.asm.wasm").stat().st_size
+    # the dev server sends the build's .gz: pyodide.asm.wasm alone goes 10.1 MB -> 3.1 MB
+    pyodide = cold["stages"]["pyodide"]
+    assert pyodide["decoded_bytes"] >= wasm and pyodide["body_bytes"] < pyodide["decoded_bytes"] - wasm / 2
     assert results["mnist"]["numpy"]["batch1_ms"] > 0
     assert results["weights"]["network_bytes"] > 0
     assert results["effnet"]["numpy"]["batch1_ms"] > 0 and results["effnet"]["simd"]["batch1_ms"] > 0
