@@ -31,6 +31,7 @@ def megabytes(n):
 # --- engine status ----------------------------------------------------------------------
 seen = {"status": None}
 backend = {"current": None}                      # where the worker's models are
+samples_shown = {"done": False}                  # the photo card's samples: listed once the engine is up
 
 
 def show_state(snapshot):
@@ -76,6 +77,9 @@ def became_ready(info):
     storage_note(info.model, info.weights)
     document.body.dataset.ready = "true"
     schedule_prediction()
+    if not samples_shown["done"]:                 # after the engine: 1.6 MB of photos never delay it
+        samples_shown["done"] = True
+        asyncio.create_task(show_samples())
 
 
 def show_registry(models):
@@ -417,7 +421,6 @@ for kind in ("dragover", "dragleave"):
 by_id("image-drop").addEventListener("drop", create_proxy(on_drop))
 document.addEventListener("paste", create_proxy(on_paste))
 client.subscribe(create_proxy(weights_progress(IMAGE_TASK, "image-progress")))
-asyncio.create_task(show_samples())
 
 
 # --- sentences: ranked by meaning, and the similarity of every pair ---------------------------
