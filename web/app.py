@@ -408,7 +408,8 @@ async def show_samples():
         button.type = "button"
         button.dataset.sample = sample["file"]
         button.title = sample["credit"]
-        button.innerHTML = f'<img src="samples/{sample["file"]}" alt="{sample["title"]}"><span>{sample["title"]}</span>'
+        thumb = sample.get("thumb", sample["file"])
+        button.innerHTML = f'<img src="samples/{thumb}" alt="{sample["title"]}"><span>{sample["title"]}</span>'
         url, title = f"samples/{sample['file']}", sample["title"]
         button.addEventListener("click", create_proxy(
             lambda e, url=url, title=title: asyncio.create_task(classify_sample(url, title))))
