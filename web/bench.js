@@ -21,9 +21,7 @@ const status = document.getElementById("bench-status");
 // The cold start's breakdown: which visit this is ("navigate": a first visit when the caches are
 // empty; "reload"), whether the service worker answered, and per stage the worker's time, requests
 // and bytes (over the wire, as sent, as stored), plus the page's own files.
-async function coldStart(client, totalMs) {
-  const info = client.state.info;
-  const worker = await client.call("resources");
+function coldStart(info, worker, totalMs) {
   const entries = performance.getEntriesByType("resource").concat(performance.getEntriesByType("navigation"));
   const sum = (key) => entries.reduce((n, e) => n + (e[key] || 0), 0);
   const page = { requests: entries.length, network_requests: entries.filter((e) => e.transferSize > 0).length,
@@ -49,13 +47,15 @@ async function main() {
   const state = await client.init(params.get("backend") || "auto");
   if (state.status !== "ready") throw new Error(state.error);
   const info = state.info;
+  const readyMs = performance.now() - start;
+  const workerDownloads = await client.call("resources");     // what the worker fetched to get here
   const results = {
     user_agent: navigator.userAgent,
     cross_origin_isolated: self.crossOriginIsolated === true,
-    cold_start_ms: { ...roundAll(info.timings), total: round(performance.now() - start) },
-    cold_start: await coldStart(client, performance.now() - start),
+    cold_start_ms: { ...roundAll(info.timings), total: round(readyMs) },
+    cold_start: coldStart(info, workerDownloads, readyMs),
     weights: info.weights,
-    worker_downloads: await client.call("resources"),
+    worker_downloads: workerDownloads,
     kernels: info.kernels,
     adapter: info.adapter,
     devices: info.devices,
