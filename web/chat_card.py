@@ -117,11 +117,11 @@ def start(client, by_id, card_error, weights_progress, load_task):
             await client.stopChat()
 
     async def new_chat(event=None):
-        state["conversation"] += 1
-        await stop()
+        state["conversation"] += 1                # an answer still arriving is not shown
         state["history"] = []
         log.innerHTML = ""
         card_error("chat-error", None)
+        await stop()
         if state["defaults"] is not None:
             await client.python("chat_reset")
 
