@@ -7,10 +7,19 @@ from .functions import *  # noqa: F401,F403  (torch.* level functions)
 from .functions import __all__ as _function_names
 from .io import load_gguf, load_safetensors, save_safetensors
 from .pipelines import pipeline
-from . import nn, registry, text  # noqa: E402  (as with torch: engine.nn.functional after `import engine`)
+from . import nn, registry  # noqa: E402  (as with torch: engine.nn.functional after `import engine`)
 from .tensor import Tensor, from_numpy, tensor
 from .weights import Weights
 
 bool = bool_  # noqa: A001 - torch spells it engine.bool
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """`engine.text` (the tokenizers) is imported on first use: an image model never needs it, and
+    its import takes ~0.2 s of a page's start in Pyodide."""
+    if name == "text":
+        import importlib
+        return importlib.import_module(".text", __name__)
+    raise AttributeError(f"module 'engine' has no attribute {name!r}")

@@ -27,12 +27,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import http.client
 import posixpath
 import struct
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -43,7 +40,7 @@ from .manifest import (cache_key, check_gguf_header, check_header, check_manifes
                        is_stale, run_digest, tiling)
 from .safetensors import (MAX_HEADER_BYTES, SafetensorsFile, ShardedSafetensors, TensorInfo,
                           _parse_json)
-from .sources import _CONTENT_RANGE, ByteSource
+from .sources import _CONTENT_RANGE, ByteSource, http_get
 
 HEAD_BYTES = 64 * 1024          # one request usually holds the whole header
 WHOLE_FILE_LIMIT = 128 << 20    # a host without byte ranges: files up to this size are read whole
@@ -641,20 +638,4 @@ class UrllibTransport:
         return await asyncio.to_thread(self._get, url, start, end)
 
     def _get(self, url, start, end):
-        headers = {"Accept-Encoding": "identity"}      # ranges address the raw bytes
-        if start is not None:
-            headers["Range"] = f"bytes={start}-{end - 1}"
-        request = urllib.request.Request(url, headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                lower = {k.lower(): v for k, v in response.headers.items()}
-                # a 200 to a Range request is the whole file: do not download it to fail
-                skip = start is not None and response.status != 206
-                return response.status, lower, b"" if skip else response.read()
-        except urllib.error.HTTPError as e:
-            try:
-                return e.code, {k.lower(): v for k, v in e.headers.items()}, b""
-            finally:
-                e.close()
-        except http.client.HTTPException as e:   # IncompleteRead, BadStatusLine...
-            raise ConnectionError(f"{type(e).__name__}: {e}") from None
+        return http_get(url, start, end, self.timeout)

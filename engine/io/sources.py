@@ -7,13 +7,10 @@ implements `_request` with JS fetch.
 """
 from __future__ import annotations
 
-import http.client
 import os
 import re
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 
 from ..errors import FetchError, SourceNotFound, TruncatedFile
 
@@ -259,25 +256,40 @@ class HttpSource(RangeSource):
         self.timeout = timeout
 
     def _request(self, start: int, end: int) -> tuple[int, str | None, bytes]:
-        headers = {"Range": f"bytes={start}-{end}", "Accept-Encoding": "identity"}
-        request = urllib.request.Request(self.url, headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                # a 200 carries the whole file: do not download it just to fail
-                body = response.read() if response.status == 206 else b""
-                return response.status, response.headers.get("Content-Range"), body
-        except urllib.error.HTTPError as e:
-            try:
-                return e.code, e.headers.get("Content-Range"), b""
-            finally:
-                e.close()
-        except http.client.HTTPException as e:   # IncompleteRead, BadStatusLine...
-            raise ConnectionError(f"{type(e).__name__}: {e}") from None
+        status, headers, body = http_get(self.url, start, end + 1, self.timeout)
+        return status, headers.get("content-range"), body
 
     def sibling(self, filename: str) -> "HttpSource":
         url = urllib.parse.urljoin(self.url, urllib.parse.quote(filename))
         return type(self)(url, timeout=self.timeout, retries=self.retries,
                           backoff=self.backoff)
+
+
+def http_get(url: str, start: int | None = None, end: int | None = None,
+             timeout: float = 60.0) -> tuple[int, dict, bytes]:
+    """GET `url` natively with urllib, bytes [start, end) when start is given: the status, the
+    headers (lower-case names) and the body. A 200 to a Range request is the whole file, which is
+    not downloaded just to fail: its body is empty. urllib is imported here, on first use: it takes
+    ~0.2 s to import in Pyodide, which fetches through the browser instead."""
+    import http.client
+    import urllib.error
+    import urllib.request
+    headers = {"Accept-Encoding": "identity"}      # ranges address the raw bytes
+    if start is not None:
+        headers["Range"] = f"bytes={start}-{end - 1}"
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            lower = {k.lower(): v for k, v in response.headers.items()}
+            skip = start is not None and response.status != 206
+            return response.status, lower, b"" if skip else response.read()
+    except urllib.error.HTTPError as e:
+        try:
+            return e.code, {k.lower(): v for k, v in e.headers.items()}, b""
+        finally:
+            e.close()
+    except http.client.HTTPException as e:   # IncompleteRead, BadStatusLine...
+        raise ConnectionError(f"{type(e).__name__}: {e}") from None
 
 
 def is_url(location) -> bool:
