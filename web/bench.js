@@ -4,7 +4,8 @@
 // tokenizer's throughput, and quantized linear layers (GGML types against float32, per backend;
 // engine/bench_quant.py, as `python -m engine bench qlinear`). Writes one JSON object into
 // [data-testid=bench-results] when done.
-// ?repeat=N, ?gemm=0, ?ops=0, ?effnet=0, ?minilm=0, ?qlinear=0 trim the run; ?effnet=simd,numpy
+// ?repeat=N, ?gemm=0, ?ops=0, ?effnet=0, ?minilm=0, ?qlinear=0 trim the run; ?gemm_max=512: only the
+// GEMMs of at most 512**3 multiply-adds; ?effnet=simd,numpy
 // (or ?minilm=...) runs that section on those backends only; ?qlinear=full runs the CLI's whole
 // set (with the 576->49152 output head) instead of its quick set. ?llm=1 adds SmolLM2 chat
 // (engine/bench_llm.py: the 37-token prompt, greedy, ?tokens=N new ones, default 128) on simd, or
@@ -35,6 +36,7 @@ function coldStart(info, worker, totalMs) {
   return {
     visit: performance.getEntriesByType("navigation")[0]?.type,
     service_worker: navigator.serviceWorker?.controller != null,
+    runtime: info.runtime,                    // Pyodide started in full or from the memory snapshot
     total_ms: round(totalMs),
     transfer_bytes: page.transfer_bytes + worker.transfer_bytes,
     stages, page,
@@ -70,7 +72,8 @@ async function main() {
   };
   const quick = Math.max(3, Math.round(repeat / 4));
   if (params.get("gemm") !== "0") await section("gemm", async () => {
-    results.gemm = (await client.python("bench_gemm", quick)).cases;
+    const largest = Number(params.get("gemm_max")) || null;
+    results.gemm = (await client.python("bench_gemm", quick, largest)).cases;
   });
   if (params.get("ops") !== "0") await section("ops", async () => {
     results.ops = (await client.python("bench_ops", quick)).cases;

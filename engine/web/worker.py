@@ -228,11 +228,13 @@ async def _bench(task: str, inputs: dict, repeat: int, digits: int) -> str:
     return json.dumps({"device": _state["device"], **out})
 
 
-async def bench_gemm(repeat: int = 5) -> str:
-    """GEMM GFLOP/s on every available backend (engine.bench.bench_gemm), in this browser."""
-    from engine.bench import bench_gemm as run
+async def bench_gemm(repeat: int = 5, max_side: int | None = None) -> str:
+    """GEMM GFLOP/s on every available backend (engine.bench.bench_gemm), in this browser; with
+    max_side, only the shapes of at most max_side**3 multiply-adds."""
+    from engine.bench import GEMM_SHAPES, bench_gemm as run
+    shapes = [s for s in GEMM_SHAPES if max_side is None or s[0] * s[1] * s[2] <= max_side ** 3]
     async with _lock:
-        return json.dumps(run(repeat=repeat))
+        return json.dumps(run(repeat=repeat, shapes=shapes))
 
 
 async def bench_ops(repeat: int = 5) -> str:
