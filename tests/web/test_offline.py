@@ -1,10 +1,39 @@
 """The site offline: after a first visit the service worker (web/sw-core.js) keeps the page and its
-runtime, the loader keeps the weights, and the page works with the host gone and the browser offline."""
+runtime, the loader keeps the weights, and the page works with the host gone and the browser offline.
+The worker (web/worker.js) keeps a memory snapshot of the started Pyodide: a reload starts from it,
+and a damaged one is refused (a full start) and replaced."""
 from __future__ import annotations
 
 from tests.web.conftest import start_dev_server
 from tests.web.test_image_card import browser_top5
 from tests.web.test_page import PREDICTION, draw
+
+# the worker's snapshot entry, once stored: its size
+SNAPSHOT_SIZE = """async () => {
+    const cache = await caches.open("engine-pyodide-snapshot");
+    const [key] = await cache.keys();
+    return key ? (await (await cache.match(key)).arrayBuffer()).byteLength : 0;
+}"""
+# keep the first half of the stored snapshot, with its headers (its SHA-256 among them)
+TRUNCATE = """async () => {
+    const cache = await caches.open("engine-pyodide-snapshot");
+    const [key] = await cache.keys();
+    const stored = await cache.match(key);
+    const bytes = await stored.arrayBuffer();
+    await cache.put(key, new Response(bytes.slice(0, bytes.byteLength >> 1), { headers: stored.headers }));
+}"""
+
+
+def runtime(page) -> dict:
+    """How the worker's Pyodide started: {"start": "full" | "snapshot", "snapshot_error", ...}."""
+    return page.evaluate("window.engineClient.snapshot().info.runtime")
+
+
+def draw_3(page):
+    page.click("[data-testid=digit-clear]")
+    page.locator("[data-testid=digit-canvas]").scroll_into_view_if_needed()
+    draw(page, "3")
+    page.wait_for_function(f"document.querySelector('{PREDICTION}').textContent === '3'", timeout=30_000)
 
 
 def test_reload_draw_and_classify_offline(site, session_factory):
@@ -12,10 +41,12 @@ def test_reload_draw_and_classify_offline(site, session_factory):
     try:
         s = session_factory(host.url)
         page = s.open()
+        assert runtime(page)["start"] == "full"
         page.click("[data-sample='chelsea.png']")               # caches the photo model's weights
         assert "cat" in browser_top5(page)[0][0]
         # the first version of the service worker claims this page once it has kept every file
         page.wait_for_function("navigator.serviceWorker.controller !== null", timeout=120_000)
+        page.wait_for_function(f"({SNAPSHOT_SIZE})().then((n) => n > 0)", timeout=30_000)
     finally:
         host.stop()
     s.context.set_offline(True)
@@ -23,10 +54,18 @@ def test_reload_draw_and_classify_offline(site, session_factory):
     page.reload()
     s.wait_ready()
     assert page.evaluate("navigator.onLine") is False
-    page.locator("[data-testid=digit-canvas]").scroll_into_view_if_needed()    # the reload kept the scroll
-    draw(page, "3")
-    page.wait_for_function(f"document.querySelector('{PREDICTION}').textContent === '3'", timeout=30_000)
+    assert runtime(page)["start"] == "snapshot" and runtime(page)["snapshot_error"] is None
+    draw_3(page)                                              # from the restored interpreter
     page.evaluate("document.querySelector('[data-testid=image-top5]').innerHTML = ''")
     page.click("[data-sample='chelsea.png']")
     assert "cat" in browser_top5(page)[0][0]
+
+    # a damaged snapshot: a full start says why, answers the same, and stores a whole one again
+    size = runtime(page)["snapshot_bytes"]
+    page.evaluate(TRUNCATE)
+    page.reload()
+    s.wait_ready()
+    assert runtime(page)["start"] == "full" and runtime(page)["snapshot_error"] == "the stored snapshot was damaged"
+    draw_3(page)
+    page.wait_for_function(f"({SNAPSHOT_SIZE})().then((n) => n === {size})", timeout=30_000)
     assert s.console_errors == [], s.console_errors
