@@ -270,7 +270,7 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
     brotli = compress.brotli_version()
     b.run(Step("compress", {"files": {rel: made[rel]["sha256"] for rel in packed}, "brotli": brotli,
                             "code": _code(compress)},
-               lambda out: compress.write_compressed(out, b.dist, packed, brotli=brotli is not None)))
+               lambda out: compress.write_compressed(out, b.dist, packed, brotli, cache / "compressed")))
     # the service worker names this build's files (serviceworker.py)
     keep = serviceworker.kept(made)
     b.run(Step("service-worker", {"files": keep, "code": _code(serviceworker)},
