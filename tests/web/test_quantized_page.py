@@ -40,7 +40,7 @@ def test_quantized_linear_and_embedding_in_chromium(worker, device):
 
 def test_bench_page_quantized_linear_section(dev_server, session_factory):
     s = session_factory(dev_server.url)
-    page = s.open("bench.html?repeat=3&gemm=0&ops=0&effnet=0&minilm=0", ready=False)
+    page = s.open("bench.html?repeat=1&gemm=0&ops=0&effnet=0&minilm=0", ready=False)
     page.wait_for_function("document.body.dataset.done === 'true'", timeout=400_000)
     results = json.loads(page.text_content("[data-testid=bench-results]"))
     assert "error" not in results, results
