@@ -93,12 +93,13 @@ async function loadKernels(want) {
   return null;
 }
 
-// Pyodide from a memory snapshot: a visit after the first restores the interpreter's memory as it
-// stood when the first visit's Pyodide had started and imported the standard-library modules below,
-// instead of starting it again (the slowest stage: 2-4 s here, against ~0.5 s). It is taken before
-// any package loads, since a package's wasm libraries live outside that memory. Kept in its own
-// Cache API cache; Pyodide refuses one taken by another Pyodide build (its build id), which is then
-// replaced. Pyodide 0.27's snapshot options are experimental (`_loadSnapshot`, `_makeSnapshot`).
+// Pyodide from a memory snapshot: a visit after the first restores the interpreter's memory as
+// it stood when the first visit's Pyodide had started and imported the standard-library modules
+// below, instead of starting it again (the slowest stage: 4-5 s on a first visit here, 0.7 s
+// restored). Taken before any package loads, since a package's wasm libraries live outside that
+// memory. Kept in its own Cache API cache; Pyodide refuses one taken by another Pyodide build (its
+// build id), which is then replaced. Pyodide 0.27's snapshot options are experimental
+// (`_loadSnapshot`, `_makeSnapshot`).
 const SNAPSHOT = { cache: "engine-pyodide-snapshot", url: BASE + "pyodide/memory-snapshot" };
 // the standard-library modules that loading the packages and importing NumPy and the engine import
 const SNAPSHOT_IMPORTS = ["__future__", "base64", "calendar", "csv", "ctypes", "dataclasses", "datetime",
@@ -113,7 +114,8 @@ async function snapshotCache() {
 const hex = (buffer) => Array.from(new Uint8Array(buffer), (b) => b.toString(16).padStart(2, "0")).join("");
 
 // The stored snapshot, if it is whole: its SHA-256 is checked against the one stored beside it
-// (~20 ms), since a damaged one would not fail cleanly inside Pyodide's start.
+// (reading and hashing it: 0.13-0.20 s here), since a damaged one would not fail cleanly inside
+// Pyodide's start (a truncated one leaves it waiting forever).
 async function storedSnapshot(cache) {
   const stored = cache && await cache.match(SNAPSHOT.url).catch(() => null);
   if (!stored) return null;
