@@ -199,10 +199,6 @@ static inline __attribute__((always_inline)) void panel_tile(size_t R, size_t C,
             PANEL_ROW(0) PANEL_ROW(1) PANEL_ROW(2) PANEL_ROW(3) PANEL_ROW(4)
 #undef PANEL_ROW
         }
-        const v4i named[PANEL_R * PANEL_C] = {s00, s01, s10, s11, s20, s21, s30, s31, s40, s41};
-        v4i s[PANEL_R * PANEL_C];                   /* (r, c) at r * C + c */
-        for (size_t r = 0; r < R; ++r)
-            for (size_t c = 0; c < C; ++c) s[r * C + c] = named[PANEL_C * r + c];
         /* the scales, read before acc is written (clang cannot tell that acc is not the panels) */
         const v4f *xs = (const v4f *)xv, *ws = (const v4f *)wv;
         const size_t blocks = vectors / 4, lane = group_first(nb, g) % 4;
@@ -211,19 +207,26 @@ static inline __attribute__((always_inline)) void panel_tile(size_t R, size_t C,
             d[c] = blocks == 4 ? ws[c] : tail_scales(ws[c], blocks, lane);
             m[c] = blocks == 4 ? ws[C + c] : tail_scales(ws[C + c], blocks, lane);
         }
-        for (size_t r = 0; r < R; ++r) {
-            v4f dx = xs[r], xsum = xs[R + r];
-            if (blocks < 4) {
-                dx = tail_scales(dx, blocks, lane);
-                xsum = tail_scales(xsum, blocks, lane);
-            }
-            for (size_t c = 0; c < C; ++c) {           /* as rows_of: d * dx, then the min term */
-                const v4i sums = blocks == 4 ? s[r * C + c] : tail_sums(s[r * C + c], blocks, lane);
-                v4f a = madd(__builtin_convertvector(sums, v4f), d[c] * dx, acc[r * C + c]);
-                if (mins) a = madd(m[c], xsum, a);
-                acc[r * C + c] = a;
-            }
+        /* as rows_of: d * dx, then the min term; sums straight from the named accumulators */
+#define PANEL_SCALE(r, c)                                                                           \
+        if (R > r && C > c) {                                                                       \
+            const v4i sums = blocks == 4 ? s##r##c : tail_sums(s##r##c, blocks, lane);              \
+            v4f a = madd(__builtin_convertvector(sums, v4f), d[c] * dx, acc[r * C + c]);            \
+            if (mins) a = madd(m[c], xsum, a);                                                      \
+            acc[r * C + c] = a;                                                                     \
         }
+#define PANEL_SCALE_ROW(r)                                                                          \
+        if (R > r) {                                                                                \
+            v4f dx = xs[r], xsum = xs[R + r];                                                       \
+            if (blocks < 4) {                                                                       \
+                dx = tail_scales(dx, blocks, lane);                                                 \
+                xsum = tail_scales(xsum, blocks, lane);                                             \
+            }                                                                                       \
+            PANEL_SCALE(r, 0) PANEL_SCALE(r, 1)                                                     \
+        }
+        PANEL_SCALE_ROW(0) PANEL_SCALE_ROW(1) PANEL_SCALE_ROW(2) PANEL_SCALE_ROW(3) PANEL_SCALE_ROW(4)
+#undef PANEL_SCALE_ROW
+#undef PANEL_SCALE
         __asm__ volatile("" ::: "memory");      /* acc stays in memory (see above) */
         x = (const uint8_t *)(xs + 2 * R);
         w = (const uint8_t *)(ws + 2 * C);
