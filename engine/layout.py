@@ -6,10 +6,16 @@ shared. Strides count elements, not bytes, so backends with typed buffers
 """
 from __future__ import annotations
 
+import functools
 import math
 
 
-def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+def contiguous_strides(shape) -> tuple[int, ...]:
+    return _contiguous_strides(tuple(shape))
+
+
+@functools.lru_cache(maxsize=1024)          # a model's few shapes recur at every op: a hot path
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides, acc = [], 1
     for n in reversed(shape):
         strides.append(acc)
@@ -28,7 +34,7 @@ class Layout:
     __slots__ = ("shape", "strides", "offset", "_contiguous")
 
     def __init__(self, shape, strides=None, offset: int = 0):
-        self.shape = tuple(int(n) for n in shape)
+        self.shape = tuple(map(int, shape))
         self.strides = contiguous_strides(self.shape) if strides is None else tuple(strides)
         self.offset = offset
         self._contiguous = True if strides is None else None

@@ -31,6 +31,8 @@ result with the composite's exact semantics; callers check dtypes first):
   named as in nn.functional.CONV_ACTIVATIONS ("none", "relu", "relu6", ...);
 - "gelu" (x, approximate): x * Phi(x) with erf ("none") or the tanh form ("tanh"), float32;
 - "silu" (x): x * sigmoid(x), float32;
+- "silu_mul" (gate, up): silu(gate) * up (SwiGLU's product), one shape, float32; the result
+  contiguous;
 - "rope" (x, cos, sin): rotary position embeddings, x (..., T, d) * cos + rotate_half(x) * sin
   with rotate_half(x) = cat(-x[..., d/2:], x[..., :d/2]) and cos, sin broadcastable to (T, d),
   all float32; the result contiguous;

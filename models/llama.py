@@ -104,7 +104,7 @@ class Config:
 
 def swiglu(gate_up, width: int):
     """silu(gate) * up from the (..., 2 * width) output of the stacked gate/up projection."""
-    return F.silu(gate_up[..., :width]) * gate_up[..., width:]
+    return F.silu_mul(gate_up[..., :width], gate_up[..., width:])
 
 
 def hf_rows(weight, heads: int):
@@ -160,15 +160,19 @@ class LlamaBlock(nn.Module):
         b, t, _ = h.shape
         x = self.attn_norm(h)                                          # (B, T, C)
         nq, nk = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        if self.attn_qkv is not None:
+        heads = self.heads + self.kv_heads
+        if self.attn_qkv is not None:                                  # q and k heads rotated in one call
             qkv = F.linear(x, self.attn_qkv)                           # (B, T, nq + 2 nk)
-            q, k, v = qkv[..., :nq], qkv[..., nq:nq + nk], qkv[..., nq + nk:]
+            qk = qkv[..., :nq + nk].reshape(b, t, heads, self.head_dim).transpose(1, 2)   # (B, H + Hkv, T, d)
+            qk = F.rotary_embedding(qk, cos, sin)                      # (B, H + Hkv, T, d)
+            q, k = qk[:, :self.heads], qk[:, self.heads:]              # (B, H, T, d), (B, Hkv, T, d)
+            v = qkv[..., nq + nk:]
         else:
-            q, k, v = self.attn_q(x), self.attn_k(x), self.attn_v(x)
-        q = q.reshape(b, t, self.heads, self.head_dim).transpose(1, 2)       # (B, H, T, d)
-        k = k.reshape(b, t, self.kv_heads, self.head_dim).transpose(1, 2)    # (B, Hkv, T, d)
+            q = self.attn_q(x).reshape(b, t, self.heads, self.head_dim).transpose(1, 2)       # (B, H, T, d)
+            k = self.attn_k(x).reshape(b, t, self.kv_heads, self.head_dim).transpose(1, 2)    # (B, Hkv, T, d)
+            q, k = F.rotary_embedding(q, cos, sin), F.rotary_embedding(k, cos, sin)
+            v = self.attn_v(x)
         v = v.reshape(b, t, self.kv_heads, self.head_dim).transpose(1, 2)    # (B, Hkv, T, d)
-        q, k = F.rotary_embedding(q, cos, sin), F.rotary_embedding(k, cos, sin)   # (B, H or Hkv, T, d)
         if cache is None:                                              # the sequence attends to itself
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)   # (B, H, T, d)
         else:
@@ -181,7 +185,7 @@ class LlamaBlock(nn.Module):
         if self.ffn_gate_up is not None:
             act = swiglu(F.linear(x, self.ffn_gate_up), self.ffn)      # (B, T, F)
         else:
-            act = F.silu(self.ffn_gate(x)) * self.ffn_up(x)            # (B, T, F)
+            act = F.silu_mul(self.ffn_gate(x), self.ffn_up(x))         # (B, T, F)
         return h + self.ffn_down(act)                                  # (B, T, C)
 
 

@@ -186,6 +186,18 @@ EXPORT void scale_shift_f32(size_t outer, size_t c, size_t inner, const float *x
 /* y = act(x) over count contiguous elements (the GEMM epilogue's activations: GELU is x Phi(x)) */
 EXPORT void activation_f32(size_t count, const float *x, int act, float *y) { activate_span(count, x, act, y); }
 
+/* y (rows, n) contiguous = silu(gate) * up (SwiGLU's product), gate and up rows of n contiguous
+ * elements g_row and u_row apart (the two halves of a stacked gate/up projection read where they
+ * lie); silu as activation_f32 computes it, then one rounded multiply */
+EXPORT void silu_mul_f32(size_t rows, size_t n, const float *gate, ptrdiff_t g_row, const float *up, ptrdiff_t u_row,
+                         float *y) {
+    for (size_t r = 0; r < rows; ++r, gate += g_row, up += u_row, y += n) {
+        size_t i = 0;
+        for (; i + 4 <= n; i += 4) store4(y + i, silu4(load4(gate + i)) * load4(up + i));
+        if (i < n) store_lanes(y + i, silu4(gather4(gate + i, 1, n - i)) * gather4(up + i, 1, n - i), n - i);
+    }
+}
+
 /* y = min(max(x, lo), hi) over count contiguous elements; NaN stays NaN (np.clip) */
 EXPORT void clamp_f32(size_t count, const float *x, float lo, float hi, float *y) {
     size_t i = 0;

@@ -416,6 +416,20 @@ def silu(input: Tensor) -> Tensor:  # noqa: A002
     return mul(x, sigmoid(x))
 
 
+def silu_mul(gate: Tensor, up: Tensor) -> Tensor:
+    """silu(gate) * up: the product of a SwiGLU feed-forward layer (Shazeer 2020, "GLU Variants
+    Improve Transformer", https://arxiv.org/abs/2002.05202), whose gate and up projections are
+    often one stacked matmul. An engine extension (torch has no functional for it), with a fused
+    kernel where the backend has one: it reads the two halves where they lie."""
+    g, u = _floating(gate), _floating(up)
+    if tuple(g.shape) != tuple(u.shape):
+        raise ValueError(f"silu_mul: gate {tuple(g.shape)} and up {tuple(u.shape)} must have one shape")
+    fused = _fused_f32("silu_mul", [g, u])
+    if fused is not None:
+        return fused
+    return mul(silu(g), u)
+
+
 def rotary_embedding(input: Tensor, cos: Tensor, sin: Tensor) -> Tensor:  # noqa: A002
     """Rotary position embeddings (Su et al. 2021, RoFormer, https://arxiv.org/abs/2104.09864) in
     transformers' convention: input (..., T, d) * cos + rotate_half(input) * sin, with

@@ -30,6 +30,22 @@ def test_activation(rng, activation, count):
     assert K.activation(np.empty(0, np.float32), activation).shape == (0,)
 
 
+@pytest.mark.parametrize("n", [1, 3, 4, 7, 1001])
+def test_silu_mul(rng, n):
+    """silu(gate) * up, the halves of a stacked (rows, 2n) projection read in place: exactly the
+    activation kernel's silu then one float32 multiply (so decoding gives the composite's bits)."""
+    gate_up = (rng.standard_normal((5, 2 * n)) * 4).astype(np.float32)
+    gate_up[0, :min(n, 4)] = [np.nan, np.inf, -np.inf, -0.0][:min(n, 4)]
+    gate, up = gate_up[:, :n], gate_up[:, n:]
+    silu = K.activation(np.ascontiguousarray(gate), "silu")
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(K.silu_mul(gate, up, out=nan_like((5, n))), silu * up)
+        np.testing.assert_array_equal(K.silu_mul(gate.T, up.T), (silu * up).T)       # element-strided: copied
+    assert K.silu_mul(gate[:0], up[:0]).shape == (0, n)
+    with pytest.raises(ValueError, match="differ"):
+        K.silu_mul(gate, up[:, 1:])
+
+
 def test_gelu_large_inputs_take_both_branches(rng):
     """Vectors with every |x| < 1.41 take the erf-only path; others the erfc tail too: both must agree."""
     x = np.concatenate([rng.uniform(-1.4, 1.4, 64), rng.uniform(-9, 9, 64), rng.uniform(-1.4, 1.4, 3)]

@@ -86,6 +86,10 @@ def transformer_checks(rng, errors):
     for name in ("gelu", "gelu_tanh", "silu"):
         errors[f"activation {name}"] = worst(K.activation(x, name), activation_reference(x, name),
                                              2e-6 * np.abs(x) + 1e-37)
+    gate_up = (rng.standard_normal((5, 2 * 1001)) * 4).astype(np.float32)   # SwiGLU's halves, read in place
+    errors["silu_mul (as silu, then one multiply)"] = 0.0 if np.array_equal(
+        K.silu_mul(gate_up[:, :1001], gate_up[:, 1001:]),
+        K.activation(np.ascontiguousarray(gate_up[:, :1001]), "silu") * gate_up[:, 1001:]) else float("inf")
     special = K.activation(np.array([np.nan, np.inf, -np.inf, -0.0], np.float32), "gelu")
     errors["gelu of nan, inf, -inf, -0"] = 0.0 if np.isnan(special[[0, 2]]).all() and special[1] == np.inf and \
         special[3] == 0 else float("inf")

@@ -156,14 +156,15 @@ def test_fused_kernels_equal_their_composites(device, monkeypatch):
     r, _ = pair((4, 5, 16), device)
     w, _ = pair((16,), device)
     angles = engine.from_numpy(np.linspace(-20, 20, 5 * 16, dtype=np.float32).reshape(5, 16), device)
-    calls = [lambda: F.gelu(x), lambda: F.gelu(x, "tanh"), lambda: F.silu(x),
+    calls = [lambda: F.gelu(x), lambda: F.gelu(x, "tanh"), lambda: F.silu(x), lambda: F.silu_mul(x, r),
              lambda: F.rotary_embedding(x, angles.cos(), angles.sin()),
              lambda: F.scaled_dot_product_attention(q, k, v, mask), lambda: F.scaled_dot_product_attention(
                  q, k, v, is_causal=True), lambda: F.add_layer_norm(x, r, 16, w, w, 1e-5, w)]
     fused = [f() for f in calls]
     backend = engine.get_backend(device)
     monkeypatch.setattr(backend, "fused", {name: fn for name, fn in backend.fused.items()
-                                           if name not in ("gelu", "silu", "rope", "attention", "add_layer_norm")})
+                                           if name not in ("gelu", "silu", "silu_mul", "rope", "attention",
+                                                            "add_layer_norm")})
     for f, got in zip(calls, fused):
         want = f()
         assert got.dtype == want.dtype and got.shape == want.shape
@@ -221,3 +222,23 @@ def test_silu_and_rotary_embedding(device, fused_calls):
         F.rotary_embedding(qkv[..., :5], cos, sin)
     with pytest.raises(ValueError, match="must be"):
         F.rotary_embedding(q, cos[:, :8], sin[:, :8])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_silu_mul(device, fused_calls):
+    """F.silu_mul(gate, up) against torch's silu(gate) * up: the halves of a stacked gate/up
+    projection read in place, contiguous tensors, transposed views, special values."""
+    gu, tgu = pair((2, 5, 2 * 37), device, scale=4.0)                  # (N, T, gate | up)
+    assert_close(F.silu_mul(gu[..., :37], gu[..., 37:]), TF.silu(tgu[..., :37]) * tgu[..., 37:])
+    g, tg = pair((3, 7, 29), device, scale=4.0)
+    u, tu = pair((3, 7, 29), device)
+    assert_close(F.silu_mul(g, u), TF.silu(tg) * tu)
+    assert_close(F.silu_mul(g.transpose(0, 2), u.transpose(0, 2)), TF.silu(tg.transpose(0, 2)) * tu.transpose(0, 2))
+    assert ("silu_mul" in fused_calls) == has_fused(device, "silu_mul")
+    special = engine.tensor([np.nan, np.inf, -np.inf, -0.0, -30.0, 30.0, 1.0], device=device)
+    ones = engine.tensor([1.0] * 7, device=device)
+    tspecial = torch.tensor([np.nan, np.inf, -np.inf, -0.0, -30.0, 30.0, 1.0], dtype=torch.float64)
+    assert_close(F.silu_mul(special, ones), F.silu(special))                 # the same NaN/inf as F.silu
+    assert_close(F.silu_mul(ones, special), (TF.silu(torch.ones(7, dtype=torch.float64)) * tspecial).float())
+    with pytest.raises(ValueError, match="one shape"):
+        F.silu_mul(g, u[..., 1:])

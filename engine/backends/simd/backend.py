@@ -128,7 +128,7 @@ def _hardtanh(x, *, min_val, max_val):
 FUSED = {**quantized.KERNELS,                    # linear_q, embedding_q (engine.ops)
          "mul_add": _mul_add, "hardtanh": _hardtanh, "softmax": _softmax, "layer_norm": _layer_norm,
          "rms_norm": _rms_norm, "linear": _linear, "conv2d": _conv2d_bias, "gelu": _gelu, "silu": _silu,
-         "rope": C.rope, "attention": _attention, "add_layer_norm": _add_layer_norm}
+         "silu_mul": C.silu_mul, "rope": C.rope, "attention": _attention, "add_layer_norm": _add_layer_norm}
 
 
 class SimdBackend(NumpyBackend):

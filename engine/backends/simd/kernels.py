@@ -254,6 +254,28 @@ def activation(x, name: str, out=None) -> np.ndarray:
     return y
 
 
+def silu_mul(gate, up, out=None) -> np.ndarray:
+    """silu(gate) * up (SwiGLU), gate and up of one shape: rows of contiguous elements at any
+    uniform row stride (the halves of a stacked gate/up projection are read where they lie)."""
+    gate, up = _elements(gate), _elements(up)
+    if gate.shape != up.shape:
+        raise ValueError(f"silu_mul: gate {gate.shape} and up {up.shape} differ")
+    n = gate.shape[-1] if gate.ndim else 1
+    rows = gate.size // n if n else 0
+    lead = []
+    for a in (gate, up):
+        step = _collapse(a.shape[:-1], _strides(a)[:-1]) if a.ndim > 1 else (1, 0)
+        if a.ndim and a.strides[-1] != 4 and n > 1 or step is None:
+            a = np.ascontiguousarray(a)
+            step = (rows, n)
+        lead.append((a, step[1]))
+    (gate, g_row), (up, u_row) = lead
+    y = _output(gate.shape, out)
+    if rows:
+        library.get().silu_mul_f32(rows, n, _address(gate), g_row, _address(up), u_row, _address(y))
+    return y
+
+
 def rope(x, cos, sin, out=None) -> np.ndarray:
     """x (..., t, d) * cos + rotate_half(x) * sin, cos and sin broadcastable to (t, d): rotary
     position embeddings. x's leading dims may be any uniform stride (a head view of a stacked

@@ -20,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-ABI = 4                                  # ENGINE_KERNELS_ABI in wasm_kernels/common.h
+ABI = 5                                  # ENGINE_KERNELS_ABI in wasm_kernels/common.h
 PYODIDE_PATH = "/lib/engine_kernels.so"
 FLAVOURS = {"simd": "engine_kernels.simd.wasm", "relaxed": "engine_kernels.relaxed.wasm"}
 SOURCES = Path(__file__).resolve().parents[3] / "wasm_kernels"
@@ -43,6 +43,7 @@ SIGNATURES = {
     "clamp_f32": (None, [_S, _P, _F, _F, _P]),
     "activation_f32": (None, [_S, _P, _I, _P]),
     "rope_f32": (None, [_S, _S, _S, _P, _D, _D, _P, _P, _P]),
+    "silu_mul_f32": (None, [_S, _S, _P, _D, _P, _D, _P]),
     "attention_f32": (_S, [_S] * 7 + [_P, _D, _D, _D, _D] * 3 + [_P, _I, _D, _D, _D, _D, _I, _F, _P, _P, _S]),
     "linear_q_f32": (_S, [_I, _S, _S, _S, _P, _D, _P, _P, _P, _P, _S]),
     "embedding_q_f32": (_S, [_I, _S, _P, _S, _S, _P, _P]),
