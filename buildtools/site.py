@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from . import compress, convert, runtime, serviceworker, wheel
+from . import bytecode, compress, convert, runtime, serviceworker, wheel
 from .fetch import FetchFailed, npm_pack, pip_download
 from .steps import Builder, BuildError, Step
 
@@ -215,6 +215,13 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
     b.run(Step("engine", {"project": meta, "sources": b.files(wheel.sources(root), root),
                           "pyproject": b.digest(root / "pyproject.toml"), "pyodide": b.digest(pyodide_tgz),
                           "code": _code(wheel, runtime)}, make_engine))
+
+    # the worker's start-up Python compiled by Pyodide itself, from the wheels and runtime just made
+    runtime_files = {rel: record["sha256"] for step in ("pyodide", "engine")
+                     for rel, record in b.outputs(step).items()}
+    b.run(Step("bytecode", {"runtime": runtime_files, "packages": list(bytecode.PACKAGES), "module": bytecode.MODULE,
+                            "code": _code(bytecode), "script": b.digest(bytecode.HERE / "bytecode.mjs")},
+               lambda out: bytecode.write_bytecode(out, b.dist / "pyodide")))
 
     # our safetensors writer and reader (and the dtype codes) shape the weight files; a GGUF
     # is checked by our reader and described by the manifest code

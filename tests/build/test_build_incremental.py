@@ -16,7 +16,7 @@ from buildtools.fetch import FetchFailed, pip_download
 from buildtools.steps import STATE_NAME, BuildError
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = ["pyodide", "pyscript", "micropython", "engine", "weights/mnist_cnn", "weights/efficientnet_lite0",
+STEPS = ["pyodide", "pyscript", "micropython", "engine", "bytecode", "weights/mnist_cnn", "weights/efficientnet_lite0",
          "weights/all-MiniLM-L6-v2", "weights/SmolLM2-135M-Instruct", "kernels", "samples", "web", "build-info",
          "registry", "compress", "service-worker"]
 
@@ -99,8 +99,9 @@ def test_changed_engine_source_rebuilds_the_wheel_only(project, cache):
     with open(project / "engine" / "errors.py", "a") as f:
         f.write("\n# a change\n")
     built, _ = build(project, cache)
-    # build-info: the wheel's size; compress: the lock (it names the wheel's sha256) is gzipped
-    assert built[0] == "engine" and set(built) <= {"engine", "build-info", "compress", "service-worker"}
+    # bytecode: compiled from the new wheel; build-info: the wheel's size; compress: the lock (it
+    # names the wheel's sha256) is gzipped
+    assert built[0] == "engine" and set(built) <= {"engine", "bytecode", "build-info", "compress", "service-worker"}
 
 
 def test_shard_size_option_rebuilds_the_weights(project, cache):

@@ -209,6 +209,29 @@ def test_engine_wheel_installs_and_imports(dist, tmp_path):
     assert all(line.startswith(str(target)) for line in r.stdout.split()), r.stdout   # not this checkout
 
 
+def test_bytecode_archive_holds_checked_pyc_of_the_shipped_sources(dist):
+    """pyodide/bytecode.zip (buildtools/bytecode.py): CPython 3.12 .pyc (Pyodide's) in __pycache__
+    form, checked-hash (PEP 552: flags 0b11, so a stale one is recompiled, never run), one for each
+    start-up module of the engine and NumPy, each beside a source the shipped wheels install."""
+    shipped = set()
+    for name in ("engine-0.1.0-py3-none-any.whl", NUMPY_WHEEL):
+        with zipfile.ZipFile(dist / "pyodide" / name) as z:
+            shipped |= {n for n in z.namelist() if n.endswith(".py")}
+    with zipfile.ZipFile(dist / "pyodide" / "bytecode.zip") as z:
+        names = z.namelist()
+        for name in names:
+            folder, file = name.rsplit("/__pycache__/", 1)
+            module = file.split(".")[0]
+            assert file == f"{module}.cpython-312.pyc" and f"{folder}/{module}.py" in shipped, name
+            header = z.read(name)[:16]
+            assert header[:4] == (3531).to_bytes(2, "little") + b"\r\n", name      # CPython 3.12's magic
+            assert int.from_bytes(header[4:8], "little") == 0b11, name            # hash-based, checked
+    modules = {n.split("/__pycache__/")[0] + "/" + n.rsplit("/", 1)[1].split(".")[0] for n in names}
+    assert {"engine/__init__", "engine/tensor", "engine/web/worker", "numpy/__init__",
+            "numpy/_core/_methods"} <= modules
+    assert not any(m.startswith(("engine/text/", "numpy/tests/")) for m in modules)    # imported later, or never
+
+
 def test_weights_are_sharded_with_index_and_manifest(dist):
     folder = dist / "models" / "mnist_cnn"
     shards = sorted(p.name for p in folder.glob("*.safetensors"))

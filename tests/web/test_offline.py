@@ -42,6 +42,8 @@ def test_reload_draw_and_classify_offline(site, session_factory):
         s = session_factory(host.url)
         page = s.open()
         assert runtime(page)["start"] == "full"
+        # the compiled start-up Python is not fetched before a first visit's first answer
+        assert runtime(page)["bytecode_bytes"] == 0 and not any("bytecode.zip" in u for u in s.requests)
         page.click("[data-sample='chelsea.png']")               # caches the photo model's weights
         assert "cat" in browser_top5(page)[0][0]
         # the first version of the service worker claims this page once it has kept every file
@@ -55,6 +57,11 @@ def test_reload_draw_and_classify_offline(site, session_factory):
     s.wait_ready()
     assert page.evaluate("navigator.onLine") is False
     assert runtime(page)["start"] == "snapshot" and runtime(page)["snapshot_error"] is None
+    # the start-up modules came from the archive the service worker kept (their .pyc files exist:
+    # the worker never writes bytecode itself)
+    assert runtime(page)["bytecode_bytes"] > 0 and runtime(page)["bytecode_error"] is None
+    assert s.run("import os, sys\n[os.path.exists(sys.modules[m].__spec__.cached) "
+                 "for m in ('numpy', 'engine.tensor', 'engine.web.worker')]") == [True] * 3
     draw_3(page)                                              # from the restored interpreter
     page.evaluate("document.querySelector('[data-testid=image-top5]').innerHTML = ''")
     page.click("[data-sample='chelsea.png']")
