@@ -198,6 +198,7 @@ for name in ${JSON.stringify(SNAPSHOT_IMPORTS)}:
 
 async function boot(backend, kernels) {
   let t = performance.now();
+  timings.worker_start_ms = t;                       // since this worker was created
   pyodide = await startPyodide();
   timings.pyodide_ms = performance.now() - t;
   t = performance.now();
@@ -211,7 +212,9 @@ async function boot(backend, kernels) {
   exported = new Set(api.EXPORTS.toJs());
   timings.engine_ms = performance.now() - t;
   const registry = JSON.parse(api.tasks());
+  t = performance.now();
   const { available: devices, best, unavailable, adapter } = JSON.parse(await api.devices());
+  timings.devices_ms = performance.now() - t;
   const device = devices.includes(backend) ? backend : best;
   t = performance.now();
   const weights = (loaded, total) =>
