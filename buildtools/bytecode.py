@@ -10,7 +10,9 @@ uses it only when its source hash equals that of the source beside it, so a stal
 old build's, from a cache) costs a recompilation, never stale code.
 
 The worker unpacks it when the Cache API already holds it (the service worker keeps it after a
-first visit), so a first visit does not download its ~1 MB before the first answer.
+first visit), so a first visit does not download its ~1 MB before the first answer. It reads
+every member whole (CRC-checked) and checks every name before writing any: a damaged archive is
+refused whole and the sources are compiled as before (a .pyc cut short would fail its import).
 """
 from __future__ import annotations
 

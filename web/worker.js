@@ -123,15 +123,37 @@ const bytecode = (async () => {
   }
 })();
 
+// Every member is read whole (so its CRC is checked) and named as a __pycache__/*.pyc below
+// site-packages before any is written: a damaged archive writes nothing (a .pyc cut short would
+// not be recompiled: it would fail the import).
+const UNPACK_BYTECODE = `
+def _unpack_bytecode(data):
+    import io, os, sys, zipfile
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    with zipfile.ZipFile(io.BytesIO(data.to_bytes())) as z:       # data: the JS Uint8Array
+        files = [(info.filename, z.read(info)) for info in z.infolist()]
+    for name, _ in files:
+        parts = name.split("/")
+        if name.startswith("/") or ".." in parts or parts[-2:-1] != ["__pycache__"] or not name.endswith(".pyc"):
+            raise ValueError(f"unexpected member {name[:80]!r}")
+    for name, body in files:
+        path = os.path.join(site, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(body)
+_unpack_bytecode`;
+
 async function unpackBytecode() {
   const archive = await bytecode;
   if (!archive) return;
+  const unpack = pyodide.runPython(UNPACK_BYTECODE);
   try {
-    const site = pyodide.runPython("next(p for p in __import__('sys').path if p.endswith('site-packages'))");
-    pyodide.unpackArchive(archive, "zip", { extractDir: site });
+    unpack(archive);
     runtime.bytecode_bytes = archive.length;
   } catch (err) {
-    runtime.bytecode_error = String((err && err.message) || err);
+    runtime.bytecode_error = pythonErrorText(err);
+  } finally {
+    unpack.destroy();
   }
 }
 

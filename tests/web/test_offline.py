@@ -24,6 +24,20 @@ TRUNCATE = """async () => {
 }"""
 
 
+# the service worker's copy of the compiled start-up Python, cut to its first half
+DAMAGE_BYTECODE = """async () => {
+    const url = new URL("pyodide/bytecode.zip", location.href).href;
+    for (const name of await caches.keys()) {
+        const cache = await caches.open(name);
+        const stored = await cache.match(url);
+        if (stored) {
+            const bytes = await stored.arrayBuffer();
+            await cache.put(url, new Response(bytes.slice(0, bytes.byteLength >> 1), { headers: stored.headers }));
+        }
+    }
+}"""
+
+
 def runtime(page) -> dict:
     """How the worker's Pyodide started: {"start": "full" | "snapshot", "snapshot_error", ...}."""
     return page.evaluate("window.engineClient.snapshot().info.runtime")
@@ -63,6 +77,12 @@ def test_reload_draw_and_classify_offline(site, session_factory):
     assert s.run("import os, sys\n[os.path.exists(sys.modules[m].__spec__.cached) "
                  "for m in ('numpy', 'engine.tensor', 'engine.web.worker')]") == [True] * 3
     draw_3(page)                                              # from the restored interpreter
+    page.evaluate(DAMAGE_BYTECODE)                            # cut short: refused whole, sources compiled
+    page.reload()
+    s.wait_ready()
+    assert runtime(page)["bytecode_bytes"] == 0 and "zip" in runtime(page)["bytecode_error"].lower()
+    assert s.run("import os, sys\nos.path.exists(sys.modules['engine.tensor'].__spec__.cached)") is False
+    draw_3(page)
     page.evaluate("document.querySelector('[data-testid=image-top5]').innerHTML = ''")
     page.click("[data-sample='chelsea.png']")
     assert "cat" in browser_top5(page)[0][0]
