@@ -160,9 +160,9 @@ class LlamaBlock(nn.Module):
         b, t, _ = h.shape
         x = self.attn_norm(h)                                          # (B, T, C)
         nq, nk = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        heads = self.heads + self.kv_heads
         if self.attn_qkv is not None:                                  # q and k heads rotated in one call
             qkv = F.linear(x, self.attn_qkv)                           # (B, T, nq + 2 nk)
+            heads = self.heads + self.kv_heads
             qk = qkv[..., :nq + nk].reshape(b, t, heads, self.head_dim).transpose(1, 2)   # (B, H + Hkv, T, d)
             qk = F.rotary_embedding(qk, cos, sin)                      # (B, H + Hkv, T, d)
             q, k = qk[:, :self.heads], qk[:, self.heads:]              # (B, H, T, d), (B, Hkv, T, d)

@@ -261,18 +261,10 @@ def silu_mul(gate, up, out=None) -> np.ndarray:
     if gate.shape != up.shape:
         raise ValueError(f"silu_mul: gate {gate.shape} and up {up.shape} differ")
     n = gate.shape[-1] if gate.ndim else 1
-    rows = gate.size // n if n else 0
-    lead = []
-    for a in (gate, up):
-        step = _collapse(a.shape[:-1], _strides(a)[:-1]) if a.ndim > 1 else (1, 0)
-        if a.ndim and a.strides[-1] != 4 and n > 1 or step is None:
-            a = np.ascontiguousarray(a)
-            step = (rows, n)
-        lead.append((a, step[1]))
-    (gate, g_row), (up, u_row) = lead
-    y = _output(gate.shape, out)
-    if rows:
-        library.get().silu_mul_f32(rows, n, _address(gate), g_row, _address(up), u_row, _address(y))
+    g, u, y = _rows(gate, n), _rows(up, n), _output(gate.shape, out)
+    if g.shape[0]:
+        library.get().silu_mul_f32(g.shape[0], n, _address(g), _strides(g)[0], _address(u), _strides(u)[0],
+                                   _address(y))
     return y
 
 
