@@ -1,38 +1,64 @@
-// Compile the Python modules the page's worker imports at start (NumPy's and the engine's) to
-// bytecode inside Pyodide itself (its CPython, so its magic number), for
-// dist/pyodide/bytecode.zip (buildtools/bytecode.py says why).
+// Compile the Python modules the page's worker imports at start inside Pyodide itself (its
+// CPython, so its magic number), for dist/pyodide/ (buildtools/bytecode.py says why):
+// - BYTECODE_OUT: NumPy's and the engine's modules, as __pycache__/*.pyc below site-packages;
+// - STDLIB_OUT: the standard library archive STDLIB_IN, uncompressed, with a .pyc beside the
+//   source of every module a start imports from it (Pyodide's own start included).
 //
-//   node buildtools/bytecode.mjs DIST_PYODIDE_DIR OUT.zip MODULE PACKAGE...
+//   node buildtools/bytecode.mjs DIST_PYODIDE_DIR STDLIB_IN BYTECODE_OUT STDLIB_OUT MODULE,... PACKAGE...
 //
-// The packages are installed from DIST_PYODIDE_DIR's own lock and wheels, exactly as the page's
-// worker installs them, then MODULE is imported: every module that import loaded from
-// site-packages is compiled, so each compiled file matches the source the page will have.
+// Pyodide starts on STDLIB_IN, the packages are installed from DIST_PYODIDE_DIR's own lock and
+// wheels, exactly as the page's worker installs them, then the MODULEs are imported: every module
+// loaded on the way is compiled, so each compiled file matches the source the page will have.
 import fs from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 
-const [indexDir, out, module, ...packages] = process.argv.slice(2);
+const [indexDir, stdlibIn, bytecodeOut, stdlibOut, modules, ...packages] = process.argv.slice(2);
 const { loadPyodide } = await import(pathToFileURL(path.join(indexDir, "pyodide.mjs")).href);
-const pyodide = await loadPyodide({ indexURL: path.resolve(indexDir) + "/", stdout: () => {}, stderr: console.error });
+const pyodide = await loadPyodide({ indexURL: path.resolve(indexDir) + "/", stdLibURL: path.resolve(stdlibIn),
+                                    stdout: () => {}, stderr: console.error });
 await pyodide.loadPackage(packages, { messageCallback: () => {}, errorCallback: console.error });
-pyodide.globals.set("MODULE", module);
-const zipped = pyodide.runPython(`
-import importlib, importlib.util, io, os, py_compile, sys, zipfile
-importlib.import_module(MODULE)
+pyodide.globals.set("MODULES", modules.split(","));
+const [bytecode, stdlib] = pyodide.runPython(`
+import importlib, sys
+for name in MODULES:
+    importlib.import_module(name)
+# what a start imported (before this script imports its own tools)
+files = [m.__file__ for m in list(sys.modules.values()) if (getattr(m, "__file__", None) or "").endswith(".py")]
+
+import importlib.util, io, os, py_compile, zipfile
+from importlib._bootstrap_external import _code_to_hash_pyc
 site = next(p for p in sys.path if p.endswith("site-packages"))
-sources = sorted({m.__file__ for m in list(sys.modules.values())
-                  if (getattr(m, "__file__", None) or "").startswith(site + "/") and m.__file__.endswith(".py")})
+archive = next(p for p in sys.path if p.endswith(".zip"))            # /lib/python312.zip
+
+# checked-hash .pyc (PEP 552): the import system runs one only when the hash of the source beside
+# it is the one it was compiled from, so a stale file is recompiled, never run
+
 buffer = io.BytesIO()
-with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
-    for source in sources:
+with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as z:        # the host encodes it whole
+    for source in sorted({f for f in files if f.startswith(site + "/")}):
         cached = importlib.util.cache_from_source(source)
-        # checked against the source at import: a stale file is recompiled, never run
         py_compile.compile(source, cached, doraise=True,
                            invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
-        info = zipfile.ZipInfo(os.path.relpath(cached, site), date_time=(1980, 1, 1, 0, 0, 0))
-        info.compress_type = zipfile.ZIP_DEFLATED
         with open(cached, "rb") as f:
-            z.writestr(info, f.read(), compresslevel=9)
-buffer.getvalue()
-`);
-fs.writeFileSync(out, zipped.toJs());
+            z.writestr(zipfile.ZipInfo(os.path.relpath(cached, site), date_time=(1980, 1, 1, 0, 0, 0)), f.read())
+bytecode = buffer.getvalue()
+
+# The standard library stays one archive, now stored (the host sends it brotli- or gzip-encoded,
+# which over the whole archive shrinks it more than deflate per member does). A module found in
+# it as name.pyc and name.py runs the .pyc after checking it against the .py (zipimport), and its
+# code names the .py, so tracebacks still show the source lines.
+started = {f.removeprefix(archive + "/") for f in files if f.startswith(archive + "/")}
+buffer = io.BytesIO()
+with zipfile.ZipFile(archive) as original, zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as z:
+    for info in original.infolist():
+        data = original.read(info)
+        z.writestr(zipfile.ZipInfo(info.filename, info.date_time), data)
+        if info.filename in started:
+            code = compile(data, f"{archive}/{info.filename}", "exec", dont_inherit=True)
+            pyc = _code_to_hash_pyc(code, importlib.util.source_hash(data), checked=True)
+            z.writestr(zipfile.ZipInfo(info.filename + "c", info.date_time), bytes(pyc))
+bytecode, buffer.getvalue()
+`).toJs();
+fs.writeFileSync(bytecodeOut, bytecode);
+fs.writeFileSync(stdlibOut, stdlib);

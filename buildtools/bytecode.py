@@ -1,42 +1,65 @@
-"""dist/pyodide/bytecode.zip: the worker's start-up Python, compiled, for visits after the first.
+"""The worker's start-up Python, compiled: dist/pyodide/bytecode.zip and python_stdlib.zip.
 
-Pyodide's NumPy wheel and the engine's ship Python sources only, so each start of the page's
-worker compiles every module it imports (NumPy's and the engine's: ~110 files) before running
-them: ~0.3 s of a reload (Node, this machine: importing engine.web.worker 0.54 s from source,
-0.25 s from this archive plus 0.03 s to unpack it). The archive holds those modules' bytecode in
-`__pycache__` form, compiled by Pyodide's own CPython under Node (buildtools/bytecode.mjs) from
-the very wheels in dist/pyodide/. Each file is a checked-hash .pyc (PEP 552): the import system
-uses it only when its source hash equals that of the source beside it, so a stale archive (an
-old build's, from a cache) costs a recompilation, never stale code.
+Pyodide's standard library, its NumPy wheel and the engine's wheel ship Python sources only, so
+every start of the page's worker compiled each module it imported before running it: Pyodide's
+own start and the standard-library modules (~150), then NumPy's and the engine's (~130). In
+Node on this machine, Pyodide's start went from 1.55 s to 0.62 s with its modules compiled, and
+importing engine.web.worker from 0.54 s to 0.25 s. Both archives hold bytecode compiled by
+Pyodide's own CPython under Node (buildtools/bytecode.mjs) from the very files the site ships,
+as checked-hash .pyc files (PEP 552): the import system runs one only when the hash of the source
+beside it is the one it was compiled from, so a stale file costs a recompilation, never stale code.
 
-The worker unpacks it when the Cache API already holds it (the service worker keeps it after a
-first visit), so a first visit does not download its ~1 MB before the first answer. It reads
-every member whole (CRC-checked) and checks every name before writing any: a damaged archive is
-refused whole and the sources are compiled as before (a .pyc cut short would fail its import).
+- bytecode.zip: NumPy's and the engine's start-up modules in `__pycache__` form. The worker
+  fetches it beside the runtime and unpacks it into site-packages before the first import. It
+  reads every member whole (CRC-checked) and checks every name before writing any: a damaged
+  archive is refused whole and the sources are compiled as before (a .pyc cut short would fail
+  its import).
+- python_stdlib.zip: Pyodide's archive, every member as it was, with a .pyc beside each
+  start-up module's source (zipimport prefers it, and checks it against that source). Tracebacks
+  still show the source lines.
+
+Both archives, and the wheels, are stored uncompressed: the host sends them brotli- or
+gzip-encoded (buildtools/compress.py), and brotli over a whole archive shrinks it far more than
+deflate per member (the standard library with its .pyc: 3.8 MB deflated, 2.7 MB as brotli), so a
+first visit still moves under 10 MB. A host that sends neither encoding moves them as stored.
 """
 from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
+from .runtime import STDLIB
 from .steps import BuildError
 
 HERE = Path(__file__).resolve().parent
 NAME = "bytecode.zip"
 PACKAGES = ("numpy", "engine")               # loaded by the worker before it imports...
-MODULE = "engine.web.worker"                 # ...its entry module
+# ...its entry module, then what its start imports on first use: the backends (the device probe),
+# then the loader, the registry's models and the image transforms (the first model's load).
+# tests/web/test_offline.py checks that a start imports nothing else from site-packages.
+MODULES = ("engine.web.worker",
+           "engine.backends.numpy.backend", "engine.backends.simd.backend", "engine.backends.webgpu.backend",
+           "engine.backends.webgpu.browser",
+           "engine.web.loader", "engine.web.fetch", "engine.io.site", "engine.io.remote", "engine.io.manifest",
+           "models.mnist_cnn", "models.efficientnet_lite", "models.bert", "models.llama", "engine.vision.transforms")
 
 
-def write_bytecode(out: Path, pyodide_dir: Path) -> None:
-    """out/pyodide/bytecode.zip from the runtime and wheels in `pyodide_dir` (dist/pyodide/)."""
+def write_bytecode(out: Path, pyodide_dir: Path, stdlib: bytes) -> None:
+    """out/pyodide/bytecode.zip and out/pyodide/python_stdlib.zip from the runtime and wheels in
+    `pyodide_dir` (dist/pyodide/) and Pyodide's standard library archive `stdlib`."""
     node = shutil.which("node") or shutil.which("nodejs")
     if node is None:
         raise BuildError("node is not installed (it compiles the worker's Python for the site): "
                          "`apt-get install nodejs npm`; ./scripts/serve.sh and ./scripts/test.sh install it")
-    target = out / "pyodide" / NAME
-    target.parent.mkdir(parents=True, exist_ok=True)
-    r = subprocess.run([node, str(HERE / "bytecode.mjs"), str(pyodide_dir), str(target), MODULE, *PACKAGES],
-                       capture_output=True, text=True, timeout=600)
-    if r.returncode != 0 or not target.is_file():
+    folder = out / "pyodide"
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        original = Path(tmp) / STDLIB
+        original.write_bytes(stdlib)
+        r = subprocess.run([node, str(HERE / "bytecode.mjs"), str(pyodide_dir), str(original),
+                            str(folder / NAME), str(folder / STDLIB), ",".join(MODULES), *PACKAGES],
+                           capture_output=True, text=True, timeout=600)
+    if r.returncode != 0 or not (folder / NAME).is_file() or not (folder / STDLIB).is_file():
         raise BuildError(f"compiling the worker's Python in Pyodide failed: {(r.stderr or r.stdout)[-2000:]}")

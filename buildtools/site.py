@@ -157,7 +157,7 @@ def _copy_web(out: Path, root: Path, files: list[Path]) -> None:
 
 
 def build_info(b: Builder, engine_version: str, models: list[str]) -> dict:
-    pyodide = b.outputs("pyodide")
+    pyodide = {**b.outputs("pyodide"), **b.outputs("bytecode")}        # the latter: the stdlib
     size = lambda outputs, rel: outputs[rel]["size"]                     # noqa: E731
     engine_outputs = b.outputs("engine")
     engine_wheel = next(rel for rel in engine_outputs if rel.endswith(".whl"))
@@ -210,18 +210,22 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
 
     def make_engine(out: Path) -> None:
         path = wheel.build_wheel(root, out / "pyodide")
-        lock = wheel.lock_with_package(runtime.official_lock(pyodide_tgz), path, meta)
+        official = runtime.shipped_lock(runtime.official_lock(pyodide_tgz), b.dist / "pyodide")
+        lock = wheel.lock_with_package(official, path, meta)
         (out / "pyodide" / runtime.LOCK_NAME).write_text(json.dumps(lock, separators=(",", ":")))
     b.run(Step("engine", {"project": meta, "sources": b.files(wheel.sources(root), root),
                           "pyproject": b.digest(root / "pyproject.toml"), "pyodide": b.digest(pyodide_tgz),
+                          "restored": {rel: record["sha256"] for rel, record in b.outputs("pyodide").items()
+                                       if rel.removeprefix("pyodide/") in runtime.RESTORED_WHEELS},
                           "code": _code(wheel, runtime)}, make_engine))
 
     # the worker's start-up Python compiled by Pyodide itself, from the wheels and runtime just made
     runtime_files = {rel: record["sha256"] for step in ("pyodide", "engine")
                      for rel, record in b.outputs(step).items()}
-    b.run(Step("bytecode", {"runtime": runtime_files, "packages": list(bytecode.PACKAGES), "module": bytecode.MODULE,
+    b.run(Step("bytecode", {"runtime": runtime_files, "pyodide": b.digest(pyodide_tgz), "stdlib": runtime.STDLIB,
+                            "packages": list(bytecode.PACKAGES), "modules": list(bytecode.MODULES),
                             "code": _code(bytecode), "script": b.digest(bytecode.HERE / "bytecode.mjs")},
-               lambda out: bytecode.write_bytecode(out, b.dist / "pyodide")))
+               lambda out: bytecode.write_bytecode(out, b.dist / "pyodide", runtime.stdlib_zip(pyodide_tgz))))
 
     # our safetensors writer and reader (and the dtype codes) shape the weight files; a GGUF
     # is checked by our reader and described by the manifest code

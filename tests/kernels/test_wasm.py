@@ -71,11 +71,12 @@ def pyodide_dir(tmp_path_factory):
     if shutil.which("node") is None:
         _missing("node is not installed (needed to run Pyodide outside the browser)")
     from buildtools.fetch import npm_pack, pip_download
-    from buildtools.runtime import PROVISA, PYODIDE, official_lock, write_pyodide
+    from buildtools.runtime import PROVISA, PYODIDE, STDLIB, official_lock, shipped_lock, stdlib_zip, write_pyodide
     out = tmp_path_factory.mktemp("runtime")
     tgz = npm_pack(*PYODIDE)
     write_pyodide(out, tgz, pip_download(*PROVISA))
-    (out / "pyodide" / "pyodide-lock.json").write_text(json.dumps(official_lock(tgz)))
+    (out / "pyodide" / STDLIB).write_bytes(stdlib_zip(tgz))
+    (out / "pyodide" / "pyodide-lock.json").write_text(json.dumps(shipped_lock(official_lock(tgz), out / "pyodide")))
     return out / "pyodide"
 
 
