@@ -35,6 +35,10 @@ def main(argv=None) -> int:
     ap.add_argument("--force", action="store_true", help="rebuild every step")
     ap.add_argument("--peers", action="store_true",
                     help="also put the benchmarks' peers (llama.cpp in WebAssembly: npm @wllama/wllama) in dist/peers/")
+    ap.add_argument("--plain-host", action="store_true",
+                    help="for a host that cannot send the build's .br/.gz copies (GitHub Pages and the like): "
+                         "archives stay deflated and no copies are written (a first visit moves ~22 MB "
+                         "there, instead of ~42 MB of stored archives)")
     ap.add_argument("--host", default="127.0.0.1", help="serve: address to listen on (default 127.0.0.1)")
     ap.add_argument("--port", type=int, default=8000, help="serve: port (default 8000; 0 picks a free one)")
     ap.add_argument("--no-isolation", action="store_true",
@@ -44,7 +48,7 @@ def main(argv=None) -> int:
     from buildtools import site        # after parsing: --help works without NumPy
     try:
         site.build(args.dist, args.cache, offline=args.offline, max_shard_kb=args.max_shard_kb,
-                   force=args.force, root=ROOT, peers=args.peers)
+                   force=args.force, root=ROOT, peers=args.peers, plain_host=args.plain_host)
     except (FetchFailed, BuildError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

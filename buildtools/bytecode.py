@@ -46,9 +46,10 @@ MODULES = ("engine.web.worker",
            "models.mnist_cnn", "models.efficientnet_lite", "models.bert", "models.llama", "engine.vision.transforms")
 
 
-def write_bytecode(out: Path, pyodide_dir: Path, stdlib: bytes) -> None:
+def write_bytecode(out: Path, pyodide_dir: Path, stdlib: bytes, stored: bool = True) -> None:
     """out/pyodide/bytecode.zip and out/pyodide/python_stdlib.zip from the runtime and wheels in
-    `pyodide_dir` (dist/pyodide/) and Pyodide's standard library archive `stdlib`."""
+    `pyodide_dir` (dist/pyodide/) and Pyodide's standard library archive `stdlib`; their members
+    `stored` uncompressed, else deflated (for a host that sends no encoded copies)."""
     node = shutil.which("node") or shutil.which("nodejs")
     if node is None:
         raise BuildError("node is not installed (it compiles the worker's Python for the site): "
@@ -59,7 +60,8 @@ def write_bytecode(out: Path, pyodide_dir: Path, stdlib: bytes) -> None:
         original = Path(tmp) / STDLIB
         original.write_bytes(stdlib)
         r = subprocess.run([node, str(HERE / "bytecode.mjs"), str(pyodide_dir), str(original),
-                            str(folder / NAME), str(folder / STDLIB), ",".join(MODULES), *PACKAGES],
+                            str(folder / NAME), str(folder / STDLIB), "stored" if stored else "deflated",
+                            ",".join(MODULES), *PACKAGES],
                            capture_output=True, text=True, timeout=600)
     if r.returncode != 0 or not (folder / NAME).is_file() or not (folder / STDLIB).is_file():
         raise BuildError(f"compiling the worker's Python in Pyodide failed: {(r.stderr or r.stdout)[-2000:]}")

@@ -142,15 +142,15 @@ def stdlib_zip(pyodide_tgz: Path) -> bytes:
     return read_tar_files(pyodide_tgz, {STDLIB})[STDLIB]
 
 
-def write_pyodide(out: Path, pyodide_tgz: Path, provisa_whl: Path) -> None:
-    """out/pyodide/: the runtime files and the verified wheels, the RESTORED_WHEELS re-stored (the
-    lock is the engine step's, the standard library the bytecode step's)."""
+def write_pyodide(out: Path, pyodide_tgz: Path, provisa_whl: Path, stored: bool = True) -> None:
+    """out/pyodide/: the runtime files and the verified wheels, with `stored` the RESTORED_WHEELS
+    re-stored (the lock is the engine step's, the standard library the bytecode step's)."""
     lock = official_lock(pyodide_tgz)
     wheels = verified_wheels(provisa_whl, lock)           # all verified before anything is written
     for name, data in read_tar_files(pyodide_tgz, set(RUNTIME_FILES)).items():
         _write(out / "pyodide" / name, data)
     for name, data in wheels.items():
-        _write(out / "pyodide" / name, stored_zip(data) if name in RESTORED_WHEELS else data)
+        _write(out / "pyodide" / name, stored_zip(data) if stored and name in RESTORED_WHEELS else data)
 
 
 def write_pyscript(out: Path, pyscript_tgz: Path) -> None:

@@ -180,9 +180,13 @@ def build_info(b: Builder, engine_version: str, models: list[str]) -> dict:
 
 
 def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | None = None,
-          force: bool = False, root: Path = ROOT, log=print, peers: bool = False) -> Builder:
+          force: bool = False, root: Path = ROOT, log=print, peers: bool = False,
+          plain_host: bool = False) -> Builder:
     """Fetch what is missing, then bring every step of dist/ up to date (with `peers`, also the
-    benchmarks' peers into dist/peers/)."""
+    benchmarks' peers into dist/peers/). The archives a start fetches are stored uncompressed for
+    the host's brotli or gzip (the build's .br/.gz copies); with `plain_host`, for a host that
+    sends neither, they stay deflated and no copies are written."""
+    stored = not plain_host
     root, dist, cache = Path(root).resolve(), Path(dist), Path(cache)
     if max_shard_kb is not None and max_shard_kb <= 0:
         raise BuildError(f"--max-shard-kb must be positive, got {max_shard_kb}")
@@ -195,8 +199,8 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
     b = Builder(dist, log=log, force=force)
     b.run(Step("pyodide", {
         "version": runtime.PYODIDE[1], "files": list(runtime.RUNTIME_FILES), "wheels": list(runtime.WHEELS),
-        "pyodide": b.digest(pyodide_tgz), "provisa": b.digest(provisa), "code": _code(runtime)},
-        lambda out: runtime.write_pyodide(out, pyodide_tgz, provisa)))
+        "pyodide": b.digest(pyodide_tgz), "provisa": b.digest(provisa), "stored": stored, "code": _code(runtime)},
+        lambda out: runtime.write_pyodide(out, pyodide_tgz, provisa, stored)))
     b.run(Step("pyscript", {"version": runtime.PYSCRIPT[1], "package": b.digest(pyscript_tgz),
                             "code": _code(runtime)},
                lambda out: runtime.write_pyscript(out, pyscript_tgz)))
@@ -209,7 +213,7 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
     meta = wheel.project(root)
 
     def make_engine(out: Path) -> None:
-        path = wheel.build_wheel(root, out / "pyodide")
+        path = wheel.build_wheel(root, out / "pyodide", stored)
         official = runtime.shipped_lock(runtime.official_lock(pyodide_tgz), b.dist / "pyodide")
         lock = wheel.lock_with_package(official, path, meta)
         (out / "pyodide" / runtime.LOCK_NAME).write_text(json.dumps(lock, separators=(",", ":")))
@@ -217,15 +221,15 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
                           "pyproject": b.digest(root / "pyproject.toml"), "pyodide": b.digest(pyodide_tgz),
                           "restored": {rel: record["sha256"] for rel, record in b.outputs("pyodide").items()
                                        if rel.removeprefix("pyodide/") in runtime.RESTORED_WHEELS},
-                          "code": _code(wheel, runtime)}, make_engine))
+                          "stored": stored, "code": _code(wheel, runtime)}, make_engine))
 
     # the worker's start-up Python compiled by Pyodide itself, from the wheels and runtime just made
     runtime_files = {rel: record["sha256"] for step in ("pyodide", "engine")
                      for rel, record in b.outputs(step).items()}
     b.run(Step("bytecode", {"runtime": runtime_files, "pyodide": b.digest(pyodide_tgz), "stdlib": runtime.STDLIB,
-                            "packages": list(bytecode.PACKAGES), "modules": list(bytecode.MODULES),
+                            "packages": list(bytecode.PACKAGES), "modules": list(bytecode.MODULES), "stored": stored,
                             "code": _code(bytecode), "script": b.digest(bytecode.HERE / "bytecode.mjs")},
-               lambda out: bytecode.write_bytecode(out, b.dist / "pyodide", runtime.stdlib_zip(pyodide_tgz))))
+               lambda out: bytecode.write_bytecode(out, b.dist / "pyodide", runtime.stdlib_zip(pyodide_tgz), stored)))
 
     # our safetensors writer and reader (and the dtype codes) shape the weight files; a GGUF
     # is checked by our reader and described by the manifest code
@@ -277,7 +281,7 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
                lambda out: (out / "registry.json").write_text(json.dumps(listing, indent=1) + "\n")))
     # last: the .gz copies of what the steps above made (compress.py says which files)
     made = {rel: b.outputs(step)[rel] for rel, step in b.claimed.items()}
-    packed = compress.candidates(made)
+    packed = compress.candidates(made) if stored else []
     brotli = compress.brotli_version()
     b.run(Step("compress", {"files": {rel: made[rel]["sha256"] for rel in packed}, "brotli": brotli,
                             "code": _code(compress)},

