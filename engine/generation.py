@@ -6,8 +6,9 @@
     gen.stats          # {"prompt_tokens", "reused_tokens", "new_tokens", "ttft_s", "prefill_tok_s", ...}
 
 The model is any causal LM with `forward(input_ids (B, T), positions (T,), cache, last_only)`
-returning logits and `new_cache(capacity)` (models/llama.py). One KVCache of fixed capacity is
-allocated once and written in place; a new prompt that starts with tokens the cache already
+returning logits and `new_cache(capacity, allocate=)` (models/llama.py). One KVCache of fixed
+capacity is written in place, its rows allocated as the conversation needs them (doubling, so a
+few times per conversation at most); a new prompt that starts with tokens the cache already
 holds (the earlier turns of a chat) feeds only the rest (`reused_tokens`). Prompts are fed in
 chunks of `prefill_chunk` tokens, so attention scores never exceed chunk x capacity.
 
@@ -135,10 +136,13 @@ class Generator:
     Attention reads a window of the cache: its first W positions, W the smallest power of two
     (>= 64) that holds them all, so a step costs what the conversation needs, not the capacity.
     Decode steps (one token) are captured once per window as engine.graph graphs and replayed
-    (`use_graphs`; where the backend cannot replay, they run eagerly)."""
+    (`use_graphs`; where the backend cannot replay, they run eagerly). The cache allocates
+    `first_rows` positions at first and doubles as the conversation grows (engine.nn.KVCache
+    .reserve); a growth drops the captured graphs, which held the old tensors."""
 
     prefill_chunk = 128
     min_window = 64
+    first_rows = 256
 
     def __init__(self, model, tokenizer, capacity: int = 2048, eos_ids=(), use_graphs: bool = True):
         self.tokenizer = tokenizer
@@ -151,7 +155,7 @@ class Generator:
     def bind(self, model, capacity: int | None = None) -> None:
         """Use `model` (say, moved to another backend) with a new, empty cache."""
         self.model = model
-        self.cache = model.new_cache(capacity or self.cache.capacity)
+        self.cache = model.new_cache(capacity or self.cache.capacity, allocate=self.first_rows)
         self._graphs: dict = {}                     # window -> the captured decode step
 
     def cancel(self) -> None:
@@ -166,12 +170,14 @@ class Generator:
         window = self.min_window
         while window < end:
             window *= 2
-        return min(window, self.cache.capacity)
+        return min(window, self.cache.allocated)
 
     def _forward(self, ids: list[int]) -> np.ndarray:
         """Feed ids at the cache's next positions; the logits (V,) after the last of them."""
         import engine
         device, start = self.cache.device, self.cache.length
+        if self.cache.reserve(start + len(ids)):
+            self._graphs.clear()                    # captured over the tensors just replaced
         window = self._window(start + len(ids))
         if len(ids) == 1 and self.use_graphs:
             logits = self._step(ids[0], start, window)

@@ -210,11 +210,12 @@ class LlamaForCausalLM(nn.Module):
         self.register_buffer("rope_cos", engine.from_numpy(np.cos(angles).astype(np.float32)), persistent=False)
         self.register_buffer("rope_sin", engine.from_numpy(np.sin(angles).astype(np.float32)), persistent=False)
 
-    def new_cache(self, capacity: int | None = None, batch: int = 1) -> nn.KVCache:
+    def new_cache(self, capacity: int | None = None, batch: int = 1, allocate: int | None = None) -> nn.KVCache:
         c = self.config
         capacity = min(capacity or c.max_position_embeddings, c.max_position_embeddings)
         return nn.KVCache(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, capacity, batch=batch,
-                          device=self.token_embd.weight.device)
+                          device=self.token_embd.weight.device,
+                          allocate=None if allocate is None else min(allocate, capacity))
 
     def load_state_dict(self, state_dict, strict: bool = True):
         result = super().load_state_dict(state_dict, strict)

@@ -13,6 +13,13 @@ repeated per query head.
 The bookkeeping is the caller's: a model's forward only writes rows; the generator records
 what it fed with `append(tokens)`, and reuses a shared prefix with `truncate(n)` (rows past
 `length` are stale and masked out by position, never read).
+
+Rows may be allocated as the conversation needs them: `allocate=` rows at first (all of
+`capacity` by default), and `reserve(n)` before a forward that writes up to position n - 1
+grows the tensors (doubling, up to the capacity; the rows held are copied, once per growth).
+SmolLM2's cache is 46 KB a position: a 1,024-position chat that has used 165 takes 12 MB,
+not 47. A growth replaces the tensors, so graphs captured over the old ones must be dropped
+(engine.generation does).
 """
 from __future__ import annotations
 
@@ -23,13 +30,15 @@ from ..functions import arange, le, zeros
 
 class KVCache:
     def __init__(self, num_layers: int, kv_heads: int, head_dim: int, capacity: int, *, batch: int = 1,
-                 device: str | None = None, dtype=D.float32):
-        if min(num_layers, kv_heads, head_dim, capacity, batch) <= 0:
-            raise InputError(f"KVCache needs positive sizes, got layers={num_layers} kv_heads={kv_heads} "
-                             f"head_dim={head_dim} capacity={capacity} batch={batch}")
-        shape = (batch, kv_heads, capacity, head_dim)
-        self.key = [zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]     # (B, Hkv, C, D)
-        self.value = [zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]   # (B, Hkv, C, D)
+                 device: str | None = None, dtype=D.float32, allocate: int | None = None):
+        allocate = capacity if allocate is None else allocate
+        if min(num_layers, kv_heads, head_dim, capacity, batch, allocate) <= 0 or allocate > capacity:
+            raise InputError(f"KVCache needs positive sizes (allocate <= capacity), got layers={num_layers} "
+                             f"kv_heads={kv_heads} head_dim={head_dim} capacity={capacity} batch={batch} "
+                             f"allocate={allocate}")
+        shape = (batch, kv_heads, allocate, head_dim)
+        self.key = [zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]     # (B, Hkv, A, D)
+        self.value = [zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]   # (B, Hkv, A, D)
         self.positions = arange(capacity, device=device)            # (C,) int64: each row's position
         self.capacity = capacity
         self.tokens: list[int] = []                                 # the ids whose rows are held, in order
@@ -38,6 +47,30 @@ class KVCache:
     def length(self) -> int:
         """How many positions hold valid rows (0 .. length-1)."""
         return len(self.tokens)
+
+    @property
+    def allocated(self) -> int:
+        """How many positions the tensors hold now (<= capacity)."""
+        return self.key[0].shape[2]
+
+    def reserve(self, n: int) -> bool:
+        """Make room for positions 0 .. n-1 (n <= capacity); True when the tensors were replaced."""
+        if n <= self.allocated:
+            return False
+        if n > self.capacity:
+            raise InputError(f"the KV cache holds at most {self.capacity} positions, {n} asked for")
+        size = self.allocated
+        while size < n:
+            size *= 2
+        size = min(size, self.capacity)
+        held = self.positions[:self.allocated]                      # (A,) the rows copied over
+        for tensors in (self.key, self.value):
+            for i, old in enumerate(tensors):
+                b, h, _, d = old.shape
+                grown = zeros((b, h, size, d), dtype=old.dtype, device=old.device)   # (B, Hkv, A', D)
+                grown.index_copy_(2, held, old)
+                tensors[i] = grown
+        return True
 
     @property
     def device(self) -> str:
@@ -55,9 +88,9 @@ class KVCache:
         return self.key[layer], self.value[layer]
 
     def mask(self, positions, window: int | None = None):
-        """(T, C) bool, or (T, window) for the first `window` rows: True where row j's position is
-        <= query t's position (causal over the cache)."""
-        rows = self.positions if window is None else self.positions[:window]
+        """(T, A) bool over the allocated rows, or (T, window) for the first `window` rows: True
+        where row j's position is <= query t's position (causal over the cache)."""
+        rows = self.positions[:self.allocated if window is None else window]
         return le(rows.reshape(1, -1), positions.reshape(-1, 1))
 
     def room(self, n: int) -> None:
@@ -86,7 +119,7 @@ class KVCache:
         return self
 
     def __repr__(self) -> str:
-        b, h, c, d = self.key[0].shape
-        return (f"KVCache(layers={len(self.key)}, batch={b}, kv_heads={h}, capacity={c}, head_dim={d}, "
-                f"length={self.length}, device={self.device!r})")
+        b, h, a, d = self.key[0].shape
+        return (f"KVCache(layers={len(self.key)}, batch={b}, kv_heads={h}, capacity={self.capacity}, "
+                f"allocated={a}, head_dim={d}, length={self.length}, device={self.device!r})")
 

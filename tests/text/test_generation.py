@@ -28,8 +28,8 @@ class Scripted:
     def __init__(self, script, prompt_length, vocab=49152):
         self.script, self.prompt_length, self.vocab, self.fed = list(script), prompt_length, vocab, []
 
-    def new_cache(self, capacity):
-        return KVCache(1, 1, 2, capacity)
+    def new_cache(self, capacity, allocate=None):
+        return KVCache(1, 1, 2, capacity, allocate=allocate and min(allocate, capacity))
 
     def __call__(self, input_ids, positions, cache, last_only=False, window=None):
         self.fed.append(input_ids.shape[1])
@@ -130,6 +130,53 @@ def test_prefix_reuse_gives_the_tokens_of_a_fresh_cache(tmp_path, tokenizer):
     assert reused.stats["reused_tokens"] == len(first) + len(answer) - 1
     assert reused._graphs                                   # the decode steps were replayed
     assert again == list(Generator(model, tokenizer, 48, set(), use_graphs=False).tokens(second, config))
+
+
+@pytest.mark.parametrize("device", engine.available_devices())
+def test_a_cache_that_grows_gives_the_tokens_and_logits_of_a_preallocated_one(tmp_path, tokenizer, device):
+    """The cache allocates rows as the conversation needs them (engine.nn.KVCache.reserve): from 8
+    rows, a prompt and 50 new tokens grow it 8 -> 16 -> 32 -> 64, the capacity (on every
+    backend, decode steps replayed as graphs, which each growth drops and captures again), with
+    the ids and final logits of a cache preallocated whole."""
+    pytest.importorskip("transformers")
+    from models import llama
+    from tests.llama_gguf import reference_model, write_gguf
+    write_gguf(tmp_path / "t.gguf", reference_model(tied=True, seed=5))
+    model = llama.load(tmp_path / "t.gguf", device)
+    prompt, config = [1, 17, 40, 99, 3, 12], GenerationConfig(max_new_tokens=50)
+
+    def generate(first_rows):
+        gen = Generator(model, tokenizer, 64, set())           # the tiny model's whole context
+        gen.first_rows = first_rows
+        gen.bind(model)
+        ids = list(gen.tokens(prompt, config))
+        return gen, ids, gen._forward([ids[-1]])
+
+    grown, ids, logits = generate(8)
+    whole, expected_ids, expected_logits = generate(64)
+    assert grown.cache.allocated == whole.cache.allocated == 64           # 56 positions
+    assert len(ids) == 50 and ids == expected_ids
+    np.testing.assert_allclose(logits, expected_logits, atol=1e-5, rtol=0)
+    assert grown._graphs and grown.use_graphs == whole.use_graphs
+
+
+def test_kv_cache_reserve_doubles_up_to_the_capacity_and_keeps_the_rows():
+    cache = KVCache(2, 1, 3, 100, allocate=8)
+    rows = engine.from_numpy(np.arange(8 * 3, dtype=np.float32).reshape(1, 1, 8, 3) + 1)        # (1, 1, 8, 3)
+    cache.update(1, engine.arange(8), rows, rows * 2)
+    assert cache.reserve(8) is False and cache.allocated == 8
+    assert cache.reserve(9) is True and cache.allocated == 16
+    assert cache.reserve(40) is True and cache.allocated == 64
+    assert cache.reserve(65) is True and cache.allocated == 100                 # capped
+    assert cache.key[1].shape == (1, 1, 100, 3) and cache.nbytes == 2 * 2 * 100 * 3 * 4
+    np.testing.assert_array_equal(cache.key[1].numpy()[:, :, :8], rows.numpy())
+    np.testing.assert_array_equal(cache.value[1].numpy()[:, :, :8], rows.numpy() * 2)
+    assert not cache.key[1].numpy()[:, :, 8:].any()
+    assert cache.mask(engine.tensor([3])).shape == (1, 100)
+    with pytest.raises(InputError, match="at most 100 positions"):
+        cache.reserve(101)
+    with pytest.raises(InputError, match="allocate <= capacity"):
+        KVCache(1, 1, 2, 10, allocate=11)
 
 
 def test_prompts_that_do_not_fit(tokenizer):
