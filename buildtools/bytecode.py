@@ -21,7 +21,8 @@ beside it is the one it was compiled from, so a stale file costs a recompilation
 Both archives, and the wheels, are stored uncompressed: the host sends them brotli- or
 gzip-encoded (buildtools/compress.py), and brotli over a whole archive shrinks it far more than
 deflate per member (the standard library with its .pyc: 3.8 MB deflated, 2.7 MB as brotli), so a
-first visit still moves under 10 MB. A host that sends neither encoding moves them as stored.
+first visit still moves under 10 MB. A host that sends neither encoding would move them as
+stored: `python build.py --plain-host` keeps them deflated for such a host.
 """
 from __future__ import annotations
 

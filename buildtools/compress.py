@@ -14,8 +14,10 @@ build compresses only what changed.
 
 Left alone: the models' folders (weights are read by byte Range, which addresses the body as
 stored, so they must never be sent encoded), images, and files that gzip does not shrink by
-at least 10% (the wheels and bytecode.zip are zip archives, already deflated; python_stdlib.zip
-is stored uncompressed for this: see bytecode.py).
+at least 10% (micropip's and packaging's wheels, deflated zip archives). The archives a start
+fetches (NumPy's and the engine's wheels, python_stdlib.zip, bytecode.zip) are stored
+uncompressed for these copies: brotli over a whole archive beats deflate per member (bytecode.py).
+A build for a host that sends no encoding (`--plain-host`) keeps them deflated and makes none.
 """
 from __future__ import annotations
 
@@ -44,8 +46,8 @@ def brotli_version() -> str | None:
 
 
 def brotli_bytes(data: bytes) -> bytes:
-    return subprocess.run(["brotli", "-c", "-q", str(BROTLI_QUALITY), "-w", str(BROTLI_WINDOW)], input=data, capture_output=True,
-                          check=True).stdout
+    return subprocess.run(["brotli", "-c", "-q", str(BROTLI_QUALITY), "-w", str(BROTLI_WINDOW)], input=data,
+                          capture_output=True, check=True).stdout
 
 
 def candidates(outputs: dict[str, dict]) -> list[str]:
