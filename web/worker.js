@@ -119,7 +119,7 @@ const runtime = { start: null, snapshot_bytes: 0, snapshot_read_ms: 0, snapshot_
 // one that does not match its source is compiled again, never run stale; without the archive
 // (a failed fetch) the sources are compiled as before.
 const BYTECODE = BASE + "pyodide/bytecode.zip";
-const bytecode = self.fetch(BYTECODE)
+let bytecode = self.fetch(BYTECODE)
   .then(async (response) => (response.ok ? new Uint8Array(await response.arrayBuffer()) : null))
   .catch(() => null);
 
@@ -145,6 +145,7 @@ _unpack_bytecode`;
 
 async function unpackBytecode() {
   const archive = await bytecode;
+  bytecode = null;                                   // its 3 MB are not kept once unpacked
   if (!archive) return;
   const unpack = pyodide.runPython(UNPACK_BYTECODE);
   try {
