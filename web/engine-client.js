@@ -4,20 +4,33 @@
 const STAGE_NAMES = ["pyodide", "numpy", "engine", "weights"];
 
 class EngineClient {
-  constructor(workerUrl = new URL("worker.js", import.meta.url).href) {
+  // `started`: a worker the page started before this module loaded, already booting (index.html:
+  // {worker, init: {backend, kernels}, held: its messages and errors so far}); init() with the
+  // same arguments takes that boot's reply.
+  constructor(workerUrl = new URL("worker.js", import.meta.url).href, started = null) {
     this.workerUrl = workerUrl;
     this.listeners = new Set();
-    this.start();
+    this.start(started);
   }
 
-  start() {
+  start(started = null) {
     this.nextId = 1;
     this.pending = new Map();
     this.progress = Object.fromEntries(STAGE_NAMES.map((s) => [s, { loaded: 0, total: 0 }]));
     this.state = { status: "starting", error: null, info: null };
-    this.worker = new Worker(this.workerUrl);
+    this.worker = started ? started.worker : new Worker(this.workerUrl);
     this.worker.onmessage = (e) => this.receive(e.data);
     this.worker.onerror = (e) => this.fail(new Error(`worker failed: ${e.message || "could not start"}`));
+    this.started = null;
+    if (started) {                                   // its init went out as message 0
+      const reply = new Promise((resolve, reject) => this.pending.set(0, { resolve, reject }));
+      reply.catch(() => {});                         // init() takes the failure
+      this.started = { ...started.init, reply };
+      for (const held of started.held) {
+        if (held.type === "error") this.worker.onerror(held);
+        else this.receive(held.data);
+      }
+    }
   }
 
   receive(message) {
@@ -59,7 +72,10 @@ class EngineClient {
     this.kernelsWanted = kernels;
     this.emit();
     try {
-      const info = await this.call("init", { backend, kernels });
+      const started = this.started;
+      this.started = null;
+      const info = await (started && started.backend === backend && started.kernels === kernels
+        ? started.reply : this.call("init", { backend, kernels }));
       this.state = { status: "ready", error: null, info };
     } catch (err) {
       this.state = { status: "error", error: err.message, info: null };

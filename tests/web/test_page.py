@@ -51,6 +51,34 @@ def test_draw_digits_and_see_predictions(server, session_factory):
     assert s.console_errors == []
 
 
+def test_a_boot_done_before_the_client_loads_is_not_lost(dev_server, session_factory):
+    """index.html starts the inference worker, and its boot, in its first script, before the
+    page's modules load; engine-client.js takes it over with what it had said by then. Held back
+    10 s here, the client comes after the whole boot, reply included, and still gets it all:
+    ready, every stage's download progress, one worker, and answers."""
+    import time
+    s = session_factory(dev_server.url)
+
+    def late(route):
+        time.sleep(10)
+        route.continue_()
+    s.context.route("**/engine-client.js", late)
+    page = s.open()
+    timings = page.evaluate("window.engineClient.state.info.timings")
+    booted = timings["worker_start_ms"] + sum(timings[k] for k in ("pyodide_ms", "numpy_ms", "engine_ms",
+                                                                   "devices_ms", "weights_ms"))
+    loaded = page.evaluate("performance.getEntriesByType('resource')"
+                           ".find((e) => e.name.endsWith('/engine-client.js')).responseEnd")
+    assert booted < loaded - 1000, (booted, loaded)         # the boot ended well before the client came
+    progress = page.evaluate("window.engineClient.snapshot().progress")
+    for stage in ("pyodide", "numpy", "engine"):
+        assert 0 < progress[stage]["total"] == progress[stage]["loaded"], (stage, progress)
+    assert sum(u.endswith("/worker.js") for u in s.requests) == 1
+    assert page.evaluate("window.engineStarted") is None
+    draw(page, "7")
+    page.wait_for_function(f"document.querySelector('{PREDICTION}').textContent === '7'", timeout=30_000)
+
+
 def test_reload_downloads_no_weight_bytes(dev_server, session_factory):
     s = session_factory(dev_server.url)
     page = s.open()
