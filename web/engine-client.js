@@ -5,8 +5,8 @@ const STAGE_NAMES = ["pyodide", "numpy", "engine", "weights"];
 
 class EngineClient {
   // `started`: a worker the page started before this module loaded, already booting (index.html:
-  // {worker, init: {backend, kernels}, held: its messages and errors so far}); init() with the
-  // same arguments takes that boot's reply.
+  // {worker, init: {backend, kernels}, held: its messages and errors so far}); the first init(),
+  // called with those same arguments, takes that boot's reply instead of booting again.
   constructor(workerUrl = new URL("worker.js", import.meta.url).href, started = null) {
     this.workerUrl = workerUrl;
     this.listeners = new Set();
@@ -21,11 +21,10 @@ class EngineClient {
     this.worker = started ? started.worker : new Worker(this.workerUrl);
     this.worker.onmessage = (e) => this.receive(e.data);
     this.worker.onerror = (e) => this.fail(new Error(`worker failed: ${e.message || "could not start"}`));
-    this.started = null;
+    this.startedReply = null;
     if (started) {                                   // its init went out as message 0
-      const reply = new Promise((resolve, reject) => this.pending.set(0, { resolve, reject }));
-      reply.catch(() => {});                         // init() takes the failure
-      this.started = { ...started.init, reply };
+      this.startedReply = new Promise((resolve, reject) => this.pending.set(0, { resolve, reject }));
+      this.startedReply.catch(() => {});             // init() takes the failure
       for (const held of started.held) {
         if (held.type === "error") this.worker.onerror(held);
         else this.receive(held.data);
@@ -72,10 +71,9 @@ class EngineClient {
     this.kernelsWanted = kernels;
     this.emit();
     try {
-      const started = this.started;
-      this.started = null;
-      const info = await (started && started.backend === backend && started.kernels === kernels
-        ? started.reply : this.call("init", { backend, kernels }));
+      const reply = this.startedReply || this.call("init", { backend, kernels });
+      this.startedReply = null;
+      const info = await reply;
       this.state = { status: "ready", error: null, info };
     } catch (err) {
       this.state = { status: "error", error: err.message, info: null };
