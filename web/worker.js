@@ -32,20 +32,26 @@ const realFetch = self.fetch.bind(self);
 // Fetches started before anyone asks: Pyodide would fetch its lock file, then the NumPy wheel
 // once it has started (2-4 s of CPU), then the engine wheel. Here the lock file is fetched at
 // once, the two wheels as soon as it names them, all while Pyodide's wasm downloads and compiles;
-// the first fetch of the same URL takes the response.
+// the first fetch of the same URL with the same integrity takes the response. A wheel is fetched
+// with the integrity Pyodide asks for (the lock's sha256), so the browser refuses a damaged one.
 const early = new Map();
-function fetchEarly(url) {
-  const response = realFetch(url);
+const wheels = {};                                   // package name -> {url, sha256}, from the lock
+function fetchEarly(url, integrity = "") {
+  const response = realFetch(url, integrity ? { integrity } : {});
   response.catch(() => {});                          // a failure is for the fetch that takes it
-  early.set(url, response);
+  early.set(url, { response, integrity });
   return response;
 }
-fetchEarly(BASE + "pyodide/pyodide-lock.json")
+const sri = (hex) => "sha256-" + btoa(String.fromCharCode(...hex.match(/../g).map((b) => parseInt(b, 16))));
+const lockFile = fetchEarly(BASE + "pyodide/pyodide-lock.json")
   .then((response) => response.clone().json())
   .then((lock) => {
     for (const name of ["numpy", "engine"]) {
-      const file = lock.packages[name] && lock.packages[name].file_name;
-      if (file) fetchEarly(new URL(file, BASE + "pyodide/").href);
+      const entry = lock.packages[name];
+      if (!entry || !entry.file_name || !/^[0-9a-f]{64}$/.test(entry.sha256)) continue;
+      const url = new URL(entry.file_name, BASE + "pyodide/").href;
+      wheels[name] = { url, sha256: entry.sha256 };
+      fetchEarly(url, sri(entry.sha256));
     }
   })
   .catch(() => {});                                  // Pyodide fetches them itself, and says why
@@ -54,7 +60,8 @@ self.fetch = async (input, init) => {
   const url = new URL(input instanceof Request ? input.url : String(input), BASE).href;
   const started = early.get(url);
   early.delete(url);
-  const response = await (started || realFetch(input, init));
+  const same = started && started.integrity === ((init && init.integrity) || "");
+  const response = await (same ? started.response : realFetch(input, init));
   const match = STAGES.find(([re]) => re.test(new URL(url, BASE).pathname));
   if (!match || !response.ok || !response.body) return response;
   // Pyodide gets the host's own response and the progress reads a clone: V8 keeps the compiled
@@ -158,6 +165,35 @@ async function unpackBytecode() {
   }
 }
 
+// A package Pyodide could not install is an error naming its file and why, never a later
+// "No module named ...". Pyodide reports it through errorCallback and goes on; a wheel whose
+// bytes differ from the lock's sha256 only fails its fetch (the browser's integrity check says no
+// more than "Failed to fetch"), so the file is fetched once more to tell the two apart.
+async function loadPackage(name) {
+  const errors = [];
+  await pyodide.loadPackage(name, { messageCallback: () => {}, errorCallback: (text) => errors.push(text) });
+  if (pyodide.loadedPackages[name]) return;
+  await lockFile;
+  const wheel = wheels[name];
+  let why = errors.filter((text) => !text.startsWith("The following error")).join(" ") || "no reason given";
+  if (wheel) {
+    const file = new URL(wheel.url).pathname.split("/").slice(-2).join("/");
+    try {
+      const response = await realFetch(wheel.url, { cache: "no-store" });
+      const got = hex(await crypto.subtle.digest("SHA-256", await response.arrayBuffer()));
+      if (response.ok && got !== wheel.sha256) {
+        why = `its sha256 ${got} differs from pyodide-lock.json's ${wheel.sha256} (a damaged file, or a deploy caught half way)`;
+      } else if (!response.ok) {
+        why = `HTTP ${response.status}`;
+      }
+    } catch (err) {
+      why = `${why} (${(err && err.message) || err})`;
+    }
+    throw new Error(`${file}: the ${name} package could not be installed: ${why}`);
+  }
+  throw new Error(`the ${name} package could not be installed: ${why}`);
+}
+
 async function snapshotCache() {
   try { return await caches.open(SNAPSHOT.cache); } catch { return null; }   // no Cache API here
 }
@@ -225,10 +261,10 @@ async function boot(backend, kernels) {
   pyodide = await startPyodide();
   timings.pyodide_ms = performance.now() - t;
   t = performance.now();
-  await pyodide.loadPackage("numpy", { messageCallback: () => {} });
+  await loadPackage("numpy");
   timings.numpy_ms = performance.now() - t;
   t = performance.now();
-  await pyodide.loadPackage("engine", { messageCallback: () => {} });
+  await loadPackage("engine");
   await unpackBytecode();
   const flavour = await loadKernels(kernels);
   api = pyodide.pyimport("engine.web.worker");

@@ -171,6 +171,39 @@ def test_corrupt_shard_shows_an_integrity_error(site, tmp_path, session_factory)
         served.stop()
 
 
+def test_damaged_wheel_is_refused_naming_the_file(site, tmp_path, session_factory):
+    """The worker fetches the wheels early, with the integrity Pyodide asks for (the lock's sha256):
+    a wheel whose bytes differ is never installed, and the page says which file and why."""
+    import hashlib
+    import zipfile
+    broken = tmp_path / "broken"
+    shutil.copytree(site, broken)
+    wheel = broken / "pyodide" / "engine-0.1.0-py3-none-any.whl"
+    lock = json.loads((broken / "pyodide" / "pyodide-lock.json").read_text())
+    assert lock["packages"]["engine"]["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
+    with zipfile.ZipFile(wheel) as z:                   # a stored member: its bytes are in the file as is
+        member = z.getinfo("engine/tensor.py")
+        assert member.compress_type == zipfile.ZIP_STORED
+    data = bytearray(wheel.read_bytes())
+    start = member.header_offset + 30 + len(member.filename.encode()) + len(member.extra)
+    data[start + member.file_size // 2] ^= 0x20         # one flipped bit in engine/tensor.py
+    wheel.write_bytes(bytes(data))
+    for copy in (".br", ".gz"):                         # the host sends the damaged file itself
+        Path(f"{wheel}{copy}").unlink(missing_ok=True)
+    served = start_dev_server(broken)
+    try:
+        s = session_factory(served.url)
+        page = s.open(ready=False)
+        page.wait_for_function("document.querySelector('[data-testid=engine-status]').textContent === 'error'",
+                               timeout=90_000)
+        text = page.text_content("[data-testid=engine-error]")
+        assert "pyodide/engine-0.1.0-py3-none-any.whl" in text and "sha256" in text, text
+        assert hashlib.sha256(bytes(data)).hexdigest() in text and lock["packages"]["engine"]["sha256"] in text, text
+        assert page.evaluate("document.body.dataset.ready") == "false"
+    finally:
+        served.stop()
+
+
 def test_transient_network_failures_are_retried(dev_server, session_factory):
     s = session_factory(dev_server.url)
     failed = []
