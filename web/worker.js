@@ -187,7 +187,7 @@ async function loadPackage(name) {
         why = `HTTP ${response.status}`;
       }
     } catch (err) {
-      why = `${why} (${(err && err.message) || err})`;
+      why = `${why}; fetching it again failed too: ${(err && err.message) || err}`;
     }
     throw new Error(`${file}: the ${name} package could not be installed: ${why}`);
   }
