@@ -35,7 +35,7 @@ const realFetch = self.fetch.bind(self);
 // the first fetch of the same URL with the same integrity takes the response. A wheel is fetched
 // with the integrity Pyodide asks for (the lock's sha256), so the browser refuses a damaged one.
 const early = new Map();
-const wheels = {};                                   // package name -> {url, sha256}, from the lock
+const wheels = {};                                   // package name -> {url, file, sha256}, from the lock
 function fetchEarly(url, integrity = "") {
   const response = realFetch(url, integrity ? { integrity } : {});
   response.catch(() => {});                          // a failure is for the fetch that takes it
@@ -50,7 +50,7 @@ const lockFile = fetchEarly(BASE + "pyodide/pyodide-lock.json")
       const entry = lock.packages[name];
       if (!entry || !entry.file_name || !/^[0-9a-f]{64}$/.test(entry.sha256)) continue;
       const url = new URL(entry.file_name, BASE + "pyodide/").href;
-      wheels[name] = { url, sha256: entry.sha256 };
+      wheels[name] = { url, file: `pyodide/${entry.file_name}`, sha256: entry.sha256 };
       fetchEarly(url, sri(entry.sha256));
     }
   })
@@ -177,7 +177,6 @@ async function loadPackage(name) {
   const wheel = wheels[name];
   let why = errors.filter((text) => !text.startsWith("The following error")).join(" ") || "no reason given";
   if (wheel) {
-    const file = new URL(wheel.url).pathname.split("/").slice(-2).join("/");
     try {
       const response = await realFetch(wheel.url, { cache: "no-store" });
       const got = hex(await crypto.subtle.digest("SHA-256", await response.arrayBuffer()));
@@ -189,7 +188,7 @@ async function loadPackage(name) {
     } catch (err) {
       why = `${why}; fetching it again failed too: ${(err && err.message) || err}`;
     }
-    throw new Error(`${file}: the ${name} package could not be installed: ${why}`);
+    throw new Error(`${wheel.file}: the ${name} package could not be installed: ${why}`);
   }
   throw new Error(`the ${name} package could not be installed: ${why}`);
 }

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -148,6 +149,23 @@ def test_engine_run_rejects_with_the_python_error(dev_server, session_factory):
     assert s.run("engine.available_devices()") == ["numpy", "simd", "webgpu"]     # webgpu: SwiftShader
 
 
+ENGINE_FAILED = "document.querySelector('[data-testid=engine-status]').textContent === 'error'"
+
+
+@contextmanager
+def failed_boot(session_factory, root: Path):
+    """The page served from `root` by a dev server of its own, once its engine failed to start and
+    the page says so (never ready): (page, the error it shows)."""
+    served = start_dev_server(root)
+    try:
+        page = session_factory(served.url).open(ready=False)
+        page.wait_for_function(ENGINE_FAILED, timeout=90_000)
+        assert page.evaluate("document.body.dataset.ready") == "false"
+        yield page, page.text_content("[data-testid=engine-error]")
+    finally:
+        served.stop()
+
+
 def test_corrupt_shard_shows_an_integrity_error(site, tmp_path, session_factory):
     broken = tmp_path / "broken"
     shutil.copytree(site, broken)
@@ -157,18 +175,9 @@ def test_corrupt_shard_shows_an_integrity_error(site, tmp_path, session_factory)
     data = bytearray(shard.read_bytes())
     data[info["offset"] + info["nbytes"] // 2] ^= 0x40                 # one flipped bit in one tensor
     shard.write_bytes(bytes(data))
-    served = start_dev_server(broken)
-    try:
-        s = session_factory(served.url)
-        page = s.open(ready=False)
-        page.wait_for_function("document.querySelector('[data-testid=engine-status]').textContent === 'error'",
-                               timeout=90_000)
-        text = page.text_content("[data-testid=engine-error]")
+    with failed_boot(session_factory, broken) as (page, text):
         assert "sha256" in text.lower() and name in text and info["file"] in text, text
         assert page.is_visible("#retry")
-        assert page.evaluate("document.body.dataset.ready") == "false"
-    finally:
-        served.stop()
 
 
 def test_damaged_wheel_is_refused_naming_the_file(site, tmp_path, session_factory):
@@ -190,18 +199,9 @@ def test_damaged_wheel_is_refused_naming_the_file(site, tmp_path, session_factor
     wheel.write_bytes(bytes(data))
     for copy in (".br", ".gz"):                         # the host sends the damaged file itself
         Path(f"{wheel}{copy}").unlink(missing_ok=True)
-    served = start_dev_server(broken)
-    try:
-        s = session_factory(served.url)
-        page = s.open(ready=False)
-        page.wait_for_function("document.querySelector('[data-testid=engine-status]').textContent === 'error'",
-                               timeout=90_000)
-        text = page.text_content("[data-testid=engine-error]")
+    with failed_boot(session_factory, broken) as (_, text):
         assert "pyodide/engine-0.1.0-py3-none-any.whl" in text and "sha256" in text, text
         assert hashlib.sha256(bytes(data)).hexdigest() in text and lock["packages"]["engine"]["sha256"] in text, text
-        assert page.evaluate("document.body.dataset.ready") == "false"
-    finally:
-        served.stop()
 
 
 def test_transient_network_failures_are_retried(dev_server, session_factory):
@@ -225,8 +225,7 @@ def test_failure_then_retry_button(dev_server, session_factory):
     s = session_factory(dev_server.url)
     s.context.route("**/models/mnist_cnn/*.safetensors", lambda route: route.abort("failed"))
     page = s.open(ready=False)
-    page.wait_for_function("document.querySelector('[data-testid=engine-status]').textContent === 'error'",
-                           timeout=90_000)
+    page.wait_for_function(ENGINE_FAILED, timeout=90_000)
     assert "mnist_cnn" in page.text_content("[data-testid=engine-error]")
     s.context.unroute("**/models/mnist_cnn/*.safetensors")
     page.click("#retry")
