@@ -182,7 +182,8 @@ def _classify(args) -> int:
 
 
 def _bench(args) -> int:
-    from .bench import bench_effnet, bench_gemm, bench_mnist, bench_ops, format_table
+    from .bench.models import bench_effnet, bench_mnist, format_table
+    from .bench.ops import bench_gemm, bench_ops, format_gemm, format_ops
     if args.model == "llm":
         return _bench_llm(args)
     args.repeat = args.repeat or 20
@@ -198,8 +199,9 @@ def _bench(args) -> int:
         if args.weights is not None:
             raise EngineError(f"bench {args.model} takes no --weights")
         result = {"gemm": bench_gemm, "ops": bench_ops}[args.model](repeat=args.repeat, device=args.device)
+        format_table = {"gemm": format_gemm, "ops": format_ops}[args.model]
     elif args.model == "minilm":
-        from .bench_text import bench_minilm, format_minilm
+        from .bench.text import bench_minilm, format_minilm
         result = bench_minilm(repeat=args.repeat, device=args.device, weights=args.weights,
                               with_profile=args.profile)
         print(json.dumps(result) if args.json else format_minilm(result))
@@ -212,7 +214,7 @@ def _bench(args) -> int:
 
 
 def _bench_llm(args) -> int:
-    from .bench_llm import bench_llm, format_llm
+    from .bench.llm import bench_llm, format_llm
     from .device import available
     if any(v is not None for v in (args.types, args.shapes, args.rows, args.min_time)) or args.quick or args.profile:
         raise EngineError("bench llm takes --device, --weights, --repeat, --new-tokens and --json")
@@ -225,7 +227,7 @@ def _bench_llm(args) -> int:
 
 
 def _bench_qlinear(args) -> int:
-    from . import bench_quant
+    from .bench import quant as bench_quant
     if args.weights is not None or args.profile:
         raise EngineError("bench qlinear takes no --weights or --profile")
     options = dict(bench_quant.QUICK) if args.quick else {}

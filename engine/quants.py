@@ -100,8 +100,8 @@ TYPES: dict[int, GGMLType] = {t.id: t for t in (
 )}
 BY_NAME: dict[str, GGMLType] = {t.name: t for t in TYPES.values()}
 
-# One record per block; fields are views into the raw bytes (no copy).
-_BLOCKS = {
+# The record of one block per computable quantized type; fields are views into the raw bytes (no copy).
+BLOCKS = {
     "q4_0": np.dtype([("d", "<f2"), ("qs", "u1", 16)]),
     "q4_1": np.dtype([("d", "<f2"), ("m", "<f2"), ("qs", "u1", 16)]),
     "q5_0": np.dtype([("d", "<f2"), ("qh", "<u4"), ("qs", "u1", 16)]),
@@ -238,4 +238,4 @@ def dequantize(raw: np.ndarray, name: str) -> np.ndarray:
         values = raw.view(kind.dtype.storage.newbyteorder("<"))
         return dtypes.to_numpy_compute(values, kind.dtype).astype(np.float32)
     with np.errstate(invalid="ignore", over="ignore"):    # inf/nan scales: as ggml does
-        return _DEQUANTIZE[name](raw.view(_BLOCKS[name])).reshape(-1)
+        return _DEQUANTIZE[name](raw.view(BLOCKS[name])).reshape(-1)

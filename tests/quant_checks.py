@@ -14,7 +14,7 @@ import engine
 import engine.nn.functional as F
 from engine import quants
 from engine.device import describe
-from engine.bench_quant import random_blocks
+from engine.bench.quant import random_blocks
 from engine.quantized import QuantizedTensor
 
 TYPES = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k")

@@ -2,13 +2,13 @@
 // EfficientNet inference per backend (webgpu with its adapter's name; SwiftShader is a CPU
 // emulation of a GPU, reported as such), and all-MiniLM-L6-v2 at 1x128 and 8x128 with the
 // tokenizer's throughput, and quantized linear layers (GGML types against float32, per backend;
-// engine/bench_quant.py, as `python -m engine bench qlinear`). Writes one JSON object into
+// engine/bench/quant.py, as `python -m engine bench qlinear`). Writes one JSON object into
 // [data-testid=bench-results] when done.
 // ?repeat=N, ?gemm=0, ?ops=0, ?effnet=0, ?minilm=0, ?qlinear=0 trim the run; ?gemm_max=512: only the
 // GEMMs of at most 512**3 multiply-adds; ?effnet=simd,numpy
 // (or ?minilm=...) runs that section on those backends only; ?qlinear=full runs the CLI's whole
 // set (with the 576->49152 output head) instead of its quick set. ?llm=1 adds SmolLM2 chat
-// (engine/bench_llm.py: the 37-token prompt, greedy, ?tokens=N new ones, default 128) on simd, or
+// (engine/bench/llm.py: the 37-token prompt, greedy, ?tokens=N new ones, default 128) on simd, or
 // ?llm=simd,webgpu on those: prefill/decode tokens/s, first token, the wasm heap; with ?peer=1 (and
 // `python build.py --peers`) the same case on llama.cpp in WebAssembly in this page, for the ratios.
 // Each section's wall time goes into sections_ms.

@@ -198,7 +198,7 @@ def _row_stats(pipe) -> dict:
 async def bench_text(repeat: int = 5, shapes=((1, 128), (8, 128)), task: str = "sentence-embedding") -> str:
     """Median encoder time (forward, pooling, normalisation) per (batch, length) on the current device,
     plus tokenizer throughput."""
-    from engine.bench import _median_ms
+    from engine.bench import median_ms
     async with _lock:
         pipe = _state["pipelines"][task]
         rng = np.random.default_rng(0)
@@ -207,8 +207,8 @@ async def bench_text(repeat: int = 5, shapes=((1, 128), (8, 128)), task: str = "
             ids = rng.integers(1000, 2000, (n, length))
             batch = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
             await pipe.fetch_rows(ids)
-            out[f"batch{n}x{length}_ms"] = round(_median_ms(lambda: pipe.embed(batch), repeat), 2)
-        from engine.bench_text import tokenizer_throughput
+            out[f"batch{n}x{length}_ms"] = round(median_ms(lambda: pipe.embed(batch), repeat), 2)
+        from engine.bench.text import tokenizer_throughput
         out["tokenizer"] = tokenizer_throughput(pipe.tokenizer)
     return json.dumps({"device": _state["device"], **out})
 
@@ -221,34 +221,34 @@ async def bench_image(repeat: int = 5, batches=(1,)) -> str:
 
 async def _bench(task: str, inputs: dict, repeat: int, digits: int) -> str:
     """{"batchN_ms": median ms of pipe.logits} for each batch size N -> input in `inputs`."""
-    from engine.bench import _median_ms
+    from engine.bench import median_ms
     async with _lock:
         pipe = _state["pipelines"][task]
-        out = {f"batch{b}_ms": round(_median_ms(lambda: pipe.logits(x), repeat), digits) for b, x in inputs.items()}
+        out = {f"batch{b}_ms": round(median_ms(lambda: pipe.logits(x), repeat), digits) for b, x in inputs.items()}
     return json.dumps({"device": _state["device"], **out})
 
 
 async def bench_gemm(repeat: int = 5, max_side: int | None = None) -> str:
-    """GEMM GFLOP/s on every available backend (engine.bench.bench_gemm), in this browser; with
+    """GEMM GFLOP/s on every available backend (engine.bench.ops.bench_gemm), in this browser; with
     max_side, only the shapes of at most max_side**3 multiply-adds."""
-    from engine.bench import GEMM_SHAPES, bench_gemm as run
+    from engine.bench.ops import GEMM_SHAPES, bench_gemm as run
     shapes = [s for s in GEMM_SHAPES if max_side is None or s[0] * s[1] * s[2] <= max_side ** 3]
     async with _lock:
         return json.dumps(run(repeat=repeat, shapes=shapes))
 
 
 async def bench_ops(repeat: int = 5) -> str:
-    """Per-op times on every available backend (engine.bench.bench_ops), in this browser."""
-    from engine.bench import bench_ops as run
+    """Per-op times on every available backend (engine.bench.ops.bench_ops), in this browser."""
+    from engine.bench.ops import bench_ops as run
     async with _lock:
         return json.dumps(run(repeat=repeat, inner=3))
 
 
 async def bench_qlinear(repeat: int = 5, full: bool = False) -> str:
     """Quantized linear GB/s and GFLOP/s per GGML type against float32 on every available backend
-    (engine.bench_quant.bench_qlinear, as `python -m engine bench qlinear` natively), in this
+    (engine.bench.quant.bench_qlinear, as `python -m engine bench qlinear` natively), in this
     browser: its quick set, or with `full` the CLI's default set; "table" is the CLI's table."""
-    from engine.bench_quant import QUICK, bench_qlinear as run, format_qlinear
+    from engine.bench.quant import QUICK, bench_qlinear as run, format_qlinear
     from engine.device import available
     async with _lock:
         result = run(devices=available(), repeat=repeat, **({} if full else QUICK))
@@ -329,7 +329,7 @@ def _heap_bytes() -> int:
 async def bench_llm(new_tokens: int = 128, repeat: int = 1) -> str:
     """Prefill and decode tokens/s of the chat model on the current device (the 37-token chat
     prompt, greedy, `new_tokens` new ones, EOS ignored), as `python -m engine bench llm`."""
-    from engine.bench_llm import bench_pipeline
+    from engine.bench.llm import bench_pipeline
     pipe = _state["pipelines"][CHAT_TASK]
     async with _lock:
         result = bench_pipeline(pipe, new_tokens=new_tokens, repeat=repeat)

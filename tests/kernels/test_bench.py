@@ -3,7 +3,7 @@ never asserted)."""
 import json
 
 from engine import cli
-from engine.bench import bench_gemm, format_table
+from engine.bench.ops import bench_gemm, bench_ops, format_gemm, format_ops
 
 
 def test_bench_gemm_reports_both_devices():
@@ -11,13 +11,13 @@ def test_bench_gemm_reports_both_devices():
     assert result["devices"] == ["numpy", "simd"]
     for case in result["cases"]:
         assert case["simd"]["ms"] > 0 and case["numpy"]["ms"] > 0 and case["simd"]["gflops"] >= 0
-    table = format_table(result)
+    table = format_gemm(result)
     assert "simd GFLOP/s" in table and "    8 x   16 x   24" in table
 
 
 def test_cli(capsys, monkeypatch):
-    import engine.bench
-    monkeypatch.setattr(engine.bench, "GEMM_SHAPES", ((4, 4, 4),))
+    import engine.bench.ops
+    monkeypatch.setattr(engine.bench.ops, "GEMM_SHAPES", ((4, 4, 4),))
     assert cli.main(["bench", "gemm", "--device", "simd", "--repeat", "1", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["model"] == "gemm" and result["cases"][0]["m"] == 4
@@ -27,7 +27,6 @@ def test_cli(capsys, monkeypatch):
 
 def test_bench_ops_times_each_op_on_each_device(capsys):
     import engine
-    from engine.bench import bench_ops
     result = bench_ops(repeat=1, device="simd", inner=1)
     assert result["devices"] == ["numpy", "simd"] and result["adapters"]["simd"] == "simd"
     assert {c["op"] for c in result["cases"]} >= {"matmul", "conv2d 3x3", "depthwise 3x3", "softmax", "layer_norm"}
@@ -38,7 +37,7 @@ def test_bench_ops_times_each_op_on_each_device(capsys):
     assert not any("composite_ms" in c["numpy"] for c in result["cases"])
     from engine.backends.simd.backend import SimdBackend
     assert "attention" in SimdBackend.fused and "fused" not in vars(engine.get_backend("simd"))   # restored
-    assert "depthwise 3x3" in format_table(result) and "composite simd" in format_table(result)
+    assert "depthwise 3x3" in format_ops(result) and "composite simd" in format_ops(result)
     assert cli.main(["bench", "ops", "--device", "simd", "--repeat", "1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["model"] == "ops"
 
@@ -48,7 +47,7 @@ def test_bench_qlinear_counts_bytes_and_flops(monkeypatch):
     import math
 
     import engine
-    from engine.bench_quant import bench_qlinear, format_qlinear
+    from engine.bench.quant import bench_qlinear, format_qlinear
     monkeypatch.setattr(engine.get_backend("simd"), "quantized_in", None)     # as a backend without the kernels
     result = bench_qlinear(devices=["numpy", "simd"], types=("Q8_0", "q4_k"), shapes=((256, 3), (64, 5)),
                            rows=(1, 2), repeat=1, min_time=0)

@@ -31,7 +31,7 @@ def test_the_checks_catch_a_wrong_answer():
 
 def test_random_blocks_are_valid_for_every_type():
     from engine import quants
-    from engine.bench_quant import random_blocks
+    from engine.bench.quant import random_blocks
     for qtype in quant_checks.TYPES:
         kind = quants.BY_NAME[qtype]
         raw = random_blocks(qtype, 3, 2 * kind.block_size, 5)

@@ -1,7 +1,7 @@
 """Runs inside Pyodide (tests/kernels/pyodide_run.mjs): the WebAssembly kernels against NumPy
 with the tolerances of the native tests, and the MNIST CNN on simd vs numpy. Evaluates to a
 JSON string: {"flavour", "errors": {check: worst error / tolerance (<= 1 passes)}, ...}.
-With SCRIPT_ARG == "bench" it times GEMM instead (engine.bench.bench_gemm); with "bench-quant",
+With SCRIPT_ARG == "bench" it times GEMM instead (engine.bench.ops.bench_gemm); with "bench-quant",
 linear_q against the float32 GEMM on the same shapes (quant_bench)."""
 import json
 import sys
@@ -238,7 +238,7 @@ def main(arg: str) -> str:
     lib = library.get()
     result = {"flavour": lib.flavour, "platform": sys.platform, "devices": engine.available_devices()}
     if arg == "bench":
-        from engine.bench import bench_gemm
+        from engine.bench.ops import bench_gemm
         result["gemm"] = bench_gemm(repeat=5, device="simd")
         return json.dumps(result)
     if arg == "bench-quant":

@@ -13,15 +13,13 @@ overwritten with finite ones); the tests build their weights with it too.
 """
 from __future__ import annotations
 
-import statistics
-import time
-
 import numpy as np
 
-from . import quants
-from .errors import InputError
+from .. import quants
+from ..errors import InputError
+from . import machine, time_ms
 
-TYPES = ("q4_0", "q4_1", "q8_0", "q4_k", "q6_k")            # the issue's: SmolLM2's Q4_1/Q8_0 and the common K types
+TYPES = ("q4_0", "q4_1", "q8_0", "q4_k", "q6_k")            # SmolLM2's Q4_1/Q8_0 and the common K types
 # (in, out) features of SmolLM2-135M (dim 576, 3 KV heads of 64, FFN 1536, vocabulary 49152)
 SHAPES = ((576, 576),        # attn_q, attn_output
           (576, 192),        # attn_k, attn_v
@@ -40,7 +38,7 @@ def random_blocks(qtype: str, rows: int, cols: int, rng: np.random.Generator | i
     the type has them) are overwritten with finite values of random sign and magnitudes 1e-3 to
     1e-1 (random bits would make some inf or NaN), so every weight is finite."""
     kind = quants.BY_NAME[qtype]
-    layout = quants._BLOCKS[qtype]                               # the block's fields (engine.quants)
+    layout = quants.BLOCKS[qtype]                                # the block's fields
     rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
     if cols % kind.block_size:
         raise InputError(f"{qtype}: cols {cols} is not a multiple of the block size {kind.block_size}")
@@ -54,34 +52,10 @@ def random_blocks(qtype: str, rows: int, cols: int, rng: np.random.Generator | i
     return blocks.reshape(-1)
 
 
-def time_ms(fn, device: str, repeat: int = 20, min_time: float = 0.2) -> float:
-    """Median ms per call of fn on `device`. After a warm-up call, samples of `inner` calls
-    (about 1 ms in all: beyond a browser's coarse timer) each end with a device sync, so a GPU's
-    time is its throughput; samples are taken until `min_time` seconds have passed (at least 3)
-    or `repeat` were taken."""
-    from .device import synchronize
-
-    def sample(calls: int) -> float:
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        synchronize(device)
-        return (time.perf_counter() - t0) / calls
-
-    sample(1)                                    # warm-up: pipelines, lazily built tables, caches
-    first = sample(1)
-    inner = max(1, min(100, int(1e-3 / max(first, 1e-7))))
-    times = [first] if inner == 1 else []
-    start = time.perf_counter()
-    while len(times) < repeat and (len(times) < 3 or time.perf_counter() - start < min_time):
-        times.append(sample(inner))
-    return statistics.median(times) * 1e3
-
-
 def resolve_devices(devices=None) -> list[str]:
     """None: every backend worth picking here (not a CPU emulation of a GPU); "all" among them:
     every available one; else the names given, in order, each checked."""
-    from .device import auto_selectable, available, get_backend, known
+    from ..device import auto_selectable, available, get_backend, known
     if not devices:
         return [d for d in known() if auto_selectable(d)]
     names: list[str] = []
@@ -100,10 +74,10 @@ def bench_qlinear(devices=None, types=TYPES, shapes=SHAPES, rows=ROWS, repeat: i
     float32 products are still timed); a type whose block does not divide a shape's input features
     (the K types' 256 and SmolLM2's 576) is listed in "not_applicable" for that shape; a product that
     raises is listed in "failed" with its error (the bench page then still reports the others)."""
-    from .device import describe, get_backend
-    from .nn import functional as F
-    from .quantized import QuantizedTensor
-    from .tensor import from_numpy
+    from ..device import describe, get_backend
+    from ..nn import functional as F
+    from ..quantized import QuantizedTensor
+    from ..tensor import from_numpy
 
     devices = resolve_devices(devices)
     shapes = [(int(k), int(n)) for k, n in shapes]
@@ -153,10 +127,9 @@ def bench_qlinear(devices=None, types=TYPES, shapes=SHAPES, rows=ROWS, repeat: i
     for c in cases:
         f32 = f32_ms.get((c["device"], c["in"], c["out"], c["rows"]))
         c["vs_f32"] = round(f32 / c["ms"], 3) if f32 is not None else None
-    from .bench import _machine
     return {"model": "qlinear", "devices": devices, "adapters": {d: describe(d) for d in devices},
             "types": ["f32"] + types, "shapes": [list(s) for s in shapes], "rows": list(rows), "repeat": repeat,
-            "min_time": min_time, "machine": _machine(), "numpy": np.__version__, "skipped": skipped,
+            "min_time": min_time, "machine": machine(), "numpy": np.__version__, "skipped": skipped,
             "not_applicable": not_applicable, "failed": failed, "cases": cases}
 
 

@@ -1,7 +1,7 @@
 """`python -m engine bench llm` and the bench page's chat benchmark: prefill and decode tokens/s
 of SmolLM2-135M-Instruct per backend, against torch/transformers on the same GGUF natively.
 
-The case is the one llama.cpp in WebAssembly (wllama) was measured on (../shared/NOTES.md): the
+The case is the one llama.cpp in WebAssembly (wllama) is measured on by the bench page: the
 37-token chat prompt "What is the capital of France?", greedy, 128 new tokens (end-of-sequence
 ignored). One untimed run first: it captures the decode graphs of every cache window the timed
 runs use (engine.generation), as the peer's code is compiled before it is timed.
@@ -17,7 +17,7 @@ PROMPT = [{"role": "user", "content": "What is the capital of France?"}]
 def bench_pipeline(pipe, new_tokens: int = 128, repeat: int = 1) -> dict:
     """Prefill/decode tok/s and time to first token of a text-generation pipeline (median of
     `repeat` runs after one untimed run), end-of-sequence ignored."""
-    from .generation import GenerationConfig
+    from ..generation import GenerationConfig
     generator, ids = pipe.generator, pipe.prompt_ids(PROMPT)
     config = GenerationConfig(max_new_tokens=new_tokens)
     eos, generator.eos_ids = generator.eos_ids, set()
@@ -48,8 +48,8 @@ def bench_torch(path, new_tokens: int = 128, repeat: int = 1) -> dict:
     import torch
     import transformers
     from pathlib import Path
-    from .text import ChatTemplate, Tokenizer
-    from .io.gguf import load_gguf
+    from ..text import ChatTemplate, Tokenizer
+    from ..io.gguf import load_gguf
     transformers.utils.logging.disable_progress_bar()
     path = Path(path)
     with load_gguf(path) as weights:
@@ -76,7 +76,7 @@ def bench_torch(path, new_tokens: int = 128, repeat: int = 1) -> dict:
 
 def bench_llm(devices, weights=None, new_tokens: int = 128, repeat: int = 1, torch: bool = True) -> dict:
     """{"engine": {device: bench_pipeline}, "torch": bench_torch | {"error"}} in one run."""
-    from . import pipeline, registry
+    from .. import pipeline, registry
     entry = registry.for_task("text-generation")
     path = weights or registry.default_location(entry)
     result = {"model": entry.name, "engine": {}}

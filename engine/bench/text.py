@@ -8,9 +8,9 @@ import time
 
 import numpy as np
 
-from .bench import _machine, _median_ms, format_profile
+from . import format_profile, machine, median_ms, profile
 
-SHAPES = ((1, 128), (8, 128))           # (batch, tokens): the bench page's and the issue's shapes
+SHAPES = ((1, 128), (8, 128))           # (batch, tokens): the bench page's shapes
 # real sentences of mixed length for the "sentences" case and the tokenizer's throughput
 SENTENCES = [
     "A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.",
@@ -32,7 +32,7 @@ def tokenizer_throughput(tokenizer, texts=SENTENCES, repeat: int = 5, max_length
     `texts`, warm: texts/s and tokens/s (padding not counted), median run."""
     texts = list(texts) * max(1, 256 // len(texts))
     tokens = int(tokenizer.encode_batch_arrays(texts, max_length=max_length)["attention_mask"].sum())
-    ms = _median_ms(lambda: tokenizer.encode_batch_arrays(texts, max_length=max_length), repeat)
+    ms = median_ms(lambda: tokenizer.encode_batch_arrays(texts, max_length=max_length), repeat)
     return {"texts": len(texts), "tokens": tokens, "texts_per_s": round(len(texts) / ms * 1e3),
             "tokens_per_s": round(tokens / ms * 1e3)}
 
@@ -71,8 +71,8 @@ def bench_minilm(repeat: int = 10, device: str | None = None, weights=None, shap
                  with_profile: bool = False) -> dict:
     """Sentence embeddings (encoder, mean pooling, normalisation) at (batch, tokens) = `shapes` and on
     SENTENCES, on `device` (None: every available backend) and on torch, same token ids, one run."""
-    from .device import auto_selectable, describe, known
-    from .pipelines import pipeline
+    from ..device import auto_selectable, describe, known
+    from ..pipelines import pipeline
 
     # every backend worth using here (not a CPU emulation of a GPU, unless asked for by name)
     devices = [device] if device else [d for d in known() if auto_selectable(d)]
@@ -90,23 +90,22 @@ def bench_minilm(repeat: int = 10, device: str | None = None, weights=None, shap
     for name, batch in inputs.items():
         torch_ms = None
         if reference is not None:
-            torch_ms = _median_ms(lambda: _torch_embed(*reference, batch), repeat)
+            torch_ms = median_ms(lambda: _torch_embed(*reference, batch), repeat)
         for dev in devices:
             pipe.to(dev)
-            engine_ms = _median_ms(lambda: pipe.embed(batch), repeat)
+            engine_ms = median_ms(lambda: pipe.embed(batch), repeat)
             case = {"input": name, "device": dev, "engine_ms": round(engine_ms, 2)}
             if torch_ms is not None:
                 case.update(torch_ms=round(torch_ms, 2), ratio=round(engine_ms / torch_ms, 2))
             cases.append(case)
     if with_profile:                                   # the first shape on the first device
-        from .bench import profile
         pipe.to(devices[0])
         batch = next(iter(inputs.values()))
         info_profile = profile(None, None, devices[0], forward=lambda: pipe.embed(batch))
     t0 = time.perf_counter()
     tokenizer = tokenizer_throughput(pipe.tokenizer)
     info = {"model": "all-MiniLM-L6-v2", "devices": devices, "adapters": {d: describe(d) for d in devices},
-            "repeat": repeat, "machine": _machine(), "numpy": np.__version__, "cases": cases,
+            "repeat": repeat, "machine": machine(), "numpy": np.__version__, "cases": cases,
             "tokenizer": tokenizer, "tokenizer_s": round(time.perf_counter() - t0, 2)}
     if reference is not None:
         info["torch"] = f"{reference[0].__version__} ({reference[0].get_num_threads()} threads)"
