@@ -414,7 +414,7 @@ def _tasks(args) -> int:
 
 
 def _inspect(args) -> int:
-    from .inspect import format_text, inspect_file
+    from .io.describe import format_text, inspect_file
     report = inspect_file(args.file)
     print(json.dumps(report, ensure_ascii=False) if args.json else format_text(report))
     return 0

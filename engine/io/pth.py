@@ -274,7 +274,7 @@ def _read_entry(archive: zipfile.ZipFile, entry: str, limit: int, file: str, ten
 
 def _zip_pickle(file_object, file: str) -> tuple[zipfile.ZipFile, str, bytes]:
     """(archive, entry prefix "<name>/", data.pkl's bytes) of a torch zip checkpoint: one top-level
-    data.pkl, read within MAX_PICKLE_BYTES (the reader and `engine inspect` both start here)."""
+    data.pkl, read within MAX_PICKLE_BYTES (the reader and `engine inspect` (engine.io.describe) both start here)."""
     try:
         archive = zipfile.ZipFile(file_object)
     except _ZIP_ERRORS as e:

@@ -16,8 +16,8 @@ import struct
 
 import numpy as np
 
-from .errors import InvalidHeader, SourceNotFound, TruncatedFile
-from .untrusted import checked_shape, shown
+from ..errors import InvalidHeader, SourceNotFound, TruncatedFile
+from ..untrusted import checked_shape, shown
 
 LONG_STRING = 200          # strings longer than this are cut, with their length
 LONG_LIST = 16             # lists longer than this become "[N items: first, ... ]"
@@ -101,7 +101,7 @@ def detect_format(path: str) -> str:
 
 def _resolve_folder(path: str) -> str:
     """A folder: the standard names first, else its only index or its only weights file."""
-    from .io.safetensors import INDEX_NAME, SINGLE_NAME
+    from .safetensors import INDEX_NAME, SINGLE_NAME
     names = sorted(os.listdir(path))
     for wanted in (INDEX_NAME, SINGLE_NAME):
         if wanted in names:
@@ -121,7 +121,7 @@ def _tensor(name: str, type_name: str, shape, nbytes: int) -> dict:
 
 
 def _inspect_safetensors(path: str):
-    from .io.safetensors import ShardedSafetensors, load_safetensors
+    from .safetensors import ShardedSafetensors, load_safetensors
     with load_safetensors(path) as weights:
         tensors = []
         for name in weights:
@@ -134,7 +134,7 @@ def _inspect_safetensors(path: str):
 
 
 def _inspect_gguf(path: str):
-    from .io.gguf import load_gguf
+    from .gguf import load_gguf
     with load_gguf(path) as weights:
         tensors = [_tensor(name, info.ggml_type, info.shape, info.nbytes)
                    for name, info in ((n, weights.info(n)) for n in weights)]
@@ -145,7 +145,7 @@ def _inspect_gguf(path: str):
 def _pth_state(path: str):
     """The unpickled state dict of a checkpoint (stand-ins only: no storage is read) and
     its layout name. Mirrors engine.io.pth's readers up to the point where they fetch data."""
-    from .io import pth
+    from . import pth
     with open(path, "rb") as handle:
         if handle.read(4) in _ZIP_MAGICS:
             handle.seek(0)
@@ -171,7 +171,7 @@ def _pth_state(path: str):
 
 
 def _inspect_pth(path: str):
-    from .io import pth
+    from . import pth
     state, layout = _pth_state(path)
     tensors = []
     for name, ref in dict.items(state):
