@@ -18,7 +18,8 @@ from pathlib import Path
 # what the page and its worker load, folder by folder (everything in them, except .gz and .br copies)
 FOLDERS = ("pyodide/", "pyscript/", "micropython/", "kernels/", "samples/")
 TOP_SUFFIXES = (".html", ".css", ".js", ".py", ".json")
-LEFT_OUT = ("bench.html", "bench.js", "sw.js", "sw-core.js")     # the benchmark page needs the network
+# the benchmark pages need the network
+LEFT_OUT = ("bench.html", "bench.js", "bare-start.html", "bare-start.js", "sw.js", "sw-core.js")
 
 
 def kept(outputs: dict[str, dict]) -> dict[str, str]:
