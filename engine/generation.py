@@ -29,7 +29,11 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from . import graph
+from .dtypes import int64
 from .errors import InputError
+from .functions import arange
+from .tensor import tensor
 
 
 @dataclass
@@ -174,7 +178,6 @@ class Generator:
 
     def _forward(self, ids: list[int]) -> np.ndarray:
         """Feed ids at the cache's next positions; the logits (V,) after the last of them."""
-        import engine
         device, start = self.cache.device, self.cache.length
         if self.cache.reserve(start + len(ids)):
             self._graphs.clear()                    # captured over the tensors just replaced
@@ -182,22 +185,20 @@ class Generator:
         if len(ids) == 1 and self.use_graphs:
             logits = self._step(ids[0], start, window)
         else:
-            x = engine.tensor([ids], dtype=engine.int64, device=device)                  # (1, T)
-            positions = engine.arange(start, start + len(ids), device=device)           # (T,)
+            x = tensor([ids], dtype=int64, device=device)                                # (1, T)
+            positions = arange(start, start + len(ids), device=device)                  # (T,)
             logits = self.model(x, positions, self.cache, last_only=True, window=window)  # (1, 1, V)
         self.cache.append(ids)
         return logits.numpy()[0, -1]
 
     def _step(self, token: int, position: int, window: int):
         """One decode step through the window's graph (captured on first use)."""
-        import engine
-        from . import graph
         step = self._graphs.get(window)
         if step is not None:
             return step.replay([[token]], [position])
         device = self.cache.device
-        ids = engine.tensor([[token]], dtype=engine.int64, device=device)       # (1, 1): the graph's inputs
-        positions = engine.tensor([position], dtype=engine.int64, device=device)  # (1,)
+        ids = tensor([[token]], dtype=int64, device=device)         # (1, 1): the graph's inputs
+        positions = tensor([position], dtype=int64, device=device)  # (1,)
         try:
             step, logits = graph.capture(lambda i, p: self.model(i, p, self.cache, last_only=True, window=window),
                                          ids, positions)
