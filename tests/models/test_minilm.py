@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
-# Sentences of mixed length and language (the test corpus of the embedding figures in README)
+# Sentences of mixed length and language (the test corpus of the accuracy figures in docs/models.md)
 CORPUS = [
     "A man is eating food.",
     "A man is eating a piece of bread.",
