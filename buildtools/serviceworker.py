@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 # what the page and its worker load, folder by folder (everything in them, except .gz and .br copies)
-FOLDERS = ("pyodide/", "pyscript/", "micropython/", "kernels/", "samples/")
+FOLDERS = ("pyodide/", "pyscript/", "micropython/", "kernels/", "samples/", "cards/")
 TOP_SUFFIXES = (".html", ".css", ".js", ".py", ".json")
 # the benchmark pages need the network
 LEFT_OUT = ("bench.html", "bench.js", "bare-start.html", "bare-start.js", "sw.js", "sw-core.js")

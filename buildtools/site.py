@@ -1,7 +1,7 @@
 """The static site: fetch the registry inputs, then run the build steps into dist/.
 
 dist/
-    index.html, *.py, *.js, ...   the page, copied from web/ as is
+    index.html, *.py, *.js, ...   the page from web/: as is, but for its cards (cards.py)
     pyodide/                      the runtime, verified wheels, engine wheel, generated lock
     pyscript/                     @pyscript/core's dist/
     micropython/                  MicroPython for PyScript (the page's UI code runs on it)
@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from . import bytecode, compress, convert, runtime, serviceworker, wheel
+from . import bytecode, cards, compress, convert, runtime, serviceworker, wheel
 from .fetch import FetchFailed, npm_pack, pip_download
 from .steps import Builder, BuildError, Step
 
@@ -149,11 +149,19 @@ def _web_files(root: Path) -> list[Path]:
     return files
 
 
-def _copy_web(out: Path, root: Path, files: list[Path]) -> None:
+def _copy_web(out: Path, root: Path, files: list[Path], tasks: list[str]) -> None:
+    """web/ as is, except what is put together from the cards (cards.py): index.html,
+    pyscript.json and cards/."""
+    web = root / "web"
     for path in files:
-        target = out / path.relative_to(root / "web")
+        rel = path.relative_to(web)
+        if rel.parts[0] == cards.FOLDER or str(rel) in ("index.html", "pyscript.json"):
+            continue
+        target = out / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(path.read_bytes())
+    if (web / "index.html").is_file():
+        cards.write(out, web, tasks)
 
 
 def build_info(b: Builder, engine_version: str, models: list[str]) -> dict:
@@ -270,7 +278,10 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
                    lambda out: write_peers(out, wllama)))
 
     web = _web_files(root)
-    b.run(Step("web", {"files": b.files(web, root)}, lambda out: _copy_web(out, root, web)))
+    # the page's cards come in the registry's order of tasks (cards.py)
+    tasks = [task for model in _engine_registry().describe() for task in model["tasks"]]
+    b.run(Step("web", {"files": b.files(web, root), "tasks": tasks, "code": _code(cards)},
+               lambda out: _copy_web(out, root, web, tasks)))
 
     info = build_info(b, meta["version"], list(convert.models()))
     b.run(Step("build-info", {"info": info},

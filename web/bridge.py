@@ -1,4 +1,4 @@
-"""What the page's UI code (app.py, chat_card.py) needs between MicroPython and JavaScript.
+"""What the page's UI code (app.py, cards/*.py) needs between MicroPython and JavaScript.
 
 The page runs on PyScript's MicroPython (`type="mpy"`), not on a second Pyodide: the engine
 has its own full CPython in the worker, and the UI only moves values between the DOM and the
@@ -41,3 +41,8 @@ def error_text(error):
     if type(error).__name__ == "JsException" and len(args) == 3:
         return str(args[2])
     return without_prefix(str(error), "Error: ")
+
+
+def by_id(name):
+    """The page's element with this id (None if there is none)."""
+    return js.document.getElementById(name)

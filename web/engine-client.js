@@ -5,8 +5,8 @@ const STAGE_NAMES = ["pyodide", "numpy", "engine", "weights"];
 
 class EngineClient {
   // `started`: a worker the page started before this module loaded, already booting (index.html:
-  // {worker, init: {backend, kernels}, held: its messages and errors so far}); the first init(),
-  // called with those same arguments, takes that boot's reply instead of booting again.
+  // {worker, init: {backend, kernels, tasks}, held: its messages and errors so far}); the first
+  // init(), called with those same arguments, takes that boot's reply instead of booting again.
   constructor(workerUrl = new URL("worker.js", import.meta.url).href, started = null) {
     this.workerUrl = workerUrl;
     this.listeners = new Set();
@@ -16,6 +16,7 @@ class EngineClient {
   start(started = null) {
     this.nextId = 1;
     this.pending = new Map();
+    this.tasks = new Map();                          // task -> its load (engine-client loadTask)
     this.progress = Object.fromEntries(STAGE_NAMES.map((s) => [s, { loaded: 0, total: 0 }]));
     this.state = { status: "starting", error: null, info: null };
     this.worker = started ? started.worker : new Worker(this.workerUrl);
@@ -65,15 +66,20 @@ class EngineClient {
     });
   }
 
-  async init(backend, kernels = null) {
+  // `tasks`: the task whose model the worker loads as it starts (the page's opened card), then the
+  // ones to try if the site does not serve it; none: the registry's first task.
+  async init(backend, kernels = null, tasks = null) {
     this.state = { status: "loading", error: null, info: null };
     this.backendWanted = backend;
     this.kernelsWanted = kernels;
+    this.tasksWanted = tasks;
+    this.tasks = new Map();
     this.emit();
     try {
-      const reply = this.startedReply || this.call("init", { backend, kernels });
+      const reply = this.startedReply || this.call("init", { backend, kernels, tasks });
       this.startedReply = null;
       const info = await reply;
+      if (info.task) this.tasks.set(info.task, Promise.resolve(info));     // loaded as it started
       this.state = { status: "ready", error: null, info };
     } catch (err) {
       this.state = { status: "error", error: err.message, info: null };
@@ -82,12 +88,11 @@ class EngineClient {
     return this.state;
   }
 
-  restart(backend = this.backendWanted) {
-    this.tasks = new Map();
+  restart(backend = this.backendWanted, tasks = this.tasksWanted) {
     this.worker.terminate();
     this.fail(new Error("restarted"));
     this.start();
-    return this.init(backend, this.kernelsWanted);
+    return this.init(backend, this.kernelsWanted, tasks);
   }
 
   // An entry point of engine/web/worker.py with RGBA pixels first (a copy is transferred).
@@ -101,7 +106,6 @@ class EngineClient {
 
   // Load a task's model once (its weights stream in with progress under stage "weights:<task>").
   loadTask(task) {
-    this.tasks ||= new Map();
     if (!this.tasks.has(task)) {
       const loading = this.call("loadTask", { task });
       loading.catch(() => this.tasks.delete(task));          // a failed load can be retried

@@ -254,7 +254,7 @@ for name in ${JSON.stringify(SNAPSHOT_IMPORTS)}:
   return py;
 }
 
-async function boot(backend, kernels) {
+async function boot(backend, kernels, tasks) {
   let t = performance.now();
   timings.worker_start_ms = t;                       // since this worker was created
   pyodide = await startPyodide();
@@ -277,9 +277,13 @@ async function boot(backend, kernels) {
   t = performance.now();
   const weights = (loaded, total) =>
     self.postMessage({ type: "progress", stage: "weights", loaded, total });
-  const info = JSON.parse(await api.load("digit-classification", device, BASE, weights));
+  // the first model: the opened card's task (`tasks`, the page's cards with it first) that the site
+  // serves, else the registry's first task; other cards load theirs when opened (loadTask)
+  const served = new Set(registry.flatMap((model) => model.tasks));
+  const task = (tasks || []).find((name) => served.has(name)) || registry[0].tasks[0];
+  const info = JSON.parse(await api.load(task, device, BASE, weights));
   timings.weights_ms = performance.now() - t;
-  return { devices, requested: backend, device: info.device, model: info.model, weights: info.weights, timings,
+  return { devices, requested: backend, device: info.device, task, model: info.model, weights: info.weights, timings,
            runtime,
            unavailable, registry,
            adapter, kernels: flavour, crossOriginIsolated: self.crossOriginIsolated === true };
@@ -298,7 +302,7 @@ async function loadTask(task) {
 // (its EXPORTS), called with the message's `args` and answering a JSON string. The tasks
 // themselves come from the registry (engine/registry.py), never from a list kept here.
 const COMMANDS = {
-  init: (m) => boot(m.backend, m.kernels),
+  init: (m) => boot(m.backend, m.kernels, m.tasks),
   // the answer streams back as {type: "piece", id, text} messages before the reply
   chat: async (m) => JSON.parse(await api.chat(JSON.stringify(m.messages), JSON.stringify(m.options || {}),
                                                (text) => self.postMessage({ type: "piece", id: m.id, text }))),

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.helpers import need
+from tests.helpers import need, need_import
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -108,10 +108,7 @@ def server(request):
 @pytest.fixture(scope="session")
 def playwright_driver():
     need(Path(CHROMIUM).exists(), f"Debian chromium is not installed at {CHROMIUM}")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        need(False, "the playwright package is not installed")
+    sync_playwright = need_import("playwright.sync_api", "the browser tests drive Chromium with it").sync_playwright
     with sync_playwright() as p:
         yield p
 
@@ -129,6 +126,13 @@ def browser_without_gpu(playwright_driver):
     b = playwright_driver.chromium.launch(executable_path=CHROMIUM, args=BASE_ARGS)
     yield b
     b.close()
+
+
+def open_card(page, tab: str):
+    """Click a card's tab (its id in the URL: digit, photo, sentences, chat) and wait until it shows."""
+    page.click(f"[role=tab][data-tab={tab}]")
+    page.wait_for_selector(f"main > section[data-tab={tab}]:not([hidden])")
+    return page
 
 
 class Session:
@@ -151,6 +155,10 @@ class Session:
         if ready:
             self.wait_ready(timeout)
         return self.page
+
+    def open_card(self, tab: str):
+        """Open a card with its tab, as a person would (its model starts loading then)."""
+        return open_card(self.page, tab)
 
     def wait_ready(self, timeout: float = 90_000):
         self.page.wait_for_function(

@@ -247,6 +247,9 @@ def test_a_stalled_download_is_an_error_in_its_card_then_works(host, session_fac
     page = s.open()
     s.run("import engine.web.fetch as f\nf.STALL_SECONDS = 1.0\n'ok'")
     host.inject("trickle", r"/models/efficientnet_lite0/model-00002-of-00005\.safetensors$", chunk=64, interval=0.5)
+    s.open_card("photo")                                 # its model starts loading: the card says why it cannot
+    page.wait_for_selector("[data-testid=image-error]:not([hidden])", timeout=120_000)
+    assert "the download stalled" in page.text_content("[data-testid=image-error]")
     page.click("[data-sample]")
     page.wait_for_selector("[data-testid=image-error]:not([hidden])", timeout=120_000)
     text = page.text_content("[data-testid=image-error]")
@@ -281,6 +284,7 @@ def test_cache_evicted_during_a_session(host, session_factory):
     one), and a reload downloads what is gone and works."""
     s = session_factory(host.url)
     page = s.open()
+    s.open_card("sentences")
     page.click("[data-testid=sentences-rank]")
     page.wait_for_function("document.querySelectorAll('[data-testid=sentences-ranking] li').length === 8",
                            timeout=180_000)
@@ -298,6 +302,7 @@ def test_cache_evicted_during_a_session(host, session_factory):
     keys = s.run("import js\n[str(r.url) for r in await (await js.caches.open('engine-weights-v1')).keys()]")
     assert any("engine-rows=" in key for key in keys), keys
     host.log.clear()
+    s.open_card("digit")
     page.reload()
     s.wait_ready()
     assert [e for e in host.requests(MNIST) if e[3] == 206], "the evicted digits model downloads again"
@@ -345,6 +350,7 @@ def test_a_model_too_large_for_the_heap_is_refused_before_downloading(host, sess
     host.inject("body", r"/models/SmolLM2-135M-Instruct/manifest\.json$", body=json.dumps(manifest).encode())
     s = session_factory(host.url)
     page = s.open()
+    s.open_card("chat")
     page.fill("[data-testid=chat-input]", "What is the capital of France?")
     page.press("[data-testid=chat-input]", "Enter")
     page.wait_for_selector("[data-testid=chat-error]:not([hidden])", timeout=60_000)

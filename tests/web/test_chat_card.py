@@ -1,5 +1,5 @@
-"""The Chat card in headless Chromium, used like a person: the model downloads on the first
-message, the answer streams in piece by piece while the page stays responsive, Stop and New
+"""The Chat card in headless Chromium, used like a person: the model downloads when the card
+opens, the answer streams in piece by piece while the page stays responsive, Stop and New
 chat work mid-answer, a second turn reuses the conversation, a reload downloads no weights; and
 the greedy answer in the worker on every backend equals the native one."""
 from __future__ import annotations
@@ -32,7 +32,8 @@ def count_pieces(page) -> None:
 def test_chat_like_a_person(dev_server, session_factory):
     s = session_factory(dev_server.url)
     page = s.open()
-    assert not [r for r in s.responses if MODEL in r.url], "the model must load only on the first message"
+    assert not [r for r in s.responses if MODEL in r.url], "the model loads only when its card opens"
+    s.open_card("chat")
     count_pieces(page)
     assert ask(page, "What is the capital of France?") == PARIS
     pieces = page.evaluate("window.pieces")
@@ -79,7 +80,7 @@ def test_chat_like_a_person(dev_server, session_factory):
 
 def test_reload_downloads_no_weight_bytes_and_every_backend_answers(dev_server, session_factory):
     s = session_factory(dev_server.url)
-    page = s.open()
+    page = s.open("index.html#chat")
     assert ask(page, "What is the capital of France?") == PARIS
     after = []
     s.context.on("request", lambda request: after.append(request))
@@ -111,6 +112,7 @@ def test_interrupting_the_chat_never_wedges_it(dev_server, session_factory):
     answer, which Stop ends): after each, the next message is answered as in a fresh chat."""
     s = session_factory(dev_server.url)
     page = s.open()
+    s.open_card("chat")                                         # the model starts loading
     page.fill(INPUT, "What is the capital of France?")
     page.press(INPUT, "Enter")
     page.click("[data-testid=chat-stop]")                       # the 98 MB are still on their way

@@ -29,7 +29,8 @@ def samples(site):
 def test_upload_samples_top5_equals_native(dev_server, session_factory, native, site):
     s = session_factory(dev_server.url)
     page = s.open()
-    assert not [u for u in s.requests if "efficientnet" in u], "weights must load only on first use"
+    assert not [u for u in s.requests if "efficientnet" in u], "weights load only when the card opens"
+    s.open_card("photo")
     for sample in samples(site):
         path = site / "samples" / sample["file"]
         page.set_input_files("[data-testid=image-input]", str(path))
@@ -48,7 +49,7 @@ def test_upload_samples_top5_equals_native(dev_server, session_factory, native, 
 
 
 def test_cat_is_a_cat(dev_server, session_factory):
-    page = session_factory(dev_server.url).open()
+    page = session_factory(dev_server.url).open("index.html#photo")
     page.click("[data-sample='chelsea.png']")
     top = browser_top5(page)
     assert "cat" in top[0][0], top
@@ -56,7 +57,7 @@ def test_cat_is_a_cat(dev_server, session_factory):
 
 def test_bad_file_shows_an_error_and_the_page_keeps_working(dev_server, session_factory, site, tmp_path):
     s = session_factory(dev_server.url)
-    page = s.open()
+    page = s.open("index.html#photo")
     bad = tmp_path / "notes.png"
     bad.write_bytes(b"this is not an image at all")
     page.set_input_files("[data-testid=image-input]", str(bad))
@@ -81,7 +82,7 @@ DROP = """async ([url, name, kind]) => {
 
 @pytest.mark.parametrize("kind", ["drop", "paste"])
 def test_drop_and_paste(dev_server, session_factory, native, site, kind):
-    page = session_factory(dev_server.url).open()
+    page = session_factory(dev_server.url).open("index.html#photo")
     page.evaluate(DROP, ["samples/coffee.png", "coffee.png", kind])
     got = browser_top5(page)
     want = native(str(site / "samples" / "coffee.png"), top_k=5)

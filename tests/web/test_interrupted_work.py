@@ -27,6 +27,7 @@ def test_switching_backend_while_jobs_run(dev_server, session_factory):
                            timeout=30_000)
     assert "backend=numpy" in page.url
     # during a model's download: the photo is classified on the backend chosen meanwhile
+    s.open_card("photo")
     page.click("[data-sample]")
     page.select_option(BACKEND, "simd")
     page.wait_for_function("document.querySelectorAll('[data-testid=image-top5] li').length === 5", timeout=120_000)
@@ -41,6 +42,7 @@ def test_switching_backend_while_jobs_run(dev_server, session_factory):
         select.dispatchEvent(new Event('change')); }""")
     page.wait_for_function("document.querySelector('#backend-note').textContent.includes('could not switch to cuda')")
     assert page.input_value(BACKEND) == "simd" and "still on simd" in page.text_content("#backend-note")
+    s.open_card("digit")
     page.click("[data-testid=digit-clear]")
     page.locator("[data-testid=digit-canvas]").scroll_into_view_if_needed()
     draw(page, "3")

@@ -4,7 +4,7 @@ The worker (web/worker.js) keeps a memory snapshot of the started Pyodide: a rel
 and a damaged one is refused (a full start) and replaced."""
 from __future__ import annotations
 
-from tests.web.conftest import start_dev_server
+from tests.web.conftest import open_card, start_dev_server
 from tests.web.test_image_card import browser_top5
 from tests.web.test_page import PREDICTION, draw
 
@@ -52,6 +52,7 @@ def runtime(page) -> dict:
 
 
 def draw_3(page):
+    open_card(page, "digit")
     page.click("[data-testid=digit-clear]")
     page.locator("[data-testid=digit-canvas]").scroll_into_view_if_needed()
     draw(page, "3")
@@ -71,6 +72,7 @@ def test_reload_draw_and_classify_offline(site, session_factory):
         assert s.run(UNCOMPILED) == []
         assert s.run("import json, tarfile\n[json.__file__, tarfile.__file__]") == [
             "/lib/python312.zip/json/__init__.pyc", "/lib/python312.zip/tarfile.pyc"]
+        open_card(page, "photo")
         page.click("[data-sample='chelsea.png']")               # caches the photo model's weights
         assert "cat" in browser_top5(page)[0][0]
         # the first version of the service worker claims this page once it has kept every file
@@ -95,6 +97,7 @@ def test_reload_draw_and_classify_offline(site, session_factory):
     assert runtime(page)["bytecode_bytes"] == 0 and "zip" in runtime(page)["bytecode_error"].lower()
     assert s.run("import os, sys\nos.path.exists(sys.modules['engine.tensor'].__spec__.cached)") is False
     draw_3(page)
+    open_card(page, "photo")
     page.evaluate("document.querySelector('[data-testid=image-top5]').innerHTML = ''")
     page.click("[data-sample='chelsea.png']")
     assert "cat" in browser_top5(page)[0][0]

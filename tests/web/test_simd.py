@@ -61,7 +61,7 @@ def test_auto_picks_relaxed_simd_when_the_browser_has_it(dev_server, session_fac
 
 def test_efficientnet_on_simd_equals_numpy_in_chromium(dev_server, session_factory, site):
     s = session_factory(dev_server.url)
-    page = s.open()
+    page = s.open("index.html#photo")
     page.click("[data-sample='coffee.png']")
     page.wait_for_function("document.querySelectorAll('[data-testid=image-top5] li').length === 5",
                            timeout=180_000)

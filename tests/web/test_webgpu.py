@@ -57,7 +57,7 @@ def test_draw_digits_on_webgpu(dev_server, session_factory):
 
 def test_photo_on_webgpu_equals_numpy(dev_server, session_factory, site):
     s = session_factory(dev_server.url)
-    page = s.open(WEBGPU)
+    page = s.open(WEBGPU + "#photo")
     page.set_input_files("[data-testid=image-input]", str(site / "samples" / "coffee.png"))
     top = browser_top5(page)
     assert page.text_content("#image-backend") == "webgpu"

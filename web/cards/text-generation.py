@@ -1,4 +1,4 @@
-"""The chat card (PyScript on MicroPython, main thread; app.py calls start()). The model runs in the worker:
+"""The chat card (PyScript on MicroPython, main thread; app.py calls start(card)). The model runs in the worker:
 each message goes there with the whole conversation, and the answer comes back piece by piece
 (engine-client.js chat()), so the page stays responsive while it is generated. The worker's
 cache keeps the earlier turns, so only the new message is fed to the model.
@@ -9,14 +9,12 @@ one is not added to the new one."""
 import asyncio
 
 import js
-from bridge import error_text, to_js, to_py, without_prefix
+from bridge import by_id, error_text, to_js, to_py, without_prefix
 from pyscript.ffi import create_proxy
 
-TASK = "text-generation"
 
-
-def start(client, by_id, card_error, weights_progress, load_task):
-    document = js.document
+def start(card):
+    client, document = card.client, js.document
     # conversation: which one the card shows (New chat counts up); stopped: Stop was pressed
     state = {"history": [], "busy": False, "defaults": None, "conversation": 0, "stopped": False}
     log, box = by_id("chat-log"), by_id("chat-input")
@@ -45,8 +43,7 @@ def start(client, by_id, card_error, weights_progress, load_task):
                 "max_new_tokens": number("chat-max-tokens", int, 1, 1000, 256)}
 
     async def load():
-        await load_task(TASK)                        # once: the first message downloads the model
-        by_id("chat-progress").hidden = True
+        await card.load()                            # loading since the card was opened
         if state["defaults"] is None:
             state["defaults"] = to_py(await client.python("chat_defaults"))
             system = by_id("chat-system")
@@ -58,9 +55,9 @@ def start(client, by_id, card_error, weights_progress, load_task):
         if not text or state["busy"]:
             return
         if client.snapshot().status != "ready":
-            card_error("chat-error", "the engine is still starting; try again in a moment")
+            card.error("the engine is still starting; try again in a moment")
             return
-        card_error("chat-error", None)
+        card.error(None)
         set_busy(True)
         conversation, state["stopped"] = state["conversation"], False
         box.value = ""
@@ -88,7 +85,7 @@ def start(client, by_id, card_error, weights_progress, load_task):
             result = to_py(await client.chat(to_js(messages), to_js(options()), piece_proxy))
         except Exception as e:                   # the worker's error text; the turn is not kept
             answer.remove()
-            card_error("chat-error", without_prefix(error_text(e), "engine.errors."))
+            card.error(without_prefix(error_text(e), "engine.errors."))
             return
         finally:
             if hasattr(piece_proxy, "destroy"):     # Pyodide's proxies are freed by hand
@@ -109,7 +106,7 @@ def start(client, by_id, card_error, weights_progress, load_task):
         by_id("chat-backend").textContent = result["device"]
         log.setAttribute("data-heap-bytes", str(result.get("heap_bytes", 0)))
         if result.get("notice"):
-            card_error("chat-error", result["notice"])
+            card.error(result["notice"])
 
     async def stop(event=None):
         if state["busy"]:
@@ -120,7 +117,7 @@ def start(client, by_id, card_error, weights_progress, load_task):
         state["conversation"] += 1                # an answer still arriving is not shown
         state["history"] = []
         log.innerHTML = ""
-        card_error("chat-error", None)
+        card.error(None)
         await stop()
         if state["defaults"] is not None:
             await client.python("chat_reset")
@@ -140,4 +137,3 @@ def start(client, by_id, card_error, weights_progress, load_task):
     box.addEventListener("keydown", create_proxy(on_key))
     by_id("chat-stop").addEventListener("click", create_proxy(lambda e: _run(stop())))
     by_id("chat-new").addEventListener("click", create_proxy(lambda e: _run(new_chat())))
-    client.subscribe(create_proxy(weights_progress(TASK, "chat-progress")))
