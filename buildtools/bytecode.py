@@ -37,14 +37,36 @@ from .steps import BuildError
 HERE = Path(__file__).resolve().parent
 NAME = "bytecode.zip"
 PACKAGES = ("numpy", "engine")               # loaded by the worker before it imports...
-# ...its entry module, then what its start imports on first use: the backends (the device probe),
-# then the loader, the registry's models and the image transforms (the first model's load).
-# tests/web/test_offline.py checks that a start imports nothing else from site-packages.
-MODULES = ("engine.web.worker",
+# ...its entry module (which imports every task module, engine/tasks/, for their entry points),
+# then what its start imports on first use: the backends (the device probe) and the loader (the
+# first model's load). start_modules() adds what the registry decides: its model files and the
+# first card's task. tests/web/test_offline.py checks that a start imports nothing else from
+# site-packages.
+GENERAL = ("engine.web.worker",
            "engine.backends.numpy.backend", "engine.backends.simd.backend", "engine.backends.webgpu.backend",
            "engine.backends.webgpu.browser",
-           "engine.web.loader", "engine.web.fetch", "engine.io.site", "engine.io.remote", "engine.io.manifest",
-           "models.mnist_cnn", "models.efficientnet_lite", "models.bert", "models.llama", "engine.vision.transforms")
+           "engine.web.loader", "engine.web.fetch", "engine.io.site", "engine.io.remote", "engine.io.manifest")
+
+
+def start_modules() -> tuple[str, ...]:
+    """The modules bytecode.mjs imports, so compiles, for the worker's start: GENERAL, every model
+    file of the registry (the worker's first answer describes every entry, which imports them),
+    and the task modules of the registry's first task: the first card's, whose model the start
+    loads. Other tasks' models, tokenizers and generation load, from source, when their card
+    opens."""
+    from engine import registry, tasks
+    first, entry = next(iter(registry.tasks().items()))
+    first_task = [tasks.module_for(entry.pipeline).__name__]
+    own = tasks.modules().get(first.replace("-", "_"))       # the task's own commands and entry points
+    if own is not None and own.__name__ not in first_task:
+        first_task.append(own.__name__)
+    return (*GENERAL, *registry.model_modules(), *first_task)
+
+
+def __getattr__(name: str):
+    if name == "MODULES":                    # the build's record of its inputs reads it
+        return start_modules()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def write_bytecode(out: Path, pyodide_dir: Path, stdlib: bytes, stored: bool = True) -> None:
@@ -62,7 +84,7 @@ def write_bytecode(out: Path, pyodide_dir: Path, stdlib: bytes, stored: bool = T
         original.write_bytes(stdlib)
         r = subprocess.run([node, str(HERE / "bytecode.mjs"), str(pyodide_dir), str(original),
                             str(folder / NAME), str(folder / STDLIB), "stored" if stored else "deflated",
-                            ",".join(MODULES), *PACKAGES],
+                            ",".join(start_modules()), *PACKAGES],
                            capture_output=True, text=True, timeout=600)
     if r.returncode != 0 or not (folder / NAME).is_file() or not (folder / STDLIB).is_file():
         raise BuildError(f"compiling the worker's Python in Pyodide failed: {(r.stderr or r.stdout)[-2000:]}")

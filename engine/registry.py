@@ -1,12 +1,12 @@
 """The one registry of models and tasks.
 
 Each model file declares its own entry (`ENTRY = registry.Model(...)` at its end): the
-tasks it serves, which of the engine's pipelines runs it, where its weights come from and
-in which format the site stores them, and the files its processor reads (labels,
+tasks it serves, which task module's pipeline runs it (engine/tasks/), where its weights come
+from and in which format the site stores them, and the files its processor reads (labels,
 tokenizer). Everything else reads this registry: `engine.pipeline(task)`, the command
 line, the build (which converts the weights and writes `dist/registry.json`), the page's
 worker and the page itself. Adding a model is one model file plus its entry, and its
-module's name in `models.MODULES`.
+module's name in `models.MODULES` (docs/adding-a-model.md).
 
 An entry may publish weights before any pipeline runs them (`tasks=()`, `pipeline` and
 `load` None): the build serves them and the registry lists the model, but no task does.
@@ -48,7 +48,7 @@ class Source:
 class Model:
     name: str                                   # dist/models/<name>/ and `--model NAME`
     tasks: tuple[str, ...]                      # the task names it serves; the first is its main one
-    pipeline: str | None                        # which engine.pipelines class runs it (PIPELINES key)
+    pipeline: str | None                        # the task module that runs it: engine/tasks/<pipeline>.py, "_" for "-"
     title: str                                  # for people: the page's card, --help
     load: Callable | None                       # (weights mapping or location, device) -> inference-ready model
     sources: tuple[Source, ...]                 # the files by role; "weights" is the checkpoint
@@ -87,15 +87,19 @@ def models() -> dict[str, Model]:
     """Every registered model by name, in the order of `models.MODULES`."""
     global _models
     if _models is None:
-        package = importlib.import_module(MODEL_PACKAGE)
         found = {}
-        for module_name in package.MODULES:
-            entry = importlib.import_module(f"{MODEL_PACKAGE}.{module_name}").ENTRY
+        for module_name in model_modules():
+            entry = importlib.import_module(module_name).ENTRY
             if entry.name in found:
                 raise RuntimeError(f"two registry entries are named {entry.name!r}")
             found[entry.name] = entry
         _models = found
     return _models
+
+
+def model_modules() -> tuple[str, ...]:
+    """The model files the registry reads, as module names ("models.mnist_cnn", ...), in order."""
+    return tuple(f"{MODEL_PACKAGE}.{name}" for name in importlib.import_module(MODEL_PACKAGE).MODULES)
 
 
 def tasks() -> dict[str, Model]:

@@ -1,0 +1,119 @@
+"""Tasks as plugins: one module per task, found rather than listed.
+
+    clf = engine.pipeline("digit-classification")
+    clf("seven.png")            # [{"label": "7", "score": 0.98}, ...]
+    clf = engine.pipeline("image-classification")
+    clf("cat.jpg", top_k=3)     # [{"label": "tabby cat", "index": 281, "score": 0.71}, ...]
+    emb = engine.pipeline("sentence-embedding")
+    emb(["A man is eating.", "Someone eats."])     # (2, 384) float32 unit vectors
+    emb.rank("Who is eating?", ["A man is eating.", "A cat sleeps."])
+    chat = engine.pipeline("text-generation")
+    chat.chat("What is the capital of France?")     # "The capital of France is Paris."
+
+A task module is a module of this package (engine/tasks/<task>.py, the task's name with "_" for
+"-") that defines any of:
+
+- `PIPELINE`: the class that runs a registry entry whose `pipeline` field names this module
+  (`PIPELINE(entry, device=, weights=, **options)`, a subclass of base.Pipeline);
+- `COMMANDS`: {name: base.Command}, its subcommands of `python -m engine`;
+- `WORKER`: the functions the page's worker exports under their own names (engine/web/worker.py),
+  called with the page's message arguments and answering a JSON string; they find their loaded
+  pipeline with state.loaded(task).
+
+Which model serves a task, where its weights are and which module runs it is the registry's
+business (engine/registry.py; each model file declares its entry). The command line, the
+worker's exports and the site's start-up modules are all derived from the modules found here,
+so a new task is a new module: nothing lists the tasks by hand.
+
+A task module imports only what every one of its uses needs at its top (NumPy, the engine's
+core, base and state); tokenizers, generation and model code are imported where they are used.
+The page's worker imports every task module at start, to know their entry points, so a task's
+heavy parts still load only when its card opens.
+
+$ENGINE_TASKS (comma-separated package names) adds packages whose modules are task modules too,
+as $ENGINE_MODELS names the model package (a plugin outside the engine, or a test's).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import pkgutil
+from types import ModuleType
+
+from ..errors import EngineError, InputError
+
+PACKAGES = (__name__, *(name.strip() for name in os.environ.get("ENGINE_TASKS", "").split(",") if name.strip()))
+ATTRIBUTES = ("PIPELINE", "COMMANDS", "WORKER")      # what makes a module of the packages a task module
+
+_found: dict[str, ModuleType] | None = None
+
+
+def modules() -> dict[str, ModuleType]:
+    """Every task module by its name (image_classification, ...), the packages in order, each
+    package's modules in the order of their names."""
+    global _found
+    if _found is None:
+        found: dict[str, ModuleType] = {}
+        for package_name in PACKAGES:
+            package = importlib.import_module(package_name)
+            for info in pkgutil.iter_modules(package.__path__):
+                if info.name.startswith("_"):
+                    continue
+                module = importlib.import_module(f"{package_name}.{info.name}")
+                if not any(hasattr(module, name) for name in ATTRIBUTES):
+                    continue                      # a shared module (base, state)
+                if info.name in found:
+                    raise EngineError(f"two task modules are named {info.name!r}: {found[info.name].__name__} "
+                                      f"and {module.__name__}")
+                found[info.name] = module
+        _found = found
+    return _found
+
+
+def module_for(pipeline: str) -> ModuleType:
+    """The task module named by a registry entry's `pipeline` field ("image-classification")."""
+    name = pipeline.replace("-", "_")
+    for package_name in PACKAGES:           # only the one module: a pipeline needs no other task's
+        if importlib.util.find_spec(f"{package_name}.{name}") is not None:
+            return importlib.import_module(f"{package_name}.{name}")
+    raise EngineError(f"no task module {name!r} (engine/tasks/{name}.py) runs the pipeline {pipeline!r}")
+
+
+def commands() -> dict:
+    """Every task module's subcommands of `python -m engine`: name -> base.Command."""
+    table: dict = {}
+    for module in modules().values():
+        for name, command in getattr(module, "COMMANDS", {}).items():
+            if name in table:
+                raise EngineError(f"two task modules define the command {name!r}")
+            table[name] = command
+    return table
+
+
+def worker_entry_points() -> dict:
+    """Every task module's worker entry points: exported name -> function."""
+    table: dict = {}
+    for module in modules().values():
+        for fn in getattr(module, "WORKER", ()):
+            if fn.__name__ in table:
+                raise EngineError(f"two task modules export the worker entry point {fn.__name__!r}")
+            table[fn.__name__] = fn
+    return table
+
+
+def pipeline(task: str, device: str | None = None, weights=None, **options):
+    """A ready-to-call pipeline for `task` (see engine.registry.tasks()) on `device`;
+    `options` go to the pipeline (image classification: labels=; sentence embedding: max_length=)."""
+    from .. import registry
+    from ..device import get_backend
+    entry = registry.for_task(task)
+    get_backend(device)                       # a clear error for an unknown device, before loading
+    if entry.pipeline is None:
+        raise InputError(f"no pipeline runs {entry.name} yet")
+    cls = getattr(module_for(entry.pipeline), "PIPELINE", None)
+    if cls is None:
+        raise EngineError(f"the task module of {entry.pipeline!r} has no PIPELINE")
+    pipe = cls(entry, device=device, weights=weights, **options)
+    pipe.task = task
+    return pipe

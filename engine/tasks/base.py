@@ -1,0 +1,111 @@
+"""What every task module shares: the pipeline base class, the opening of a model's checkpoint,
+and the shape of a command-line subcommand.
+
+A pipeline is a registry entry's model on a backend, with its pre- and post-processing. The
+base class here owns the model's life: it builds it from the checkpoint, moves it between
+backends, and rebuilds it on the next best backend when the GPU goes away. The task modules
+(engine/tasks/<task>.py) add what their inputs and outputs are.
+"""
+from __future__ import annotations
+
+import argparse
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import registry
+from ..errors import DeviceLost, WeightsError
+from ..io.checkpoint import Checkpoint, location_of
+
+
+def open_checkpoint(entry: registry.Model, weights) -> Checkpoint:
+    """What `weights=` names, as a Checkpoint: None (the registry's default: in the browser the
+    site's copy, fetched by Range), a location (file, index, folder, URL), a mapping of tensors,
+    or a Checkpoint as is."""
+    if isinstance(weights, Checkpoint):
+        return weights
+    if weights is None:
+        if registry.in_browser():                  # the site's copy, by Range (engine.web.loader)
+            from ..io.rows import wait
+            from ..web.loader import load_checkpoint
+            return wait(load_checkpoint(entry))
+        default = registry.default_location(entry)
+        return Checkpoint(default, location=default)
+    location = location_of(weights)
+    if location is None or location.endswith((".pth", ".pt")):     # no processor files beside those
+        try:
+            fallback = registry.default_location(entry)
+        except WeightsError:                                       # not built: a missing file says so
+            fallback = None
+        return Checkpoint(weights, fallback=fallback)
+    return Checkpoint(weights, location=location)
+
+
+class Pipeline:
+    """Shared by every pipeline: the model on a backend, rebuilt from its checkpoint on the next
+    best backend when the GPU goes away (`notice` says so)."""
+
+    notice: str | None = None                   # set when the pipeline had to change backend
+
+    def __init__(self, entry: registry.Model, device: str | None, weights):
+        self.entry, self.task = entry, entry.tasks[0]
+        self.checkpoint = open_checkpoint(entry, weights)
+        self.device = device
+
+    def build(self, device: str | None):
+        """The model on `device`, from this pipeline's checkpoint."""
+        return self.entry.load(self.checkpoint.tensors, device)
+
+    def run(self, fn):
+        """fn(model) -> NumPy result; on a lost GPU, once more on the next best backend."""
+        try:
+            return fn(self.model)
+        except DeviceLost as e:
+            self._fall_back(e)
+            return fn(self.model)
+
+    def _fall_back(self, error: DeviceLost) -> None:
+        from ..device import best_available
+        device = best_available()               # a lost device is no longer available
+        self.notice = f"{error}; continuing on {device}"
+        warnings.warn(self.notice, RuntimeWarning, stacklevel=3)
+        self.model, self.device = self.build(device), device
+
+    def to(self, device: str):
+        """Move the model to another backend (weights are not downloaded again)."""
+        try:
+            self.model.to(device)
+        except DeviceLost:                      # its tensors are gone: build it again
+            self.model = self.build(device)
+        self.device = device
+        return self
+
+
+def softmax_rows(logits: np.ndarray) -> np.ndarray:
+    """(N, classes) logits -> probabilities."""
+    shifted = np.exp(logits - logits.max(1, keepdims=True))
+    return shifted / shifted.sum(1, keepdims=True)
+
+
+# --- the command line -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Command:
+    """A subcommand of `python -m engine` that a task module brings (its COMMANDS, by name).
+
+    engine/cli.py adds a subparser with `help` and `description`, lets `add_arguments` fill it,
+    and calls `run(args)` for the exit status. An EngineError or OSError raised by `run` becomes
+    one line on stderr and exit status 2."""
+    help: str                                                   # its line in `python -m engine --help`
+    description: str                                            # the top of `python -m engine NAME --help`
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]                    # -> exit status
+
+
+def add_device_argument(parser: argparse.ArgumentParser, default: str = "numpy") -> None:
+    """--device, naming the backends this engine knows (not only the available ones: asking
+    which are available would load, and build, every backend)."""
+    from ..device import known
+    parser.add_argument("--device", default=None, help=f"backend to run on: {', '.join(known())} "
+                                                       f"(default: {default})")

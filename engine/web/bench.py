@@ -1,0 +1,94 @@
+"""The bench page's entry points in the worker (web/bench.js calls them by name): the engine's
+benchmarks (engine.bench) run in this browser on the loaded pipelines, as `python -m engine
+bench ...` runs them natively. Each answers a JSON string.
+
+They sit above both the tasks and the benchmarks (engine.tasks never imports engine.bench), so
+the benchmarks of a model's pipeline live here rather than in its task module.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from ..tasks import state
+
+
+async def bench_digit(repeat: int = 20, batches=(1, 16)) -> str:
+    """Median MNIST inference time per batch size on the current device."""
+    rng = np.random.default_rng(0)
+    return await _bench("digit-classification", {b: rng.random((b, 1, 28, 28), dtype=np.float32) for b in batches},
+                        repeat, 3)
+
+
+async def bench_image(repeat: int = 5, batches=(1,)) -> str:
+    """Median EfficientNet inference time (forward only) on the current device."""
+    x = np.random.default_rng(0).standard_normal((max(batches), 3, 224, 224)).astype(np.float32)
+    return await _bench("image-classification", {b: x[:b] for b in batches}, repeat, 2)
+
+
+async def _bench(task: str, inputs: dict, repeat: int, digits: int) -> str:
+    """{"batchN_ms": median ms of pipe.logits} for each batch size N -> input in `inputs`."""
+    from ..bench import median_ms
+    async with state.lock:
+        pipe = state.loaded(task)
+        out = {f"batch{b}_ms": round(median_ms(lambda: pipe.logits(x), repeat), digits) for b, x in inputs.items()}
+    return json.dumps({"device": state.current["device"], **out})
+
+
+async def bench_text(repeat: int = 5, shapes=((1, 128), (8, 128)), task: str = "sentence-embedding") -> str:
+    """Median encoder time (forward, pooling, normalisation) per (batch, length) on the current device,
+    plus tokenizer throughput."""
+    from ..bench import median_ms
+    from ..bench.text import tokenizer_throughput
+    async with state.lock:
+        pipe = state.loaded(task)
+        rng = np.random.default_rng(0)
+        out = {}
+        for n, length in shapes:
+            ids = rng.integers(1000, 2000, (n, length))
+            batch = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+            await pipe.fetch_rows(ids)
+            out[f"batch{n}x{length}_ms"] = round(median_ms(lambda: pipe.embed(batch), repeat), 2)
+        out["tokenizer"] = tokenizer_throughput(pipe.tokenizer)
+    return json.dumps({"device": state.current["device"], **out})
+
+
+async def bench_gemm(repeat: int = 5, max_side: int | None = None) -> str:
+    """GEMM GFLOP/s on every available backend (engine.bench.ops.bench_gemm), in this browser; with
+    max_side, only the shapes of at most max_side**3 multiply-adds."""
+    from ..bench.ops import GEMM_SHAPES, bench_gemm as run
+    shapes = [s for s in GEMM_SHAPES if max_side is None or s[0] * s[1] * s[2] <= max_side ** 3]
+    async with state.lock:
+        return json.dumps(run(repeat=repeat, shapes=shapes))
+
+
+async def bench_ops(repeat: int = 5) -> str:
+    """Per-op times on every available backend (engine.bench.ops.bench_ops), in this browser."""
+    from ..bench.ops import bench_ops as run
+    async with state.lock:
+        return json.dumps(run(repeat=repeat, inner=3))
+
+
+async def bench_qlinear(repeat: int = 5, full: bool = False) -> str:
+    """Quantized linear GB/s and GFLOP/s per GGML type against float32 on every available backend
+    (engine.bench.quant.bench_qlinear, as `python -m engine bench qlinear` natively), in this
+    browser: its quick set, or with `full` the CLI's default set; "table" is the CLI's table."""
+    from ..bench.quant import QUICK, bench_qlinear as run, format_qlinear
+    from ..device import available
+    async with state.lock:
+        result = run(devices=available(), repeat=repeat, **({} if full else QUICK))
+    return json.dumps({**result, "table": format_qlinear(result)})
+
+
+async def bench_llm(new_tokens: int = 128, repeat: int = 1) -> str:
+    """Prefill and decode tokens/s of the chat model on the current device (the 37-token chat
+    prompt, greedy, `new_tokens` new ones, EOS ignored), as `python -m engine bench llm`."""
+    from ..bench.llm import bench_pipeline
+    pipe = state.loaded("text-generation")
+    async with state.lock:
+        result = bench_pipeline(pipe, new_tokens=new_tokens, repeat=repeat)
+    return json.dumps({**result, "heap_bytes": state.heap_bytes(), "device": state.current["device"]})
+
+
+ENTRY_POINTS = (bench_digit, bench_image, bench_text, bench_gemm, bench_ops, bench_qlinear, bench_llm)
