@@ -102,12 +102,15 @@ def worker_entry_points() -> dict:
     return table
 
 
-def pipeline(task: str, device: str | None = None, weights=None, **options):
-    """A ready-to-call pipeline for `task` (see engine.registry.tasks()) on `device`;
-    `options` go to the pipeline (image classification: labels=; sentence embedding: max_length=)."""
+def pipeline(task: str, device: str | None = None, weights=None, model: str | None = None, **options):
+    """A ready-to-call pipeline for `task` (see engine.registry.tasks()) on `device`, run by the
+    first model registered for the task, or by the registry model named `model`; `options` go to
+    the pipeline (image classification: labels=; sentence embedding: max_length=)."""
     from .. import registry
     from ..device import get_backend
-    entry = registry.for_task(task)
+    entry = registry.for_task(task) if model is None else registry.model(model)
+    if task not in entry.tasks:
+        raise InputError(f"model {entry.name} does not serve the task {task!r}; it serves: {', '.join(entry.tasks)}")
     get_backend(device)                       # a clear error for an unknown device, before loading
     if entry.pipeline is None:
         raise InputError(f"no pipeline runs {entry.name} yet")

@@ -170,7 +170,7 @@ def test_a_new_task_is_a_model_file_and_a_task_module(plugin):
         from engine.tasks import state
         from engine.web import worker
         from buildtools import bytecode
-        pipe = engine.pipeline("tabular-regression", weights={str(path)!r})
+        pipe = engine.pipeline("tabular-regression", weights={str(path)!r}, model="linear-regressor")
         direct = pipe([{x!r}]).tolist()
         state.current["pipelines"]["tabular-regression"] = pipe
         answer = json.loads(asyncio.run(worker.regress_rows(json.dumps([{x!r}]))))
@@ -240,3 +240,16 @@ def test_a_task_not_loaded_is_a_clear_error():
         worker.chat_defaults()
     with pytest.raises(InputError, match="image-classification model is not loaded"):
         asyncio.run(worker.classify_image(bytes(16), 2, 2))
+
+
+def test_a_pipeline_by_model_name():
+    """engine.pipeline(task, model=NAME): a model that is not the task's first; one that does not
+    serve the task is refused before anything loads."""
+    import engine
+    from engine.errors import InputError
+    digit = ROOT / "samples" / "digits" / "3.png"
+    assert engine.pipeline("digit-classification", model="mnist_cnn")(digit, top_k=1)[0]["label"] == "3"
+    with pytest.raises(InputError, match="efficientnet_lite0 does not serve the task 'digit-classification'"):
+        engine.pipeline("digit-classification", model="efficientnet_lite0")
+    with pytest.raises(InputError, match="unknown model 'nope'"):
+        engine.pipeline("digit-classification", model="nope")
