@@ -72,7 +72,7 @@ def bench_minilm(repeat: int = 10, device: str | None = None, weights=None, shap
     """Sentence embeddings (encoder, mean pooling, normalisation) at (batch, tokens) = `shapes` and on
     SENTENCES, on `device` (None: every available backend) and on torch, same token ids, one run."""
     from ..device import auto_selectable, describe, known
-    from ..pipelines import pipeline
+    from ..tasks import pipeline
 
     # every backend worth using here (not a CPU emulation of a GPU, unless asked for by name)
     devices = [device] if device else [d for d in known() if auto_selectable(d)]
