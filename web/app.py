@@ -132,7 +132,7 @@ def show_state(snapshot):
     by_id("error-box").hidden = status != "error"
     if status == "error":
         by_id("error-text").textContent = f"The engine could not start: {snapshot.error}"
-    for card in cards.values():
+    for card in cards:
         card.show_weights(snapshot)
     if status == "ready" and seen["status"] != "ready":
         became_ready(snapshot.info)
@@ -166,7 +166,7 @@ def became_ready(info):
     if info.task in by_task:
         by_task[info.task].model = info.model
     document.body.dataset.ready = "true"
-    for card in cards.values():
+    for card in cards:
         card.opened = False
         card.fire("ready")
     show_card(wanted_card())
@@ -176,7 +176,7 @@ def show_registry(models):
     """Each card names the model the registry serves its task with; a card (and its tab) whose
     task this site does not serve is hidden."""
     served = {task: m for m in models for task in m["tasks"]}
-    for card in cards.values():
+    for card in cards:
         entry = served.get(card.task)
         card.served = entry is not None
         tabs[card.tab].hidden = not card.served
@@ -220,8 +220,8 @@ def retry(event=None):
     """Start the worker again, loading the shown card's model first."""
     document.body.dataset.ready = "false"
     seen["status"] = None
-    shown = [card.task for card in cards.values() if card.shown]
-    client.restart(client.backendWanted, to_js(shown + [c.task for c in cards.values() if c.task not in shown]))
+    shown = [card.task for card in cards if card.shown]
+    client.restart(client.backendWanted, to_js(shown + [c.task for c in cards if c.task not in shown]))
 
 
 async def change_backend(event):
@@ -244,20 +244,21 @@ async def change_backend(event):
     url.searchParams.set("backend", name)
     js.history.replaceState(None, "", url.href)
     client.backendWanted = name                      # what a Retry restarts with
-    for card in cards.values():
+    for card in cards:
         card.fire("backend")
 
 
 # --- navigation: one card at a time, the URL's hash names it ---------------------------------
-cards = {}                                       # tab id -> Card, in tab order
+cards = []                                       # in tab order (MicroPython's dicts keep no order)
 by_task = {}                                     # task -> Card
-tabs = {tab.dataset.tab: tab for tab in items(document.querySelectorAll("[role=tab][data-tab]"))}
+tab_list = items(document.querySelectorAll("[role=tab][data-tab]"))     # in their order
+tabs = {tab.dataset.tab: tab for tab in tab_list}
 
 
 def wanted_card():
     """The card the URL names (by its id or its task), else the first one this site serves."""
     wanted = js.decodeURIComponent(js.location.hash[1:])
-    served = [card for card in cards.values() if card.served]
+    served = [card for card in cards if card.served]
     for card in served:
         if wanted in (card.tab, card.task):
             return card
@@ -267,7 +268,7 @@ def wanted_card():
 def show_card(shown):
     """Show one card (its tab selected), the others hidden; once the engine is up, an opened card
     loads its model."""
-    for card in cards.values():
+    for card in cards:
         selected = card is shown
         card.section.hidden = not selected
         tab = tabs[card.tab]
@@ -286,7 +287,7 @@ def show_card(shown):
 
 def on_tab_key(event):
     """Arrows, Home and End move between the tabs; Enter (the link's own) or Space opens one."""
-    visible = [tab for tab in tabs.values() if not tab.hidden]
+    visible = [tab for tab in tab_list if not tab.hidden]
     ids = [tab.dataset.tab for tab in visible]
     if event.target.dataset.tab not in ids:
         return
@@ -311,7 +312,8 @@ def start_cards():
         section.setAttribute("role", "tabpanel")
         section.setAttribute("aria-labelledby", tab.id)
         tab.setAttribute("aria-controls", section.id)
-        cards[card.tab] = by_task[card.task] = card
+        cards.append(card)
+        by_task[card.task] = card
         name = card.task.replace("-", "_")
         module = getattr(__import__("cards." + name), name)
         module.start(card)
