@@ -6,7 +6,7 @@ float32 bit pattern.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -19,15 +19,16 @@ class DType:
     storage: np.dtype    # NumPy dtype of the raw storage (bfloat16 -> uint16)
     safetensors: str     # safetensors dtype code: "F32"
     rank: int            # promotion order within a kind
+    # The type arithmetic runs in: half types widen to float32. Every op reads it, so it is set
+    # once below rather than computed per call.
+    compute: "DType" = field(init=False, repr=False, compare=False)
 
     @property
     def is_floating_point(self) -> bool:
         return self.kind == "f"
 
-    @property
-    def compute(self) -> "DType":
-        """The type arithmetic runs in: half types widen to float32."""
-        return float32 if self in (float16, bfloat16) else self
+    def __hash__(self) -> int:          # dtypes key the kernels' dicts: hash the name, not every field
+        return hash(self.name)
 
     def __repr__(self) -> str:
         return f"engine.{self.name}"
@@ -45,6 +46,9 @@ float32 = DType("float32", 4, "f", np.dtype(np.float32), "F32", 2)
 float64 = DType("float64", 8, "f", np.dtype(np.float64), "F64", 3)
 
 ALL = (bool_, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)
+for _dtype in ALL:
+    object.__setattr__(_dtype, "compute", float32 if _dtype.kind == "f" and _dtype.itemsize == 2 else _dtype)
+del _dtype
 BY_NAME = {d.name: d for d in ALL} | {"bool_": bool_, "half": float16, "float": float32,
                                       "double": float64, "long": int64, "int": int32}
 BY_SAFETENSORS = {d.safetensors: d for d in ALL}

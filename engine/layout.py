@@ -35,7 +35,7 @@ class Layout:
 
     def __init__(self, shape, strides=None, offset: int = 0):
         self.shape = tuple(map(int, shape))
-        self.strides = contiguous_strides(self.shape) if strides is None else tuple(strides)
+        self.strides = _contiguous_strides(self.shape) if strides is None else tuple(strides)
         self.offset = offset
         self._contiguous = True if strides is None else None
 

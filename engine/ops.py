@@ -63,6 +63,10 @@ import enum
 
 
 class Op(enum.Enum):
+    # Every kernel call looks its op up in a dict: Enum's own __hash__ is a Python function
+    # (hash of the name), the identity hash is C. Members are singletons, equality is identity.
+    __hash__ = object.__hash__
+
     # elementwise, one input
     NEG = enum.auto(); ABS = enum.auto(); EXP = enum.auto(); LOG = enum.auto()          # noqa: E702
     SQRT = enum.auto(); SIN = enum.auto(); COS = enum.auto(); TANH = enum.auto()       # noqa: E702

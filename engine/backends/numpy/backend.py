@@ -6,6 +6,26 @@ import numpy as np
 from . import quantized
 from .kernels import FUSED, KERNELS
 
+# Kernels run with NumPy's floating-point warnings off (1/0 is inf, as in torch, not a warning).
+# `with np.errstate(all="ignore")` costs ~0.8 us natively, more than a small ufunc; NumPy 2 keeps
+# that mode in a context variable, so the mode is made once here and each call only sets and
+# resets the variable: the same state errstate would set, at a sixth of the cost.
+try:
+    from numpy._core._ufunc_config import _extobj_contextvar as FP_MODE, _make_extobj
+    QUIET_FP = _make_extobj(all="ignore")
+except ImportError:                         # another NumPy: the public context manager
+    class FP_MODE:                          # noqa: N801 - stands in for the context variable
+        @staticmethod
+        def set(_):
+            state = np.errstate(all="ignore")
+            state.__enter__()
+            return state
+
+        @staticmethod
+        def reset(state):
+            state.__exit__(None, None, None)
+    QUIET_FP = None
+
 
 class NumpyBackend:
     name = "numpy"
@@ -21,6 +41,11 @@ class NumpyBackend:
     def view(self, buf: np.ndarray, layout) -> np.ndarray:
         """A NumPy view of `layout` over `buf`: no copy, read-only for strided views."""
         shape = layout.shape
+        if layout._contiguous and not layout.offset:        # the common case: the whole buffer
+            try:
+                return buf.reshape(shape)
+            except ValueError:                              # a prefix of it: below
+                pass
         if layout.offset == 0 and buf.size == layout.numel and layout.is_contiguous:
             return buf.reshape(shape)
         if layout.numel == 0:
@@ -43,9 +68,16 @@ class NumpyBackend:
     # --- kernels --------------------------------------------------------------------
     def run(self, op, inputs, dtype, params):
         """Run a primitive op; returns one buffer per output."""
-        arrays = [self.view(t._buf, t._layout) for t in inputs]
-        with np.errstate(all="ignore"):
-            out = self.kernels[op](*arrays, dtype=dtype, **params)
+        view = self.view
+        arrays = [view(t._buf, t._layout) for t in inputs]
+        kernel = self.kernels[op]
+        token = FP_MODE.set(QUIET_FP)
+        try:
+            out = kernel(*arrays, dtype=dtype, **params)
+        finally:
+            FP_MODE.reset(token)
+        if type(out) is np.ndarray and out.dtype is dtype.storage and out.flags.c_contiguous:
+            return [(out.reshape(-1), out.shape)]         # the common case of _own
         if out is None:                                   # INDEX_COPY wrote into its first input
             return []
         if isinstance(out, tuple):
@@ -53,9 +85,17 @@ class NumpyBackend:
         return [self._own(out, dtype)]
 
     def run_fused(self, name, inputs, dtype, params):
-        arrays = [self.view(t._buf, t._layout) for t in inputs]
-        with np.errstate(all="ignore"):
-            return [self._own(self.fused[name](*arrays, **params), dtype)]
+        view = self.view
+        arrays = [view(t._buf, t._layout) for t in inputs]
+        kernel = self.fused[name]
+        token = FP_MODE.set(QUIET_FP)
+        try:
+            out = kernel(*arrays, **params)
+        finally:
+            FP_MODE.reset(token)
+        if type(out) is np.ndarray and out.dtype is dtype.storage and out.flags.c_contiguous:
+            return [(out.reshape(-1), out.shape)]
+        return [self._own(out, dtype)]
 
     @staticmethod
     def _own(a, dtype):
