@@ -22,15 +22,17 @@ import math
 
 import numpy as np
 
-from . import dtypes as D
+from . import dtypes
 from . import quants
 from .device import get_backend
-from .errors import SizeMismatch, UnknownDtype
+from .errors import BackendError, SizeMismatch, UnknownDtype
+from .layout import Layout
+from .tensor import Tensor, from_raw, parse_to_args
 
 
 class QuantizedTensor:
     __slots__ = ("name", "file", "qtype", "shape", "_buf", "_backend")
-    dtype = D.float32                    # what it computes as
+    dtype = dtypes.float32                    # what it computes as
     is_quantized = True
 
     def __init__(self, buf, qtype: str, shape: tuple[int, ...], backend, *, name: str | None = None,
@@ -96,11 +98,10 @@ class QuantizedTensor:
     def to(self, *args, dtype=None, device=None) -> "QuantizedTensor":
         """to(device) moves the blocks (free between numpy and simd); to(float32) is a no-op,
         other dtypes are refused: dequantize() first."""
-        from .tensor import parse_to_args
         dtype, device = parse_to_args(args, dtype, device)
-        if dtype is not None and D.as_dtype(dtype) is not D.float32:
+        if dtype is not None and dtypes.as_dtype(dtype) is not dtypes.float32:
             raise UnknownDtype(f"a {self.qtype} tensor computes in float32; call dequantize() before "
-                               f"casting to {D.as_dtype(dtype).name}", file=self.file, tensor=self.name)
+                               f"casting to {dtypes.as_dtype(dtype).name}", file=self.file, tensor=self.name)
         target = None if device is None else get_backend(device)
         if target is None or target is self._backend:
             return self
@@ -153,12 +154,21 @@ class QuantizedTensor:
             start += n
         return parts
 
-    def dequantize(self):
+    def dequantize(self) -> Tensor:
         """The float32 tensor, on this tensor's device."""
-        from .nn import functional as F
-        from .tensor import _from_raw
-        ids = _from_raw(np.arange(self.rows, dtype=np.int64), D.int64, (self.rows,), self.device)
-        return F._quantized_kernel("embedding_q", [ids], self).reshape(self.shape)   # every row
+        ids = from_raw(np.arange(self.rows, dtype=np.int64), dtypes.int64, (self.rows,), self.device)
+        return self.run_kernel("embedding_q", [ids]).reshape(self.shape)   # every row
+
+    def run_kernel(self, name: str, tensors) -> Tensor:
+        """The backend's quantized kernel `name` ("linear_q" or "embedding_q", engine.ops) on
+        `tensors` (float32 x and optional bias, or int64 ids) and these blocks: float32 out."""
+        self.check_computable()
+        if any(t._backend is not self._backend for t in tensors):
+            raise BackendError(f"{name[:-2]}: the input is on {tensors[0].device!r} and the {self.qtype} weight on "
+                               f"{self.device!r}; move one of them with .to(device)")
+        buf, shape = self._backend.run_fused(name, list(tensors), dtypes.float32, {
+            "weight": self._buf, "qtype": self.qtype, "rows": self.rows, "cols": self.shape[-1]})[0]
+        return Tensor(buf, Layout(shape), dtypes.float32, self._backend)
 
     def check_computable(self) -> None:
         """Raise UnknownDtype, naming the tensor, for a type no kernel reads yet (iq*, tq*, ...)."""

@@ -2,6 +2,11 @@
 
 Views share the buffer and change only the Layout. Data never moves between
 host and backend except through `numpy()` (or `item()`/`tolist()`).
+
+This module holds what needs no kernel: metadata, views and leaving the engine. The methods
+that compute (operators, `x.sum(1)`, `to(dtype)`, `contiguous()`, ...) are engine.functions'
+functions, which that module attaches to the class when it is imported (engine imports it), so
+this module never imports it: the layers go one way.
 """
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import math
 
 import numpy as np
 
-from . import dtypes as D
+from . import dtypes
 from .device import get_backend
 from .layout import Layout, normalize_dim
 
@@ -18,7 +23,7 @@ class Tensor:
     __slots__ = ("_buf", "_layout", "dtype", "_backend", "__weakref__")
     __hash__ = object.__hash__          # == builds a tensor, so hash by identity like torch
 
-    def __init__(self, buf, layout: Layout, dtype: D.DType, backend):
+    def __init__(self, buf, layout: Layout, dtype: dtypes.DType, backend):
         self._buf = buf
         self._layout = layout
         self.dtype = dtype
@@ -70,7 +75,7 @@ class Tensor:
 
     def __repr__(self) -> str:
         body = np.array2string(self.numpy(), separator=", ", threshold=50, precision=4, prefix="tensor(")
-        extra = "" if self.dtype in (D.float32, D.int64, D.bool_) else f", dtype={self.dtype}"
+        extra = "" if self.dtype in (dtypes.float32, dtypes.int64, dtypes.bool_) else f", dtype={self.dtype}"
         return f"tensor({body}{extra}{'' if self.device == 'numpy' else f', device={self.device!r}'})"
 
     # --- leaving the engine -----------------------------------------------------------
@@ -80,7 +85,7 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         """A host NumPy copy; bfloat16 comes back as float32 (NumPy has no bfloat16)."""
-        return D.to_numpy_compute(self._raw_numpy(), self.dtype)
+        return dtypes.to_numpy_compute(self._raw_numpy(), self.dtype)
 
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
@@ -108,47 +113,9 @@ class Tensor:
             raise TypeError("only integer tensors can be used as an index")
         return int(self.item())
 
-    # --- conversion -------------------------------------------------------------------
-    def to(self, *args, dtype=None, device=None) -> "Tensor":
-        """to(dtype), to(device) or both, like torch."""
-        dtype, device = parse_to_args(args, dtype, device)
-        out = self
-        target = None if device is None else get_backend(device)
-        if target is not None and target is not self._backend:
-            if getattr(target, "storage", None) == getattr(self._backend, "storage", False):
-                out = Tensor(self._buf, self._layout, self.dtype, target)      # same memory, no copy
-            else:
-                out = Tensor._from_raw_on(self._raw_numpy(), self.dtype, self.shape, target)
-        if dtype is not None and D.as_dtype(dtype) is not out.dtype:
-            out = _F.cast(out, D.as_dtype(dtype))
-        return out
-
-    def float(self) -> "Tensor":
-        return self.to(D.float32)
-
-    def half(self) -> "Tensor":
-        return self.to(D.float16)
-
-    def bfloat16(self) -> "Tensor":
-        return self.to(D.bfloat16)
-
-    def long(self) -> "Tensor":
-        return self.to(D.int64)
-
-    def int(self) -> "Tensor":
-        return self.to(D.int32)
-
-    def bool(self) -> "Tensor":
-        return self.to(D.bool_)
-
-    def contiguous(self) -> "Tensor":
-        return self if self.is_contiguous() else _F.contiguous(self)
-
-    def clone(self) -> "Tensor":
-        return _F.contiguous(self)
-
+    # --- conversion: to(), float(), contiguous(), clone() ... are attached by engine.functions ---
     @staticmethod
-    def _from_raw_on(raw: np.ndarray, dtype: D.DType, shape, backend) -> "Tensor":
+    def _from_raw_on(raw: np.ndarray, dtype: dtypes.DType, shape, backend) -> "Tensor":
         return Tensor(backend.copy_in(raw), Layout(shape), dtype, backend)
 
     # --- views ------------------------------------------------------------------------
@@ -280,62 +247,32 @@ class Tensor:
         if len(gathers) > 1:
             raise IndexError("indexing with more than one index tensor is not supported")
         for d, idx in gathers:
-            out = _F.index_select(out, d, idx)
+            out = out.index_select(d, idx)            # a kernel: engine.functions' method
         return out
-
-    # --- arithmetic -------------------------------------------------------------------
-    def __add__(self, o): return _F.add(self, o)
-    def __radd__(self, o): return _F.add(o, self)
-    def __sub__(self, o): return _F.sub(self, o)
-    def __rsub__(self, o): return _F.sub(o, self)
-    def __mul__(self, o): return _F.mul(self, o)
-    def __rmul__(self, o): return _F.mul(o, self)
-    def __truediv__(self, o): return _F.div(self, o)
-    def __rtruediv__(self, o): return _F.div(o, self)
-    def __pow__(self, o): return _F.pow(self, o)
-    def __rpow__(self, o): return _F.pow(o, self)
-    def __matmul__(self, o): return _F.matmul(self, o)
-    def __rmatmul__(self, o): return _F.matmul(o, self)
-    def __neg__(self): return _F.neg(self)
-    def __abs__(self): return _F.abs(self)
-    def __eq__(self, o): return _F.eq(self, o)   # noqa: E301
-    def __ne__(self, o): return _F.ne(self, o)
-    def __lt__(self, o): return _F.lt(self, o)
-    def __le__(self, o): return _F.le(self, o)
-    def __gt__(self, o): return _F.gt(self, o)
-    def __ge__(self, o): return _F.ge(self, o)
-    def __and__(self, o): return _F.bitwise_and(self, o)
-    def __or__(self, o): return _F.bitwise_or(self, o)
-    def __xor__(self, o): return _F.bitwise_xor(self, o)
-    def __invert__(self): return _F.bitwise_not(self)
-
-    def __getattr__(self, name):
-        """Tensor methods mirror the functions in engine.functions (x.sum(1) == sum(x, 1))."""
-        fn = _F.METHODS.get(name)
-        if fn is None:
-            raise AttributeError(f"'Tensor' object has no attribute {name!r}")
-        return lambda *args, **kwargs: fn(self, *args, **kwargs)
 
 
 def parse_to_args(args, dtype=None, device=None):
     """torch's `.to(...)` positional forms: a dtype, a device name, or both."""
     for a in args:
-        if isinstance(a, (D.DType, np.dtype)) or (isinstance(a, str) and a in D.BY_NAME):
+        if isinstance(a, (dtypes.DType, np.dtype)) or (isinstance(a, str) and a in dtypes.BY_NAME):
             dtype = a
         else:
             device = a
     return dtype, device
 
 
-def _from_raw(raw: np.ndarray, dtype: D.DType, shape, device: str | None = None) -> Tensor:
+def from_raw(raw: np.ndarray, dtype: dtypes.DType, shape, device: str | None = None) -> Tensor:
     """Wrap raw storage (bfloat16 as uint16 bits) without copying when contiguous."""
     return Tensor._from_raw_on(raw, dtype, tuple(shape), get_backend(device))
+
+
+_from_raw = from_raw        # the name the weight readers (engine.io) still import
 
 
 def from_numpy(a: np.ndarray, device: str | None = None) -> Tensor:
     """A tensor over a NumPy array's data (shared when contiguous), keeping its dtype."""
     a = np.asarray(a)
-    return _from_raw(a, D.from_numpy_dtype(a.dtype), a.shape, device)
+    return from_raw(a, dtypes.from_numpy_dtype(a.dtype), a.shape, device)
 
 
 def tensor(data, dtype=None, device: str | None = None) -> Tensor:
@@ -351,9 +288,6 @@ def tensor(data, dtype=None, device: str | None = None) -> Tensor:
             a = a.astype(np.float32)
         if a.dtype.kind in "iu" and not isinstance(data, np.ndarray):
             a = a.astype(np.int64)
-    src = D.as_dtype(a.dtype)
-    dst = (data.dtype if isinstance(data, Tensor) else src) if dtype is None else D.as_dtype(dtype)
-    return _from_raw(np.array(D.cast_numpy(a, src, dst), copy=True), dst, a.shape, device)
-
-
-from . import functions as _F  # noqa: E402  (functions need Tensor; methods need functions)
+    src = dtypes.as_dtype(a.dtype)
+    dst = (data.dtype if isinstance(data, Tensor) else src) if dtype is None else dtypes.as_dtype(dtype)
+    return from_raw(np.array(dtypes.cast_numpy(a, src, dst), copy=True), dst, a.shape, device)

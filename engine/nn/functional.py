@@ -10,17 +10,14 @@ import math
 
 import numpy as np
 
-from .. import dtypes as D
+from .. import dtypes
 from ..functions import *  # noqa: F401,F403  (F.cat, F.softmax, ... as in one namespace)
-from ..functions import (_floating, add, cast, cat, div, erf, index_select, masked_fill, matmul, maximum, mean,
-                         minimum, mul, neg, rsqrt, sigmoid, softmax, sqrt, sub, sum, tanh)
-from ..functions import _run, _run_fused
-from ..errors import BackendError
+from ..functions import (add, cast, cat, div, erf, index_select, masked_fill, matmul, maximum, mean, minimum, mul,
+                         neg, rsqrt, run_fused, run_op, sigmoid, softmax, sqrt, sub, sum, tanh, to_floating)
 from ..io.rows import RowTable
-from ..layout import Layout
 from ..ops import Op
 from ..quantized import QuantizedTensor
-from ..tensor import Tensor, _from_raw
+from ..tensor import Tensor, from_raw
 
 # the star import above shadows these builtins with tensor functions
 _all, _any, _max, _min, _sum = builtins.all, builtins.any, builtins.max, builtins.min, builtins.sum
@@ -40,42 +37,33 @@ def _pair(v, name: str) -> tuple[int, int]:
 def _fused_f32(name: str, tensors, **params) -> Tensor | None:
     """The backend's fused kernel `name` when it has one and every tensor is float32 on that
     backend; None means: run the composite (same result, more ops)."""
-    x = tensors[0]
-    if name not in x._backend.fused or _any(t.dtype is not D.float32 or t._backend is not x._backend
-                                            for t in tensors):
+    backend = tensors[0]._backend
+    if name not in backend.fused:
         return None
-    return _run_fused(name, tensors, **params)
+    for t in tensors:
+        if t.dtype is not dtypes.float32 or t._backend is not backend:
+            return None
+    return run_fused(name, tensors, **params)
 
 
 def _const(a: np.ndarray, like: Tensor) -> Tensor:
     """A small host-computed constant (pooling weights, masks) on `like`'s device."""
-    dt = D.from_numpy_dtype(a.dtype)
-    return _from_raw(np.ascontiguousarray(a), dt, a.shape, like.device)
+    dt = dtypes.from_numpy_dtype(a.dtype)
+    return from_raw(np.ascontiguousarray(a), dt, a.shape, like.device)
 
 
 # --- layers -----------------------------------------------------------------------------
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # noqa: A002
     if isinstance(weight, QuantizedTensor):           # multiplied block by block, never dequantized whole
         return _linear_quantized(input, weight, bias)
-    if weight.ndim == 2 and input.ndim >= 1 and input.shape[-1] == weight.shape[1] and \
-            (bias is None or bias.shape == weight.shape[:1]):
-        fused = _fused_f32("linear", [input, weight] + ([bias] if bias is not None else []))
+    shape, weight_shape = input.shape, weight.shape
+    if len(weight_shape) == 2 and shape and shape[-1] == weight_shape[1] and \
+            (bias is None or bias.shape == weight_shape[:1]):
+        fused = _fused_f32("linear", [input, weight] if bias is None else [input, weight, bias])
         if fused is not None:
             return fused
     out = matmul(input, weight.T)                     # (..., in) @ (in, out) -> (..., out)
     return out if bias is None else add(out, bias)
-
-
-def _quantized_kernel(name: str, tensors, weight: QuantizedTensor) -> Tensor:
-    """The backend's quantized kernel `name` (engine.ops) on `tensors` and `weight`: float32 out."""
-    x = tensors[0]
-    weight.check_computable()
-    if _any(t._backend is not weight._backend for t in tensors):
-        raise BackendError(f"{name[:-2]}: the input is on {x.device!r} and the {weight.qtype} weight on "
-                           f"{weight.device!r}; move one of them with .to(device)")
-    buf, shape = weight._backend.run_fused(name, list(tensors), D.float32, {
-        "weight": weight._buf, "qtype": weight.qtype, "rows": weight.rows, "cols": weight.shape[-1]})[0]
-    return Tensor(buf, Layout(shape), D.float32, weight._backend)
 
 
 def _linear_quantized(input: Tensor, weight: QuantizedTensor, bias: Tensor | None) -> Tensor:  # noqa: A002
@@ -84,8 +72,8 @@ def _linear_quantized(input: Tensor, weight: QuantizedTensor, bias: Tensor | Non
                          f"{weight.shape} ({weight.qtype}): the last dims must match")
     if bias is not None and tuple(bias.shape) != weight.shape[:1]:
         raise ValueError(f"linear: bias of shape {bias.shape} for a weight of shape {weight.shape}")
-    tensors = [cast(input, D.float32)] + ([cast(bias, D.float32)] if bias is not None else [])
-    out = _quantized_kernel("linear_q", tensors, weight)      # (..., in) -> (..., out) float32
+    tensors = [cast(input, dtypes.float32)] + ([cast(bias, dtypes.float32)] if bias is not None else [])
+    out = weight.run_kernel("linear_q", tensors)      # (..., in) -> (..., out) float32
     return cast(out, input.dtype) if input.dtype.is_floating_point else out
 
 
@@ -105,7 +93,7 @@ def pad(input: Tensor, pad, mode: str = "constant", value=None) -> Tensor:  # no
     if not _any(lo or hi for lo, hi in pairs):
         return x
     if mode == "constant":
-        return _run(Op.PAD, [x], x.dtype, pads=tuple(pairs), value=0 if value is None else value)
+        return run_op(Op.PAD, [x], x.dtype, pads=tuple(pairs), value=0 if value is None else value)
     for d, (lo, hi) in enumerate(pairs):              # the other modes gather along each dim
         if lo or hi:
             x = index_select(x, d, _pad_index(x.shape[d], lo, hi, mode))
@@ -162,11 +150,11 @@ def conv2d_act(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride
                            pads=pads, dilation=(dh, dw), groups=groups, activation=activation)
         if fused is not None:
             return fused.squeeze(0) if unbatched else fused
-    dt = x.dtype.compute if x.dtype.is_floating_point else D.float32
+    dt = x.dtype.compute if x.dtype.is_floating_point else dtypes.float32
     x = cast(x, dt)
     if _any(p for pair in pads for p in pair):
-        x = _run(Op.PAD, [x], dt, pads=((0, 0), (0, 0)) + pads, value=0)
-    out = _run(Op.CONV2D, [x, cast(weight, dt)], dt, stride=(sh, sw), dilation=(dh, dw), groups=groups)
+        x = run_op(Op.PAD, [x], dt, pads=((0, 0), (0, 0)) + pads, value=0)
+    out = run_op(Op.CONV2D, [x, cast(weight, dt)], dt, stride=(sh, sw), dilation=(dh, dw), groups=groups)
     if bias is not None:
         out = add(out, bias.reshape(o, 1, 1))
     out = CONV_ACTIVATIONS[activation](out)
@@ -231,24 +219,24 @@ def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,  
     if return_indices:
         raise NotImplementedError("max_pool2d(return_indices=True) is not supported")
     x, k, s, p, d, geo = _pool_setup(input, kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d")
-    x = _floating(x) if x.dtype.is_floating_point else x
+    x = to_floating(x) if x.dtype.is_floating_point else x
     pads = ((0, 0), (0, 0), (p[0], p[0] + geo[0][1]), (p[1], p[1] + geo[1][1]))
     if _any(a or b for a, b in pads):
         fill = -math.inf if x.dtype.is_floating_point else int(np.iinfo(x.dtype.storage).min)
-        x = _run(Op.PAD, [x], x.dtype, pads=pads, value=fill)
+        x = run_op(Op.PAD, [x], x.dtype, pads=pads, value=fill)
     win = _windows(x, k, s, d, (geo[0][0], geo[1][0]))
-    out = _run(Op.MAX, [win], x.dtype, axes=(4, 5), keepdim=False)
+    out = run_op(Op.MAX, [win], x.dtype, axes=(4, 5), keepdim=False)
     return out.squeeze(0) if input.ndim == 3 else out
 
 
 def avg_pool2d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,  # noqa: A002
                count_include_pad: bool = True, divisor_override=None) -> Tensor:
     x, k, s, p, _, geo = _pool_setup(input, kernel_size, stride, padding, 1, ceil_mode, "avg_pool2d")
-    x = _floating(x)
+    x = to_floating(x)
     (ho, eh), (wo, ew) = geo
     pads = ((0, 0), (0, 0), (p[0], p[0] + eh), (p[1], p[1] + ew))
     if _any(a or b for a, b in pads):
-        x = _run(Op.PAD, [x], x.dtype, pads=pads, value=0)
+        x = run_op(Op.PAD, [x], x.dtype, pads=pads, value=0)
     total = sum(_windows(x, k, s, (1, 1), (ho, wo)), (4, 5))
     if divisor_override:
         return _squeeze3(div(total, divisor_override), input)
@@ -277,7 +265,7 @@ def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:  # noqa: A002
     h, w = input.shape[-2:]
     size = tuple(output_size) if isinstance(output_size, (tuple, list)) else (output_size, output_size)
     ho, wo = (h if size[0] is None else size[0]), (w if size[1] is None else size[1])
-    x = _floating(input)
+    x = to_floating(input)
     if (ho, wo) == (1, 1):
         return mean(x, (-2, -1), keepdim=True)
     ph, pw = _averaging_matrix(h, ho), _averaging_matrix(w, wo)
@@ -301,15 +289,15 @@ def batch_norm(input: Tensor, running_mean: Tensor, running_var: Tensor, weight:
     if training:
         raise NotImplementedError("batch_norm(training=True): this engine runs inference only")
     shape = (-1,) + (1,) * (input.ndim - 2)            # broadcast over (N, C, *spatial)
-    scale = rsqrt(add(_floating(running_var), eps))
+    scale = rsqrt(add(to_floating(running_var), eps))
     if weight is not None:
         scale = mul(scale, weight)
     shift = mul(running_mean, scale)
     shift = sub(bias, shift) if bias is not None else mul(shift, -1.0)
-    x = _floating(input)
+    x = to_floating(input)
     scale, shift = scale.reshape(shape), shift.reshape(shape)
     if "mul_add" in x._backend.fused and scale.dtype is x.dtype and shift.dtype is x.dtype:
-        return _run_fused("mul_add", [x, scale, shift])
+        return run_fused("mul_add", [x, scale, shift])
     return add(mul(x, scale), shift)
 
 
@@ -328,7 +316,7 @@ def _affine_fits(x: Tensor, dims, *params) -> bool:
 
 def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  # noqa: A002
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
-    x = _floating(input)
+    x = to_floating(input)
     dims = _norm_dims(x, normalized_shape)
     if _affine_fits(x, dims, weight, bias):
         fused = _fused_f32("layer_norm", [t for t in (x, weight, bias) if t is not None],
@@ -348,7 +336,7 @@ def add_layer_norm(input: Tensor, residual: Tensor, normalized_shape, weight: Te
     """layer_norm(input + input_bias + residual, ...): an engine extension (not in torch) for the
     post-norm residual of BERT-style blocks, `LayerNorm(dense(h) + h)`, which a backend may run as
     one kernel. input_bias is the preceding linear's bias, so the linear can run without it."""
-    x = _floating(input)
+    x = to_floating(input)
     dims = _norm_dims(x, normalized_shape)
     if tuple(residual.shape) == tuple(x.shape) and _affine_fits(x, dims, input_bias, weight, bias):
         fused = _fused_f32("add_layer_norm", [t for t in (x, residual, input_bias, weight, bias) if t is not None],
@@ -362,7 +350,7 @@ def add_layer_norm(input: Tensor, residual: Tensor, normalized_shape, weight: Te
 
 def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  # noqa: A002
              eps: float | None = None) -> Tensor:
-    x = _floating(input)
+    x = to_floating(input)
     dims = _norm_dims(x, normalized_shape)
     eps = float(np.finfo(x.dtype.storage).eps) if eps is None else eps
     if _affine_fits(x, dims, weight):
@@ -375,7 +363,7 @@ def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  # n
 
 
 def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:  # noqa: A002
-    x = _floating(input)
+    x = to_floating(input)
     if p == 2:
         norm = sqrt(sum(mul(x, x), dim, keepdim=True))
     else:
@@ -390,12 +378,12 @@ def relu6(input: Tensor) -> Tensor:  # noqa: A002
 
 def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:  # noqa: A002
     if "hardtanh" in input._backend.fused and input.dtype.is_floating_point and input.dtype is input.dtype.compute:
-        return _run_fused("hardtanh", [input], min_val=float(min_val), max_val=float(max_val))
+        return run_fused("hardtanh", [input], min_val=float(min_val), max_val=float(max_val))
     return minimum(maximum(input, min_val), max_val)
 
 
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:  # noqa: A002
-    x = _floating(input)
+    x = to_floating(input)
     if approximate in ("none", "tanh"):
         fused = _fused_f32("gelu", [x], approximate=approximate)
         if fused is not None:
@@ -409,7 +397,7 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:  # noqa: A002
 
 
 def silu(input: Tensor) -> Tensor:  # noqa: A002
-    x = _floating(input)
+    x = to_floating(input)
     fused = _fused_f32("silu", [x])
     if fused is not None:
         return fused
@@ -421,7 +409,7 @@ def silu_mul(gate: Tensor, up: Tensor) -> Tensor:
     Improve Transformer", https://arxiv.org/abs/2002.05202), whose gate and up projections are
     often one stacked matmul. An engine extension (torch has no functional for it), with a fused
     kernel where the backend has one: it reads the two halves where they lie."""
-    g, u = _floating(gate), _floating(up)
+    g, u = to_floating(gate), to_floating(up)
     if tuple(g.shape) != tuple(u.shape):
         raise ValueError(f"silu_mul: gate {tuple(g.shape)} and up {tuple(u.shape)} must have one shape")
     fused = _fused_f32("silu_mul", [g, u])
@@ -436,7 +424,7 @@ def rotary_embedding(input: Tensor, cos: Tensor, sin: Tensor) -> Tensor:  # noqa
     rotate_half(x) = cat(-x[..., d/2:], x[..., :d/2]) and cos, sin (T, d) the angles' cosines and
     sines (each frequency twice: [f0..f(d/2-1), f0..f(d/2-1)]). An engine extension (torch has no
     functional for it), with a fused kernel where the backend has one."""
-    x = _floating(input)
+    x = to_floating(input)
     if x.ndim < 2 or x.shape[-1] % 2:
         raise ValueError(f"rotary_embedding: input must be (..., T, d) with d even, got {tuple(x.shape)}")
     if cos.shape != sin.shape or cos.ndim > 2 or tuple(cos.shape)[-1:] != (x.shape[-1],) or \
@@ -464,16 +452,16 @@ def embedding(input: Tensor, weight: Tensor, padding_idx=None, max_norm=None, no
     if isinstance(weight, QuantizedTensor):           # only the rows asked for are dequantized
         if weight.ndim != 2:
             raise ValueError(f"embedding: the weight must be 2-D, got shape {weight.shape}")
-        idx = input if isinstance(input, Tensor) else _from_raw(np.asarray(input, np.int64), D.int64,
+        idx = input if isinstance(input, Tensor) else from_raw(np.asarray(input, np.int64), dtypes.int64,
                                                                 np.shape(input), weight.device)
         if idx.dtype.kind not in "iu":
             raise TypeError(f"embedding indices must be integer, got {idx.dtype}")
-        return _quantized_kernel("embedding_q", [cast(idx, D.int64)], weight)
+        return weight.run_kernel("embedding_q", [cast(idx, dtypes.int64)])
     if isinstance(weight, RowTable):                  # rows fetched on demand (engine.io.rows)
         ids = np.asarray(input.numpy() if isinstance(input, Tensor) else input)
         rows = weight.gather(ids)                     # (numel, D) float32 on the host
-        return _from_raw(rows, D.float32, ids.shape + (weight.shape[1],), weight.device)
-    idx = input if isinstance(input, Tensor) else _from_raw(np.asarray(input, np.int64), D.int64,
+        return from_raw(rows, dtypes.float32, ids.shape + (weight.shape[1],), weight.device)
+    idx = input if isinstance(input, Tensor) else from_raw(np.asarray(input, np.int64), dtypes.int64,
                                                             np.shape(input), weight.device)
     rows = index_select(weight, 0, idx.reshape(-1))   # (numel, D)
     return rows.reshape(tuple(idx.shape) + (weight.shape[1],))
@@ -494,7 +482,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
         raise NotImplementedError("scaled_dot_product_attention(dropout_p>0): inference only")
     if is_causal and attn_mask is not None:
         raise ValueError("pass either attn_mask or is_causal=True, not both")
-    q, k, v = _floating(query), _floating(key), _floating(value)
+    q, k, v = to_floating(query), to_floating(key), to_floating(value)
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     fused = _fused_attention(q, k, v, attn_mask, is_causal, scale, enable_gqa)
     if fused is not None:
@@ -509,7 +497,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
         allowed = np.tril(np.ones((L, S), np.bool_))
         scores = masked_fill(scores, _const(~allowed, scores), -math.inf)
     elif attn_mask is not None:
-        if attn_mask.dtype is D.bool_:
+        if attn_mask.dtype is dtypes.bool_:
             scores = masked_fill(scores, attn_mask.logical_not(), -math.inf)
         else:
             scores = add(scores, attn_mask)
@@ -527,17 +515,19 @@ def _fused_attention(q, k, v, attn_mask, is_causal, scale, enable_gqa) -> Tensor
     (n, h, l, e), (nk, hk, s, ek), (nv, hv, sv, ev) = q.shape, k.shape, v.shape
     if not (n == nk == nv and hk == hv and s == sv and e == ek and 0 < hk and h % hk == 0 and
             (hk in (1, h) or enable_gqa) and n * h * l * s * e * ev) or \
-            _any(t.dtype is not D.float32 or t._backend is not backend for t in (k, v)) or q.dtype is not D.float32:
+            _any(t.dtype is not dtypes.float32 or t._backend is not backend for t in (k, v)) or \
+            q.dtype is not dtypes.float32:
         return None
     tensors = [q, k, v]
     if attn_mask is not None:
-        if attn_mask._backend is not backend or attn_mask.dtype not in (D.bool_, D.float32) or attn_mask.ndim > 4:
+        if attn_mask._backend is not backend or attn_mask.dtype not in (dtypes.bool_, dtypes.float32) or \
+                attn_mask.ndim > 4:
             return None
         try:
             tensors.append(attn_mask.expand(n, h, l, s))
         except ValueError:
             return None
-    return _run_fused("attention", tensors, scale=float(scale), is_causal=bool(is_causal)).transpose(1, 2)
+    return run_fused("attention", tensors, scale=float(scale), is_causal=bool(is_causal)).transpose(1, 2)
 
 
 def _repeat_heads(x: Tensor, rep: int) -> Tensor:
