@@ -14,7 +14,7 @@ import engine  # noqa: E402
 from engine.backends.numpy.kernels import _conv2d as numpy_conv2d  # noqa: E402
 from engine.backends.simd import kernels as K  # noqa: E402
 from engine.backends.simd import library  # noqa: E402
-from engine import dtypes as D  # noqa: E402
+from engine import dtypes  # noqa: E402
 from tests.kernels.reference import (activation_reference, attention_reference, gemm_reference,  # noqa: E402
                                      linear_q_reference, random_blocks)
 
@@ -138,11 +138,11 @@ def convert_checks(errors):
     f16 = bits.view(np.float16)
     errors["f16_to_f32 bits"] = float((K.f16_to_f32(f16).view(np.uint32) != f16.astype(np.float32).view(np.uint32))
                                       .sum())
-    ours, expected = K.bf16_to_f32(bits).view(np.uint32), D.bf16_bits_to_f32(bits).view(np.uint32)
+    ours, expected = K.bf16_to_f32(bits).view(np.uint32), dtypes.bf16_bits_to_f32(bits).view(np.uint32)
     errors["bf16_to_f32 bits"] = float((ours != expected).sum())
     values = np.random.default_rng(1).integers(0, 1 << 32, 100_000, dtype=np.uint64).astype(np.uint32)
     values = values.view(np.float32)
-    errors["f32_to_bf16 bits"] = float((K.f32_to_bf16(values) != D.f32_to_bf16_bits(values)).sum())
+    errors["f32_to_bf16 bits"] = float((K.f32_to_bf16(values) != dtypes.f32_to_bf16_bits(values)).sum())
 
 
 def quant_checks(rng, errors):

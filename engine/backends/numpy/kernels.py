@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from ... import dtypes as D
+from ... import dtypes
 from ...ops import Op
 from .quantized import KERNELS as QUANTIZED
 
@@ -59,8 +59,8 @@ def _topk(a, *, dtype, axis, k, largest, sorted):  # noqa: A002 - torch's name
 
 
 def _pad(a, *, dtype, pads, value):
-    fill = D.cast_numpy(np.array(value, np.float64 if dtype.is_floating_point else np.int64),
-                        D.float64 if dtype.is_floating_point else D.int64, dtype)
+    fill = dtypes.cast_numpy(np.array(value, np.float64 if dtype.is_floating_point else np.int64),
+                        dtypes.float64 if dtype.is_floating_point else dtypes.int64, dtype)
     return np.pad(a, pads, mode="constant", constant_values=fill)
 
 
@@ -211,7 +211,7 @@ KERNELS = {
     Op.SQRT: _unary(np.sqrt), Op.SIN: _unary(np.sin), Op.COS: _unary(np.cos), Op.TANH: _unary(np.tanh),
     Op.ERF: _unary(erf), Op.RECIPROCAL: _unary(np.reciprocal), Op.FLOOR: _unary(np.floor),
     Op.CEIL: _unary(np.ceil), Op.LOGICAL_NOT: _unary(np.logical_not),
-    Op.CAST: lambda a, *, dtype, src: D.cast_numpy(a, src, dtype),
+    Op.CAST: lambda a, *, dtype, src: dtypes.cast_numpy(a, src, dtype),
     Op.CONTIGUOUS: _unary(np.ascontiguousarray),
     Op.ADD: _binary(np.add), Op.SUB: _binary(np.subtract), Op.MUL: _binary(np.multiply),
     Op.DIV: _binary(np.true_divide), Op.POW: _binary(np.power),

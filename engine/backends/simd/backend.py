@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from ... import dtypes as D
+from ... import dtypes
 from ...ops import BINARY, REDUCTIONS, UNARY, Op
 from ..numpy import kernels as numpy_kernels
 from ..numpy.backend import NumpyBackend
@@ -22,17 +22,17 @@ _numpy_cast = numpy_kernels.KERNELS[Op.CAST]
 
 
 def _matmul(a, b, *, dtype):
-    return C.gemm(a, b) if dtype is D.float32 else _numpy_matmul(a, b, dtype=dtype)
+    return C.gemm(a, b) if dtype is dtypes.float32 else _numpy_matmul(a, b, dtype=dtype)
 
 
 def _conv2d(x, w, *, dtype, stride, dilation, groups):
-    if dtype is not D.float32:
+    if dtype is not dtypes.float32:
         return _numpy_conv2d(x, w, dtype=dtype, stride=stride, dilation=dilation, groups=groups)
     return C.conv2d(x, w, stride=stride, dilation=dilation, groups=groups)
 
 
-_HALF_CASTS = {(D.float16, D.float32): C.f16_to_f32, (D.bfloat16, D.float32): C.bf16_to_f32,
-               (D.float32, D.bfloat16): C.f32_to_bf16}
+_HALF_CASTS = {(dtypes.float16, dtypes.float32): C.f16_to_f32, (dtypes.bfloat16, dtypes.float32): C.bf16_to_f32,
+               (dtypes.float32, dtypes.bfloat16): C.f32_to_bf16}
 
 
 def _cast(a, *, dtype, src):
@@ -87,7 +87,9 @@ def _rms_norm(x, *params, normalized_dims, eps, has_weight):
 
 
 def _linear(x, weight, *bias):                      # x (..., K) @ weight (N, K).T + bias (N,)
-    out = C.gemm(x.reshape(math.prod(x.shape[:-1]), x.shape[-1]), weight.T, bias[0] if bias else None)
+    if x.ndim == 2:
+        return C.linear(x, weight, bias[0] if bias else None)
+    out = C.linear(x.reshape(math.prod(x.shape[:-1]), x.shape[-1]), weight, bias[0] if bias else None)
     return out.reshape(x.shape[:-1] + weight.shape[:1])
 
 

@@ -7,6 +7,7 @@ buffer per thread that grows on demand: the C side says how much it needs.
 """
 from __future__ import annotations
 
+import ctypes
 import math
 import threading
 
@@ -19,7 +20,16 @@ _F32 = np.dtype(np.float32)
 _local = threading.local()      # ctypes releases the GIL: each thread gets its own scratch
 
 
+_from_buffer, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
+
+
 def _address(a: np.ndarray) -> int:
+    """The address of a's first element. Through ctypes' buffer view when NumPy lets it write
+    there (3x cheaper than building `__array_interface__`, which read-only and strided arrays
+    need): a small op's pointers cost as much as its arithmetic."""
+    flags = a.flags
+    if flags.writeable and flags.c_contiguous and a.size:
+        return _addressof(_from_buffer(a))
     return a.__array_interface__["data"][0]
 
 
@@ -29,7 +39,8 @@ def _optional(a) -> int | None:
 
 def _elements(a: np.ndarray) -> np.ndarray:
     """`a` as float32 with strides in whole elements (a copy only when they are not)."""
-    a = np.asarray(a)
+    if type(a) is not np.ndarray:
+        a = np.asarray(a)
     if a.dtype != _F32:
         raise TypeError(f"the simd kernels compute in float32, got {a.dtype}")
     if a.flags.c_contiguous or all(s % 4 == 0 for s in a.strides):
@@ -38,7 +49,10 @@ def _elements(a: np.ndarray) -> np.ndarray:
 
 
 def _strides(a: np.ndarray) -> tuple[int, ...]:
-    return tuple(s // 4 for s in a.strides)
+    strides = a.strides
+    if len(strides) == 2:                            # the hot case (every GEMM)
+        return strides[0] // 4, strides[1] // 4
+    return tuple(s // 4 for s in strides)
 
 
 def _output(shape, out) -> np.ndarray:
@@ -92,14 +106,13 @@ def gemm(a, b, bias=None, activation: str = "none", out=None) -> np.ndarray:
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
         raise ValueError(f"gemm: shapes {a.shape} and {b.shape} do not multiply")
     (m, k), n = a.shape[-2:], b.shape[-1]
+    if a.ndim == 2 and b.ndim == 2:                  # one product: no batch to broadcast
+        return _gemm_2d(a, _strides(a), b, _strides(b), m, n, k, bias, activation, out)
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a = np.broadcast_to(a, batch + (m, k))
     b = np.broadcast_to(b, batch + (k, n))
     y = _output(batch + (m, n), out)
-    bias_args = (None, 0, 0)
-    if bias is not None:
-        bias = np.broadcast_to(_elements(bias), (m, n))
-        bias_args = (_address(bias),) + _strides(bias)
+    bias_args = _bias_arguments(bias, m, n)
     lib, act = library.get(), _activation(activation)
     sa, sb = _strides(a), _strides(b)
     if len(batch) > 1 and None in (_collapse(batch, sa[:-2]), _collapse(batch, sb[:-2])):
@@ -111,6 +124,43 @@ def gemm(a, b, bias=None, activation: str = "none", out=None) -> np.ndarray:
     _call_with_scratch(lib.gemm_f32, count, m, n, k, _address(a), a_batch, *sa[-2:], _address(b), b_batch,
                        *sb[-2:], _address(y), m * n, n, *bias_args, act)
     return y
+
+
+def linear(x, weight, bias=None) -> np.ndarray:
+    """x (M, K) @ weight (N, K).T + bias (N,): weight read through its strides, never copied."""
+    x, weight = _elements(x), _elements(weight)
+    if x.ndim != 2 or weight.ndim != 2 or x.shape[1] != weight.shape[1]:
+        raise ValueError(f"linear: shapes {x.shape} and {weight.shape} do not multiply")
+    row_stride, column_stride = _strides(weight)
+    return _gemm_2d(x, _strides(x), weight, (column_stride, row_stride), x.shape[0], weight.shape[0],
+                    x.shape[1], bias, "none", None)
+
+
+def _gemm_2d(a, a_strides, b, b_strides, m: int, n: int, k: int, bias, activation: str, out) -> np.ndarray:
+    """One (M, K) @ (K, N) product, a and b given with their element strides (b's may be a
+    transpose's): the whole call in one ctypes call and no temporary array."""
+    y = _output((m, n), out)
+    _call_with_scratch(library.get().gemm_f32, 1, m, n, k, _address(a), 0, *a_strides, _address(b), 0,
+                       *b_strides, _address(y), m * n, n, *_bias_arguments(bias, m, n), _activation(activation))
+    return y
+
+
+def _bias_arguments(bias, m: int, n: int) -> tuple:
+    """(address, row stride, column stride) of a bias broadcast to (M, N): a dim of size 1
+    steps by 0. (None, 0, 0) for no bias."""
+    if bias is None:
+        return None, 0, 0
+    bias = _elements(bias)
+    if bias.ndim > 2:
+        raise ValueError(f"gemm: a bias of shape {bias.shape} does not broadcast to ({m}, {n})")
+    shape = (1,) * (2 - bias.ndim) + bias.shape
+    strides = (0,) * (2 - bias.ndim) + _strides(bias)
+    steps = []
+    for size, stride, want in zip(shape, strides, (m, n)):
+        if size != want and size != 1:
+            raise ValueError(f"gemm: a bias of shape {bias.shape} does not broadcast to ({m}, {n})")
+        steps.append(stride if size == want else 0)
+    return (_address(bias), *steps)
 
 
 # --- convolution --------------------------------------------------------------------------------

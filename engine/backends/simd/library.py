@@ -25,34 +25,38 @@ PYODIDE_PATH = "/lib/engine_kernels.so"
 FLAVOURS = {"simd": "engine_kernels.simd.wasm", "relaxed": "engine_kernels.relaxed.wasm"}
 SOURCES = Path(__file__).resolve().parents[3] / "wasm_kernels"
 
-_P, _S, _D, _I, _F = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_float
-POINTER, FLOAT = _P, _F
+# the C types of the signatures below
+_ptr, _size, _ssize, _int, _float = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_float
+POINTER, FLOAT = _ptr, _float
 # name -> (restype, argtypes): the C signatures of wasm_kernels/README.md
 SIGNATURES = {
-    "gemm_f32": (_S, [_S, _S, _S, _S, _P, _D, _D, _D, _P, _D, _D, _D, _P, _D, _D, _P, _D, _D, _I, _P, _S]),
-    "im2col_f32": (None, [_S, _S, _S, _P, _S, _S, _S, _S, _S, _S, _S, _S, _S, _S, _P]),
-    "conv2d_f32": (_S, [_S, _S, _S, _S, _P, _S, _S, _S, _P, _S, _S, _S, _S, _S, _S, _S, _S, _S, _P, _I, _P, _P,
-                        _S]),
-    "depthwise_conv2d_f32": (_S, [_S, _S, _S, _S, _P, _S, _S, _P, _S, _S, _S, _S, _S, _S, _S, _S, _P, _I, _P, _P,
-                                  _S]),
-    "softmax_f32": (None, [_S, _S, _S, _P, _D, _D, _D, _P]),
-    "layer_norm_f32": (None, [_S, _S, _P, _D, _P, _P, _P, _F]),
-    "rms_norm_f32": (None, [_S, _S, _P, _D, _P, _P, _F]),
-    "add_layer_norm_f32": (None, [_S, _S, _P, _D, _P, _P, _D, _P, _P, _P, _F]),
-    "scale_shift_f32": (None, [_S, _S, _S, _P, _P, _P, _I, _P]),
-    "clamp_f32": (None, [_S, _P, _F, _F, _P]),
-    "activation_f32": (None, [_S, _P, _I, _P]),
-    "rope_f32": (None, [_S, _S, _S, _P, _D, _D, _P, _P, _P]),
-    "silu_mul_f32": (None, [_S, _S, _P, _D, _P, _D, _P]),
-    "attention_f32": (_S, [_S] * 7 + [_P, _D, _D, _D, _D] * 3 + [_P, _I, _D, _D, _D, _D, _I, _F, _P, _P, _S]),
-    "linear_q_f32": (_S, [_I, _S, _S, _S, _P, _D, _P, _P, _P, _P, _S]),
-    "embedding_q_f32": (_S, [_I, _S, _P, _S, _S, _P, _P]),
-    "index_copy_f32": (_S, [_S, _S, _S, _P, _D, _D, _P, _S, _P, _D, _D]),
-    "f16_to_f32": (None, [_S, _P, _P]),
-    "bf16_to_f32": (None, [_S, _P, _P]),
-    "f32_to_bf16": (None, [_S, _P, _P]),
-    "engine_kernels_abi": (_I, []),
-    "engine_kernels_features": (_I, []),
+    "gemm_f32": (_size, [_size, _size, _size, _size, _ptr, _ssize, _ssize, _ssize, _ptr, _ssize, _ssize, _ssize,
+                         _ptr, _ssize, _ssize, _ptr, _ssize, _ssize, _int, _ptr, _size]),
+    "im2col_f32": (None, [_size, _size, _size, _ptr, _size, _size, _size, _size, _size, _size, _size, _size,
+                          _size, _size, _ptr]),
+    "conv2d_f32": (_size, [_size, _size, _size, _size, _ptr, _size, _size, _size, _ptr, _size, _size, _size,
+                           _size, _size, _size, _size, _size, _size, _ptr, _int, _ptr, _ptr, _size]),
+    "depthwise_conv2d_f32": (_size, [_size, _size, _size, _size, _ptr, _size, _size, _ptr, _size, _size, _size,
+                                     _size, _size, _size, _size, _size, _ptr, _int, _ptr, _ptr, _size]),
+    "softmax_f32": (None, [_size, _size, _size, _ptr, _ssize, _ssize, _ssize, _ptr]),
+    "layer_norm_f32": (None, [_size, _size, _ptr, _ssize, _ptr, _ptr, _ptr, _float]),
+    "rms_norm_f32": (None, [_size, _size, _ptr, _ssize, _ptr, _ptr, _float]),
+    "add_layer_norm_f32": (None, [_size, _size, _ptr, _ssize, _ptr, _ptr, _ssize, _ptr, _ptr, _ptr, _float]),
+    "scale_shift_f32": (None, [_size, _size, _size, _ptr, _ptr, _ptr, _int, _ptr]),
+    "clamp_f32": (None, [_size, _ptr, _float, _float, _ptr]),
+    "activation_f32": (None, [_size, _ptr, _int, _ptr]),
+    "rope_f32": (None, [_size, _size, _size, _ptr, _ssize, _ssize, _ptr, _ptr, _ptr]),
+    "silu_mul_f32": (None, [_size, _size, _ptr, _ssize, _ptr, _ssize, _ptr]),
+    "attention_f32": (_size, [_size] * 7 + [_ptr, _ssize, _ssize, _ssize, _ssize] * 3 + [_ptr, _int, _ssize,
+                              _ssize, _ssize, _ssize, _int, _float, _ptr, _ptr, _size]),
+    "linear_q_f32": (_size, [_int, _size, _size, _size, _ptr, _ssize, _ptr, _ptr, _ptr, _ptr, _size]),
+    "embedding_q_f32": (_size, [_int, _size, _ptr, _size, _size, _ptr, _ptr]),
+    "index_copy_f32": (_size, [_size, _size, _size, _ptr, _ssize, _ssize, _ptr, _size, _ptr, _ssize, _ssize]),
+    "f16_to_f32": (None, [_size, _ptr, _ptr]),
+    "bf16_to_f32": (None, [_size, _ptr, _ptr]),
+    "f32_to_bf16": (None, [_size, _ptr, _ptr]),
+    "engine_kernels_abi": (_int, []),
+    "engine_kernels_features": (_int, []),
 }
 # exports whose last two arguments are a scratch buffer and its size in floats: they return 0,
 # or the size they need (and then write nothing)
@@ -63,7 +67,7 @@ SCRATCH = frozenset({"gemm_f32", "conv2d_f32", "depthwise_conv2d_f32", "attentio
 # passes for a Python int (or None) when a function has no argtypes; and argtypes cost
 # ~35 us per call in Pyodide against ~1.4 us without. So there only the float arguments
 # are converted by hand; natively (64-bit pointers) argtypes do the conversion.
-WORD_ARGUMENTS = all(ctypes.sizeof(t) == 4 for t in (_P, _S, _D, _I))
+WORD_ARGUMENTS = all(ctypes.sizeof(t) == 4 for t in (_ptr, _size, _ssize, _int))
 
 
 def _bind(fn, restype, argtypes):
@@ -71,14 +75,14 @@ def _bind(fn, restype, argtypes):
     if not WORD_ARGUMENTS:
         fn.argtypes = argtypes
         return fn
-    floats = [i for i, t in enumerate(argtypes) if t is _F]
+    floats = [i for i, t in enumerate(argtypes) if t is _float]
     if not floats:
         return fn
 
     def call(*args):
         args = list(args)
         for i in floats:
-            args[i] = _F(args[i])
+            args[i] = _float(args[i])
         return fn(*args)
     call.__name__ = fn.__name__
     call.raw, call.floats = fn, floats           # for callers that convert once (engine.graph)

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ... import dtypes as D
+from ... import dtypes
 from ...errors import BackendError
 from ...layout import Layout
 from ...ops import Op
@@ -22,8 +22,9 @@ from . import kernels as K
 from . import quantized as Q
 from .gpu import Gpu, GpuBuffer
 
-TYPE = {D.float32: "f32", D.float16: "f32", D.bfloat16: "f32", D.int64: "i32", D.int32: "i32", D.int16: "i32",
-        D.int8: "i32", D.uint8: "u32", D.bool_: "u32"}
+TYPE = {dtypes.float32: "f32", dtypes.float16: "f32", dtypes.bfloat16: "f32", dtypes.int64: "i32", dtypes.int32: "i32",
+        dtypes.int16: "i32",
+        dtypes.int8: "i32", dtypes.uint8: "u32", dtypes.bool_: "u32"}
 _BY_STORAGE = {d.storage: d for d in TYPE}            # numpy storage dtype -> engine dtype
 _DEVICE_NUMPY = {"f32": np.float32, "i32": np.int32, "u32": np.uint32}
 SHADOW_LIMIT = 1 << 16                                # integer tensors up to this size keep a host copy
@@ -35,22 +36,22 @@ class Storage:
     host) the host values, so index checks need no read-back."""
     __slots__ = ("buf", "dtype", "host")
 
-    def __init__(self, buf: GpuBuffer, dtype: D.DType, host: np.ndarray | None = None):
+    def __init__(self, buf: GpuBuffer, dtype: dtypes.DType, host: np.ndarray | None = None):
         self.buf, self.dtype, self.host = buf, dtype, host
 
 
-def _to_device_values(raw: np.ndarray, dtype: D.DType) -> np.ndarray:
-    if dtype is D.bfloat16:
-        return D.bf16_bits_to_f32(raw)
-    if dtype is D.int64 and raw.size and (raw.min() < -2**31 or raw.max() >= 2**31):
+def _to_device_values(raw: np.ndarray, dtype: dtypes.DType) -> np.ndarray:
+    if dtype is dtypes.bfloat16:
+        return dtypes.bf16_bits_to_f32(raw)
+    if dtype is dtypes.int64 and raw.size and (raw.min() < -2**31 or raw.max() >= 2**31):
         bad = raw[(raw < -2**31) | (raw >= 2**31)].flat[0]
         raise BackendError(f"int64 value {int(bad)} does not fit the webgpu backend's 32-bit integers")
     return raw.astype(_DEVICE_NUMPY[TYPE[dtype]], copy=False)
 
 
-def _from_device_values(a: np.ndarray, dtype: D.DType) -> np.ndarray:
-    if dtype is D.bfloat16:
-        return D.f32_to_bf16_bits(a)
+def _from_device_values(a: np.ndarray, dtype: dtypes.DType) -> np.ndarray:
+    if dtype is dtypes.bfloat16:
+        return dtypes.f32_to_bf16_bits(a)
     return a.astype(dtype.storage)
 
 
@@ -138,8 +139,8 @@ class WebGPUBackend:
         if outs is None:                                  # INDEX_COPY wrote into its first input
             return []
         outs = outs if isinstance(dtype, tuple) else [outs]
-        dtypes = dtype if isinstance(dtype, tuple) else (dtype,)
-        return [(Storage(buf, d), shape) for (buf, shape), d in zip(outs, dtypes)]
+        out_dtypes = dtype if isinstance(dtype, tuple) else (dtype,)
+        return [(Storage(buf, d), shape) for (buf, shape), d in zip(outs, out_dtypes)]
 
     def run_fused(self, name, inputs, dtype, params):
         views = [self.view(t._buf, t._layout) for t in inputs]
@@ -156,19 +157,19 @@ class WebGPUBackend:
 
 
 # --- elementwise expressions -----------------------------------------------------------------
-def _wrap(expr: str, dtype: D.DType) -> str:
+def _wrap(expr: str, dtype: dtypes.DType) -> str:
     """expr's 32-bit result brought into dtype's range, as NumPy's fixed-width arithmetic does."""
-    if dtype is D.int8:
+    if dtype is dtypes.int8:
         return f"((({expr}) << 24u) >> 24u)"
-    if dtype is D.int16:
+    if dtype is dtypes.int16:
         return f"((({expr}) << 16u) >> 16u)"
-    if dtype is D.uint8:
+    if dtype is dtypes.uint8:
         return f"(({expr}) & 0xffu)"
-    if dtype is D.bool_:
+    if dtype is dtypes.bool_:
         return f"select(0u, 1u, ({expr}) != 0u)"
-    if dtype is D.float16:
+    if dtype is dtypes.float16:
         return f"round_f16({expr})"
-    if dtype is D.bfloat16:
+    if dtype is dtypes.bfloat16:
         return f"round_bf16({expr})"
     return expr
 
@@ -215,7 +216,7 @@ def _binary(op):
             expr = f"select(0u, 1u, {cond})"
         elif op in _ARITH:
             expr = _ARITH[op]
-            if dtype is D.bool_ and op in (Op.ADD, Op.MUL):   # bool + bool is or, * is and
+            if dtype is dtypes.bool_ and op in (Op.ADD, Op.MUL):   # bool + bool is or, * is and
                 expr = "a | b" if op is Op.ADD else "a & b"
         elif op is Op.DIV:
             expr = "div_(a, b)" if t == "f32" else "div_(f32(a), f32(b))"
@@ -236,7 +237,7 @@ def _where(be, c, x, y, *, dtype, sources):
 
 def _cast(be, x, *, dtype, src, sources):
     s, t = x.type, TYPE[dtype]
-    if dtype is D.bool_:
+    if dtype is dtypes.bool_:
         expr = "select(0u, 1u, a != 0.0 || is_nan(a))" if s == "f32" else f"select(0u, 1u, a != {s}(0))"
     elif t == "f32":
         expr = "a" if s == "f32" else "f32(a)"
@@ -244,7 +245,7 @@ def _cast(be, x, *, dtype, src, sources):
         expr = "a" if s == "i32" else "i32(a)"
     else:                                                 # uint8 from anything
         expr = "u32(i32(a))" if s == "f32" else ("u32(a)" if s == "i32" else "a")
-    if dtype is src or (src in (D.float16, D.bfloat16) and dtype is D.float32):
+    if dtype is src or (src in (dtypes.float16, dtypes.bfloat16) and dtype is dtypes.float32):
         expr = "a"                                         # the f32 already holds the exact value
     return K.elementwise(be.gpu, _wrap(expr, dtype), [x], t), x.shape
 
@@ -304,10 +305,10 @@ def _cat(be, *views, dtype, axis, sources):
     return out, tuple(shape)
 
 
-def _fill_bits(value, dtype: D.DType) -> int:
+def _fill_bits(value, dtype: dtypes.DType) -> int:
     """The 32 device bits of `value` in dtype (converted as the numpy backend's pad does)."""
-    src = D.float64 if dtype.is_floating_point else D.int64
-    raw = D.cast_numpy(np.array(value, src.storage).reshape(1), src, dtype)
+    src = dtypes.float64 if dtype.is_floating_point else dtypes.int64
+    raw = dtypes.cast_numpy(np.array(value, src.storage).reshape(1), src, dtype)
     return int(_to_device_values(raw, dtype).view(np.uint32)[0])
 
 
