@@ -1,7 +1,13 @@
-"""Shared test helpers: one comparison with tolerances stated per dtype."""
+"""Shared test helpers: one comparison with tolerances stated per dtype, and the one rule that
+decides whether a missing dependency skips a test or fails it (need, need_import)."""
 from __future__ import annotations
 
+import importlib
+import os
+from types import ModuleType
+
 import numpy as np
+import pytest
 
 import engine
 
@@ -38,17 +44,44 @@ def assert_close(actual, expected, *, rtol=None, atol=None, dtype=None):
         np.testing.assert_allclose(a.astype(np.float64), e.astype(np.float64), rtol=r, atol=t, equal_nan=True)
 
 
-def need(condition: bool, why: str) -> None:
-    """Skip (saying why) when a tool the test needs is missing; under CI=true fail instead,
-    since CI must install everything (scripts/test.sh)."""
-    import os
+# --- Skip or fail: the one rule ---------------------------------------------------------------------
+# A test whose dependency (a reference package such as torch, a tool such as chromium or nginx, a
+# WebGPU adapter) is missing skips and says why on a developer's machine, and fails under CI, which
+# must provide everything (scripts/test.sh installs it all). Every such check in the suite goes
+# through need() or need_import(); nothing else calls pytest.skip/importorskip for a dependency.
+OUR_PACKAGES = ("engine", "models", "buildtools", "wasm_kernels", "tests")
+_TRUE = ("1", "true", "yes", "on")
 
-    import pytest
+
+def under_ci() -> bool:
+    """Whether the suite runs under CI: the CI variable set to a true value ("true", "1", "yes",
+    "on", any case), as CI services and .ci/run set it. "false", "0" or empty mean a developer."""
+    return os.environ.get("CI", "").strip().lower() in _TRUE
+
+
+def need(condition: bool, why: str) -> None:
+    """Go on when `condition` holds; otherwise skip saying why, or fail under CI.
+    Works in a test, a fixture, and at a module's top level (it then skips or fails the module)."""
+    __tracebackhide__ = True                 # reports name the caller's line, not this one
     if condition:
         return
-    if os.environ.get("CI"):
-        pytest.fail(f"{why} (CI must provide it: see scripts/test.sh)")
-    pytest.skip(why)
+    if under_ci():
+        pytest.fail(f"{why} (under CI every dependency must be present: scripts/test.sh installs them)",
+                    pytrace=False)
+    pytest.skip(why, allow_module_level=True)
+
+
+def need_import(name: str, why: str = "") -> ModuleType:
+    """Import a third-party module a test needs (e.g. `torch = need_import("torch")`), under need()'s
+    rule when it is not installed. Our own packages are imported normally, never through this: an
+    import error in our code is a failure, not a missing dependency."""
+    __tracebackhide__ = True
+    if name.partition(".")[0] in OUR_PACKAGES:
+        raise ValueError(f"need_import({name!r}): import the project's own modules normally")
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        need(False, f"{why or 'the test needs ' + repr(name)}: {e} (pip install -e .[test])")
 
 
 def range_reply(data: bytes, start: int | None, end: int | None) -> tuple[int, dict, bytes]:

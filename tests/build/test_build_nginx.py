@@ -14,7 +14,7 @@ from buildtools.nginx import nginx_command, render_nginx_conf
 from test_build_gguf import check_lazy_load
 
 NGINX = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx", "/sbin/nginx") if os.path.exists(p)), None)
-needs_nginx = pytest.mark.skipif(NGINX is None, reason="the nginx binary is not installed "
+needs_nginx = pytest.mark.need(NGINX is not None, "the nginx binary is not installed "
                                 "(apt-get install nginx; scripts/test.sh installs it)")
 
 

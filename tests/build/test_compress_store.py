@@ -34,7 +34,7 @@ def test_a_second_build_takes_the_copies_from_the_store(tmp_path, monkeypatch):
         compress.write_compressed(tmp_path / "three", dist, ["js/app.js"], store=store)
 
 
-@pytest.mark.skipif(shutil.which("brotli") is None, reason="no brotli command (Debian package brotli; "
+@pytest.mark.need(shutil.which("brotli") is not None, "no brotli command (Debian package brotli; "
                     "scripts/test.sh installs it)")
 def test_brotli_copies_are_kept_per_brotli_version(tmp_path):
     dist, store = tmp_path / "dist", tmp_path / "store"

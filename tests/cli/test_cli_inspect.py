@@ -7,6 +7,7 @@ import test_cli
 from test_cli import one_line_error
 
 import engine
+from tests.helpers import need_import
 
 
 def run(*args):
@@ -58,7 +59,7 @@ def test_sharded_folder(tmp_path):
 
 
 def test_gguf(tmp_path):
-    gguf = pytest.importorskip("gguf")
+    gguf = need_import("gguf")
     path = tmp_path / "tiny.gguf"
     tokens = [f"tok{i}" for i in range(1000)]
     weight = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
@@ -96,7 +97,7 @@ def test_gguf(tmp_path):
 
 
 def test_pth(tmp_path):
-    torch = pytest.importorskip("torch")
+    torch = need_import("torch")
     path = tmp_path / "model.pth"
     state = {"conv.weight": torch.zeros(2, 3, 3, 3), "bn.running_mean": torch.zeros(4, dtype=torch.float64),
              "bn.num_batches_tracked": torch.tensor(0), "emb": torch.zeros(10, 8, dtype=torch.bfloat16)}

@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 from test_cli import run
 
-tokenizers = pytest.importorskip("tokenizers")
+from tests.helpers import need_import
+
+tokenizers = need_import("tokenizers")
 
 
 def test_tokenize_json_equals_the_tokenizers_package(minilm_folder):

@@ -1,18 +1,15 @@
 """The C kernels (wasm_kernels/) against NumPy. They need a C compiler natively: without one
-the tests skip with the reason, except under CI (CI=true), where that is a failure."""
-import os
-
+the tests skip with the reason, except under CI, where that is a failure (tests/helpers.py)."""
 import numpy as np
 import pytest
+
+from tests.helpers import need
 
 
 def require_simd():
     from engine.device import unavailable_reason
     reason = unavailable_reason("simd")
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"simd backend unavailable under CI: {reason}")
-        pytest.skip(f"simd backend unavailable: {reason}")
+    need(reason is None, f"simd backend unavailable: {reason}")
 
 
 @pytest.fixture(autouse=True)

@@ -3,15 +3,15 @@ nothing but memory and the relocation globals (no libc call slipped in); then, i
 under Node.js, they load with ctypes.CDLL exactly as the browser worker will load them and
 pass tests/kernels/wasm_checks.py (the native tolerances; MNIST logits within 1e-4).
 
-Skips with the reason when clang-19 or node is missing, except under CI (CI=true)."""
+Skips with the reason when clang-19 or node is missing, except under CI (tests/helpers.need)."""
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import need
 from wasm_kernels import build
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,9 +21,7 @@ ALLOWED_IMPORTS = {("env", "memory", "memory"), ("env", "__stack_pointer", "glob
 
 
 def _missing(what: str):
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{what} (required under CI)")
-    pytest.skip(what)
+    need(False, what)
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,10 @@ import pytest
 
 import engine
 from models import bert
+from tests.helpers import need_import
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch = need_import("torch")
+transformers = need_import("transformers")
 
 TINY = bert.Config(vocab_size=97, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
                    intermediate_size=80, max_position_embeddings=40, type_vocab_size=2, layer_norm_eps=1e-12)

@@ -208,7 +208,6 @@ def test_pipeline_with_a_mapping_and_labels(effnet_state, imagenet_labels, sampl
 
 
 def test_pipeline_reads_pth_checkpoints(effnet_state, imagenet_labels, sample_photos, tmp_path):
-    pytest.importorskip("engine.io.pth")
     path = tmp_path / "lite0.pth"
     torch.save(effnet_state, path)
     clf = engine.pipeline("image-classification", weights=path, labels=imagenet_labels)

@@ -15,11 +15,12 @@ import pytest
 import engine
 from engine.errors import EngineError, InvalidHeader
 from models import llama
+from tests.helpers import need_import
 from tests.llama_gguf import TINY, reference_model, write_gguf
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-gguf = pytest.importorskip("gguf")
+torch = need_import("torch")
+transformers = need_import("transformers")
+gguf = need_import("gguf")
 
 DEVICES = [os.environ["ENGINE_TEST_DEVICE"]] if os.environ.get("ENGINE_TEST_DEVICE") else engine.available_devices()
 @pytest.fixture(scope="module", params=[True, False], ids=["tied", "untied"])

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 import engine
+from tests.helpers import need_import
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch = need_import("torch")
+transformers = need_import("transformers")
 
 DEVICES = [os.environ["ENGINE_TEST_DEVICE"]] if os.environ.get("ENGINE_TEST_DEVICE") else engine.available_devices()
 TOLERANCE = {"numpy": 1e-3, "webgpu": 5e-3, "simd": 0.1}
@@ -36,7 +37,7 @@ def pipes(smollm2_gguf):
 @pytest.fixture(scope="module")
 def reference_logits(smollm2_gguf, pipes):
     """transformers' logits (37, vocab) for the chat prompt, from the same GGUF (~25 s to load)."""
-    pytest.importorskip("accelerate")
+    need_import("accelerate", "transformers loads a GGUF with it")
     model = transformers.AutoModelForCausalLM.from_pretrained(
         str(smollm2_gguf.parent), gguf_file=smollm2_gguf.name, local_files_only=True, dtype=torch.float32).eval()
     ids = pipes("numpy").prompt_ids(QUESTION)

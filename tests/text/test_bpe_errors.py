@@ -9,6 +9,7 @@ import pytest
 from engine.errors import TokenizerError
 from engine.text import Tokenizer
 from engine.text.pre_tokenizers import BYTE_CHARS, translate_regex
+from tests.helpers import need_import
 
 BYTES = list(BYTE_CHARS.values())
 
@@ -195,7 +196,7 @@ def test_bad_arguments(tmp_path):
 
 
 def test_file_named_in_errors(tmp_path):
-    gguf = pytest.importorskip("gguf")
+    gguf = need_import("gguf")
     path = tmp_path / "no-merges.gguf"
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_tokenizer_model("gpt2")

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from engine.text import Tokenizer, models
+from tests.helpers import need_import
 
 CODE = '''def tokenize(text: str) -> list[int]:
 \t"""Tabs, then spaces."""
@@ -273,7 +274,7 @@ def test_llama_cpp_reading_equals_a_digits_split(smollm2_gguf, converted_json, r
 def variant_gguf(smollm2_metadata, tmp_path_factory):
     """A GGUF with SmolLM2's tokenizer and no tensors, changed: add_bos/add_eos on, a USER_DEFINED
     token, a CONTROL token spelled outside the byte alphabet, and BOS a plain token."""
-    gguf = pytest.importorskip("gguf")
+    gguf = need_import("gguf")
     path = tmp_path_factory.mktemp("variant") / "variant.gguf"
     writer = gguf.GGUFWriter(str(path), "llama")
     tokens = list(smollm2_metadata["tokenizer.ggml.tokens"])

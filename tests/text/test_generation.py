@@ -11,6 +11,7 @@ import engine
 from engine.errors import InputError
 from engine.generation import GenerationConfig, Generator, StopStrings, process, sample
 from engine.nn import KVCache
+from tests.helpers import need_import
 
 EOS = 2                                         # SmolLM2's <|im_end|>
 
@@ -117,7 +118,7 @@ def test_a_new_prompt_feeds_only_what_the_cache_does_not_hold(tokenizer):
 def test_prefix_reuse_gives_the_tokens_of_a_fresh_cache(tmp_path, tokenizer):
     """On a real (tiny, random) llama: a second prompt that extends the first, generated over the
     reused cache (decode steps replayed as graphs) and over a fresh one (eagerly), gives the same ids."""
-    pytest.importorskip("transformers")
+    need_import("transformers")
     from models import llama
     from tests.llama_gguf import reference_model, write_gguf
     write_gguf(tmp_path / "t.gguf", reference_model(tied=True, seed=4))
@@ -138,7 +139,7 @@ def test_a_cache_that_grows_gives_the_tokens_and_logits_of_a_preallocated_one(tm
     rows, a prompt and 50 new tokens grow it 8 -> 16 -> 32 -> 64, the capacity (on every
     backend, decode steps replayed as graphs, which each growth drops and captures again), with
     the ids and final logits of a cache preallocated whole."""
-    pytest.importorskip("transformers")
+    need_import("transformers")
     from models import llama
     from tests.llama_gguf import reference_model, write_gguf
     write_gguf(tmp_path / "t.gguf", reference_model(tied=True, seed=5))
@@ -192,8 +193,8 @@ def test_prompts_that_do_not_fit(tokenizer):
 # --- sampling -------------------------------------------------------------------------------------
 def transformers_processed(logits, history, config):
     """The same steps through transformers' logits processors, in generate()'s order."""
-    torch = pytest.importorskip("torch")
-    g = pytest.importorskip("transformers.generation.logits_process")
+    torch = need_import("torch")
+    g = need_import("transformers.generation.logits_process")
     scores = torch.from_numpy(logits[None].astype(np.float64))
     ids = torch.tensor([history])
     steps = [g.RepetitionPenaltyLogitsProcessor(config.repetition_penalty)] if config.repetition_penalty != 1 else []

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import need
+from tests.helpers import need, need_import
 
 
 @pytest.fixture(scope="session")
 def gpu():
-    try:
-        import wgpu  # noqa: F401
-    except ImportError:
-        need(False, "the wgpu package is not installed (pip install -e .[test])")
+    need_import("wgpu", "the native WebGPU tests")
     from engine.backends import webgpu
     try:
         return webgpu.device()                       # the engine's own device
