@@ -1,7 +1,30 @@
-"""Weights I/O: byte sources (file, memory, HTTP) and the formats read over them."""
+"""Weights I/O: byte sources (file, memory, HTTP), the formats read over them, and a site's model folders.
+
+Two levels, imported one way only:
+- the formats (`safetensors`, `gguf`, `pth`) parse bytes from a `ByteSource` (`sources`) and know
+  nothing of where the bytes come from;
+- the site (`manifest`, `remote`, `site`, `checkpoint`, `browser`) fetches, verifies and caches a
+  model folder the build wrote, and opens it with the format readers.
+
+`load_gguf` below is where the two meet: a GGUF file goes to the format reader, a site's model
+folder to the site.
+"""
+import os
+
+from .gguf import GGUFFile, QuantizedTensor  # noqa: F401
+from .gguf import load_gguf as _open_gguf_file
+from .pth import load_pth, read_pth_arrays  # noqa: F401
 from .safetensors import (SafetensorsFile, ShardedSafetensors, TensorInfo,  # noqa: F401
                           load_safetensors, save_safetensors)
-from .gguf import GGUFFile, QuantizedTensor, load_gguf  # noqa: F401
-from .pth import load_pth, read_pth_arrays  # noqa: F401
 from .sources import (ByteSource, BytesSource, FileSource, HttpSource,  # noqa: F401
-                      RangeSource, SourceNotFound, open_source)
+                      RangeSource, SourceNotFound, is_url, open_source)
+
+
+def load_gguf(location) -> GGUFFile:
+    """Open a GGUF lazily: a path, an http(s) URL, a bytes-like object or a ByteSource; or a
+    folder the site build wrote (dist/models/<name>/, or its manifest.json), whole or in parts."""
+    if isinstance(location, (str, os.PathLike)) and not is_url(location) and (
+            os.path.isdir(location) or os.fspath(location).endswith(".json")):
+        from .site import open_gguf_folder
+        return open_gguf_folder(location)
+    return _open_gguf_file(location)

@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import dtypes
 from .. import quants
-from ..errors import InvalidHeader, InvalidOffsets, TruncatedFile, UnknownDtype
+from ..errors import InvalidHeader, InvalidOffsets, SourceNotFound, TruncatedFile, UnknownDtype
 from ..quantized import QuantizedTensor
 from ..tensor import Tensor
 from .safetensors import _SingleFile, _to_tensor
@@ -286,12 +286,11 @@ class GGUFFile(_SingleFile):
 
 
 def load_gguf(location) -> GGUFFile:
-    """Open lazily: a path, an http(s) URL, a bytes-like object or a ByteSource; or a folder
-    the site build wrote (dist/models/<name>/, or its manifest.json), whole or in parts."""
+    """Open one GGUF file lazily: a path, an http(s) URL, a bytes-like object or a ByteSource.
+    (A site's model folder, whose GGUF may be split into parts, is opened by engine.io.load_gguf.)"""
     if isinstance(location, (bytes, bytearray, memoryview, np.ndarray)):
         location = BytesSource(location)
-    elif isinstance(location, (str, os.PathLike)) and not is_url(location) and (
-            os.path.isdir(location) or os.fspath(location).endswith(".json")):
-        from .site import open_gguf_folder
-        return open_gguf_folder(location)
+    elif isinstance(location, (str, os.PathLike)) and not is_url(location) and os.path.isdir(location):
+        raise SourceNotFound("a folder, not a GGUF file: engine.io.load_gguf opens a site's model folder",
+                             file=os.fspath(location))
     return GGUFFile(location)

@@ -130,15 +130,16 @@ class _Metadata:
 _NAMES = {str: "a string", int: "an integer", bool: "true or false"}
 
 
-def from_gguf(source, reference: str = "transformers"):
-    """The Tokenizer a GGUF describes. `source`: a path, an opened GGUF (engine.load_gguf) or its
-    metadata mapping. `reference`: whose reading of the `pre` name to follow ("transformers", the
-    default, or "llama.cpp"; see the module docstring)."""
-    from .tokenizer import Tokenizer
-
+def tokenizer_parts(source, reference: str = "transformers") -> dict:
+    """The parts of the Tokenizer a GGUF describes, for `Tokenizer.from_gguf` to assemble: its
+    constructor's arguments (model, pre_tokenizer, post_processor, decoder, added_tokens) and what a
+    GGUF says beyond them (chat_template, special_tokens, padding: what encode_batch_arrays pads
+    with, or None). `source`: a path, an opened GGUF (engine.load_gguf) or its metadata mapping.
+    `reference`: whose reading of the `pre` name to follow ("transformers", the default, or
+    "llama.cpp"; see the module docstring)."""
     file = None
     if isinstance(source, (str, os.PathLike)):
-        from ..io.gguf import load_gguf
+        from ..io import load_gguf
         file = os.fspath(source)
         with load_gguf(source) as weights:
             metadata = weights.metadata
@@ -205,10 +206,9 @@ def from_gguf(source, reference: str = "transformers"):
         processor = TemplateProcessing(single, pair, {special[name]: ([special_ids[name]], [special[name]])
                                                       for name, flag in (("bos_token", add_bos), ("eos_token", add_eos))
                                                       if flag})
-    tok = Tokenizer(bpe, pre_tokenizer=SPLITS[pre][reference](), post_processor=processor,
-                    decoder=ByteLevelDecoder(), added_tokens=added)
-    tok.chat_template = chat_template
-    tok.special_tokens = special
+    padding = None
     if "pad_token" in special:          # what encode_batch_arrays pads with (padding stays off)
-        tok._pad = Padding(pad_id=special_ids["pad_token"], pad_token=special["pad_token"])
-    return tok
+        padding = Padding(pad_id=special_ids["pad_token"], pad_token=special["pad_token"])
+    return {"model": bpe, "pre_tokenizer": SPLITS[pre][reference](), "post_processor": processor,
+            "decoder": ByteLevelDecoder(), "added_tokens": added, "chat_template": chat_template,
+            "special_tokens": special, "padding": padding}

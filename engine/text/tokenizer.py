@@ -113,8 +113,15 @@ class Tokenizer:
     def from_gguf(cls, source, reference: str = "transformers") -> Tokenizer:
         """The tokenizer a GGUF's metadata describes (a path, an opened GGUF or its metadata);
         see engine/text/gguf.py."""
-        from .gguf import from_gguf
-        return from_gguf(source, reference)
+        from .gguf import tokenizer_parts
+        parts = tokenizer_parts(source, reference)
+        tok = cls(parts["model"], pre_tokenizer=parts["pre_tokenizer"], post_processor=parts["post_processor"],
+                  decoder=parts["decoder"], added_tokens=parts["added_tokens"])
+        tok.chat_template = parts["chat_template"]
+        tok.special_tokens = parts["special_tokens"]
+        if parts["padding"] is not None:
+            tok._pad = parts["padding"]
+        return tok
 
     # --- vocabulary ------------------------------------------------------------------------------
 

@@ -3,14 +3,25 @@ and in the browser through navigator.gpu (gpu.py: the device layer; kernels.py: 
 as functions; backend.py: the kernel table)."""
 from __future__ import annotations
 
+import sys
+
 _state: dict = {}
+
+
+def default_api():
+    """The device layer's implementation for this platform: navigator.gpu in Pyodide, wgpu natively."""
+    if sys.platform == "emscripten":
+        from .browser import BrowserApi
+        return BrowserApi()
+    from .gpu import NativeApi
+    return NativeApi()
 
 
 def device():
     """The process's Gpu, created on first use (raises RuntimeError when there is none)."""
     if "gpu" not in _state:
         try:
-            from .gpu import Gpu, default_api
+            from .gpu import Gpu
             _state["gpu"] = Gpu(default_api())
         except Exception as e:                      # no wgpu, no adapter, no navigator.gpu
             _state["gpu"], _state["reason"] = None, f"{type(e).__name__}: {e}" if not isinstance(

@@ -3,7 +3,8 @@
 One class, `Gpu`, holds everything the backend needs; what differs between the browser
 (navigator.gpu through Pyodide's `js` module) and CPython (PyPI `wgpu`) is only how an
 adapter is found and how a buffer is read back, and lives in an `api` object
-(`NativeApi` here; the Pyodide one calls the same WebGPU methods by their JS names).
+(`NativeApi` here; browser.BrowserApi calls the same WebGPU methods by their JS names; the
+package's `default_api` picks one).
 
 - Dispatches are recorded into one command encoder and submitted together when data must
   come back (`read`), or when `flush()` is called; nothing waits on the GPU otherwise.
@@ -215,15 +216,6 @@ class GpuBuffer:
 
 def _round4(n: int) -> int:
     return (n + 3) & ~3
-
-
-def default_api():
-    """The device layer's implementation for this platform: navigator.gpu in Pyodide, wgpu natively."""
-    import sys
-    if sys.platform == "emscripten":
-        from .browser import BrowserApi
-        return BrowserApi()
-    return NativeApi()
 
 
 # --- native: PyPI wgpu (Vulkan/Metal/D3D12; Mesa lavapipe on a machine without a GPU) -----------
