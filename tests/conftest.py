@@ -1,4 +1,7 @@
-"""Fixtures shared by the whole suite."""
+"""Fixtures shared by the whole suite, and its tiers (markers)."""
+from pathlib import Path
+from types import ModuleType
+
 import numpy as np
 import pytest
 
@@ -41,7 +44,8 @@ def _wheel_member(package: tuple, suffix: str) -> bytes:
 def effnet_state():
     """The ImageNet checkpoint as torch tensors by name, read by torch (the reference loader)."""
     import io
-    torch = pytest.importorskip("torch")
+    from tests.helpers import need_import
+    torch = need_import("torch")
     return torch.load(io.BytesIO(_wheel_member(EFFNET_CHECKPOINT, "/" + EFFNET_CHECKPOINT[2])), weights_only=True)
 
 
@@ -83,11 +87,46 @@ def pytest_configure(config):
         engine.set_default_device(device)
 
 
+# --- Tiers: markers registered in pyproject.toml -------------------------------------------------------
+# browser, build and fuzz follow the folder; reference follows what a test uses (a reference package
+# imported by its module, or a fixture built on one); slow is written on the test itself.
+FOLDER_MARKERS = {"web": "browser", "build": "build", "fuzz": "fuzz"}
+REFERENCE_PACKAGES = {"torch", "transformers", "tokenizers", "gguf", "accelerate", "efficientnet_lite_pytorch"}
+REFERENCE_FIXTURES = {"effnet_state", "effnet_weights", "reference", "pair_of", "transformers_module",
+                      "smollm2_reference"}
+_TESTS = Path(__file__).resolve().parent
+
+
+def _uses_reference(module, cache: dict) -> bool:
+    """Whether a test module holds a reference package (or a name imported from one) at its top."""
+    if module not in cache:
+        top = {getattr(value, "__name__" if isinstance(value, ModuleType) else "__module__", None)
+               for value in vars(module).values()}
+        cache[module] = any(isinstance(name, str) and name.partition(".")[0] in REFERENCE_PACKAGES for name in top)
+    return cache[module]
+
+
+@pytest.hookimpl(tryfirst=True)          # before -m deselects by marker
 def pytest_collection_modifyitems(config, items):
-    """Under ENGINE_TEST_DEVICE=webgpu, cases in float64 (a float64 parameter, or marked
-    @pytest.mark.float64) are skipped: WebGPU has no 64-bit floats
-    (the backend refuses them with a clear error, tested in tests/webgpu)."""
+    """Adds the tier markers; under ENGINE_TEST_DEVICE=webgpu, skips the float64 cases (a float64
+    parameter, or marked @pytest.mark.float64): WebGPU has no 64-bit floats (the backend refuses
+    them with a clear error, tested in tests/webgpu)."""
     import os
+    cache, grouped = {}, config.getoption("dist", "no") == "loadgroup"
+    for item in items:
+        parts = item.path.resolve().parts
+        inside = parts[len(_TESTS.parts):] if parts[:len(_TESTS.parts)] == _TESTS.parts else parts[-1:]
+        folder = inside[0] if len(inside) > 1 else None
+        if folder in FOLDER_MARKERS:
+            item.add_marker(FOLDER_MARKERS[folder])
+        # pytest-xdist (--dist loadgroup, scripts/test.sh) keeps a module's tests on one worker, so a
+        # module-scoped fixture (a reference model, ~25 s) is built once; the browser and build tests
+        # share one worker: they build the site from the one download cache, and Chromium wants a core.
+        if grouped:
+            item.add_marker(pytest.mark.xdist_group("site" if folder in ("web", "build") else "/".join(inside)))
+        module = getattr(item, "module", None)
+        if REFERENCE_FIXTURES.intersection(item.fixturenames) or (module is not None and _uses_reference(module, cache)):
+            item.add_marker("reference")
     if os.environ.get("ENGINE_TEST_DEVICE") != "webgpu":
         return
     from engine import dtypes as D
@@ -97,6 +136,13 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("float64") or any(v is D.float64 or (isinstance(v, (type, np.dtype)) and np.dtype(v) == np.float64)
                for v in params.values() if not isinstance(v, (list, dict))):
             item.add_marker(skip)
+
+
+def pytest_runtest_setup(item):
+    """@pytest.mark.need(condition, why): need(condition, why) before the test (tests/helpers.py)."""
+    from tests.helpers import need
+    for mark in item.iter_markers("need"):
+        need(*mark.args, **mark.kwargs)
 
 
 # --- all-MiniLM-L6-v2 (tests/models/test_minilm.py, tests/text/, the pipeline and CLI tests) ---------
