@@ -45,7 +45,7 @@ PACKAGES = ("numpy", "engine")               # loaded by the worker before it im
 GENERAL = ("engine.web.worker",
            "engine.backends.numpy.backend", "engine.backends.simd.backend", "engine.backends.webgpu.backend",
            "engine.backends.webgpu.browser",
-           "engine.web.loader", "engine.web.fetch", "engine.io.site", "engine.io.remote", "engine.io.manifest")
+           "engine.io.browser", "engine.io.site", "engine.io.remote", "engine.io.manifest")
 
 
 def start_modules() -> tuple[str, ...]:

@@ -11,7 +11,7 @@ import numpy as np
 
 from . import dtypes as D
 from .errors import DtypeMismatch, MissingTensor, ShapeMismatch
-from .io.rows import RowTable
+from .rows import RowTable
 from .quantized import QuantizedTensor
 from .tensor import Tensor, from_numpy
 

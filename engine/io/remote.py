@@ -10,7 +10,7 @@ engine.io.site.fetch_gguf) goes the same way: its header in one request (the man
 gives its length and sha256), parsed by `GGUFFile`, then its tensors as `RemoteGGUF`
 asks for them; the file may be split into byte parts, each range read from the parts
 holding it. Transport and cache are small async protocols: `UrllibTransport` below for
-CPython, `engine.web.fetch` for the browser.
+CPython, `engine.io.browser` for the browser.
 
 What goes wrong on the way is handled here, once for both: failed and broken replies are
 retried with backoff, then a FetchError names the file, the range and the cause; bytes that
@@ -550,7 +550,7 @@ class RemoteGGUF(GGUFFile):
 
     def _wait_for(self, names) -> None:
         if self.missing(names):
-            from .rows import wait
+            from ..rows import wait
             wait(self.fetch(names))
 
     def __getitem__(self, name: str):

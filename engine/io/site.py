@@ -29,7 +29,7 @@ from .checkpoint import Checkpoint
 from .gguf import GGUFFile
 from .manifest import _key_prefix, cache_key, check_manifest, gguf_parts
 from .remote import RemoteGGUF, _Loader, fetch_manifest, fetch_safetensors
-from .rows import RowTable
+from ..rows import RowTable
 from .sources import ByteSource, FileSource
 
 MANIFEST_NAME = "manifest.json"

@@ -14,7 +14,7 @@ from .. import dtypes
 from ..functions import *  # noqa: F401,F403  (F.cat, F.softmax, ... as in one namespace)
 from ..functions import (add, cast, cat, div, erf, index_select, masked_fill, matmul, maximum, mean, minimum, mul,
                          neg, rsqrt, run_fused, run_op, sigmoid, softmax, sqrt, sub, sum, tanh, to_floating)
-from ..io.rows import RowTable
+from ..rows import RowTable
 from ..ops import Op
 from ..quantized import QuantizedTensor
 from ..tensor import Tensor, from_raw
@@ -457,7 +457,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx=None, max_norm=None, no
         if idx.dtype.kind not in "iu":
             raise TypeError(f"embedding indices must be integer, got {idx.dtype}")
         return weight.run_kernel("embedding_q", [cast(idx, dtypes.int64)])
-    if isinstance(weight, RowTable):                  # rows fetched on demand (engine.io.rows)
+    if isinstance(weight, RowTable):                  # rows fetched on demand (engine.rows)
         ids = np.asarray(input.numpy() if isinstance(input, Tensor) else input)
         rows = weight.gather(ids)                     # (numel, D) float32 on the host
         return from_raw(rows, dtypes.float32, ids.shape + (weight.shape[1],), weight.device)

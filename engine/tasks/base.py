@@ -27,9 +27,9 @@ def open_checkpoint(entry: registry.Model, weights) -> Checkpoint:
     if isinstance(weights, Checkpoint):
         return weights
     if weights is None:
-        if registry.in_browser():                  # the site's copy, by Range (engine.web.loader)
-            from ..io.rows import wait
-            from ..web.loader import load_checkpoint
+        if registry.in_browser():                  # the site's copy, by Range (engine.io.browser)
+            from ..rows import wait
+            from ..io.browser import load_checkpoint
             return wait(load_checkpoint(entry))
         default = registry.default_location(entry)
         return Checkpoint(default, location=default)

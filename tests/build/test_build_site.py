@@ -254,7 +254,7 @@ def test_bytecode_archive_holds_checked_pyc_of_the_shipped_sources(dist):
     modules = {n.split("/__pycache__/")[0] + "/" + n.rsplit("/", 1)[1].split(".")[0] for n in names}
     assert {"engine/__init__", "engine/tensor", "engine/web/worker", "numpy/__init__",
             "numpy/_core/_methods"} <= modules
-    assert {"engine/backends/simd/backend", "engine/backends/webgpu/browser", "engine/web/loader",
+    assert {"engine/backends/simd/backend", "engine/backends/webgpu/browser", "engine/io/browser",
             "models/mnist_cnn"} <= modules                                   # what the start imports on first use
     assert not any(m.startswith(("engine/text/", "numpy/tests/")) for m in modules)    # imported later, or never
 

@@ -558,7 +558,7 @@ def test_cache_key_scheme(site):
 
 
 def test_browser_module_imports_natively_and_cache_falls_back(monkeypatch):
-    from engine.web.fetch import CacheApiStore, CacheUnavailable, JsFetchTransport
+    from engine.io.browser import CacheApiStore, CacheUnavailable, JsFetchTransport
     assert JsFetchTransport().stall_timeout == 20.0
     monkeypatch.setitem(sys.modules, "js", types.SimpleNamespace())   # no `caches`
     with pytest.raises(CacheUnavailable, match="secure context"):

@@ -120,11 +120,11 @@ def test_row_blocks_of_an_older_build_are_pruned(folder):
 
 
 def test_memory_check_counts_what_is_prefetched_and_refuses_before_downloading(folder):
-    """The page's heap check (engine.web.loader.check_memory): twice the tensor bytes fetched up
+    """The page's heap check (engine.io.browser.check_memory): twice the tensor bytes fetched up
     front (row tables come later, block by block) against the heap's headroom."""
     from engine.errors import ModelTooLarge
     from engine.io.site import prefetch_bytes
-    from engine.web.loader import check_memory
+    from engine.io.browser import check_memory
     manifest = json.loads(folder[1]["manifest.json"])
     assert prefetch_bytes(manifest) == manifest["tensors"]["dense.weight"]["nbytes"] == DIM * DIM * 2
     mib = 1 << 20

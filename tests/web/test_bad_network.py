@@ -83,7 +83,7 @@ import hashlib, js, json, time
 import numpy as np
 import engine
 from engine.io.site import fetch_gguf, fetch_model
-from engine.web.fetch import CacheApiStore, JsFetchTransport
+from engine.io.browser import CacheApiStore, JsFetchTransport
 if {fresh}:
     await js.caches.delete("fault-matrix")
 options = dict(transport=JsFetchTransport(stall_timeout={stall}), cache=CacheApiStore("fault-matrix"),
@@ -245,7 +245,7 @@ def test_a_stalled_download_is_an_error_in_its_card_then_works(host, session_fac
     host is mended the same click classifies the photo."""
     s = session_factory(host.url)
     page = s.open()
-    s.run("import engine.web.fetch as f\nf.STALL_SECONDS = 1.0\n'ok'")
+    s.run("import engine.io.browser as f\nf.STALL_SECONDS = 1.0\n'ok'")
     host.inject("trickle", r"/models/efficientnet_lite0/model-00002-of-00005\.safetensors$", chunk=64, interval=0.5)
     s.open_card("photo")                                 # its model starts loading: the card says why it cannot
     page.wait_for_selector("[data-testid=image-error]:not([hidden])", timeout=120_000)

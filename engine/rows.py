@@ -4,7 +4,8 @@ Half of a small text encoder is its word-embedding table (all-MiniLM-L6-v2: 3052
 and a sentence uses a few dozen of its rows. The site therefore serves such a table in
 blocks of rows, each with its own sha256 in the manifest (buildtools/convert.py), and a
 `RowTable` fetches the blocks holding the ids it is asked for, verifies and caches them
-(engine.io.remote) and keeps them. `F.embedding` gathers from it like from a tensor.
+(engine.io.site and engine.io.remote) and keeps them. `F.embedding` gathers from it like
+from a tensor: a weight type of the core, as QuantizedTensor is, that nn reads and io fills.
 
 Fetching is asynchronous (the browser's fetch and Cache API are): `await table.fetch(ids)`
 before a forward pass takes no thread. A synchronous `gather` of rows not fetched yet waits
@@ -18,8 +19,8 @@ import sys
 
 import numpy as np
 
-from .. import dtypes as D
-from ..errors import FetchError, InputError
+from .dtypes import DType, as_dtype, float32, to_numpy_compute
+from .errors import FetchError, InputError
 
 
 def wait(awaitable):
@@ -46,12 +47,12 @@ class RowTable:
     hold `block_rows` rows (fewer in the last block) of `storage` dtype, little-endian.
     """
 
-    def __init__(self, name: str, shape: tuple[int, int], storage: D.DType, block_rows: int, fetch_blocks,
+    def __init__(self, name: str, shape: tuple[int, int], storage: DType, block_rows: int, fetch_blocks,
                  device: str | None = None):
         self.name, self.shape, self.storage, self.block_rows = name, tuple(shape), storage, block_rows
         self._fetch_blocks = fetch_blocks
         self._blocks: dict[int, np.ndarray] = {}
-        self.dtype = D.float32                      # what gathered rows come out as
+        self.dtype = float32                      # what gathered rows come out as
         self.device = device
 
     # the Tensor-like surface Module and Weights use
@@ -67,8 +68,8 @@ class RowTable:
         for a in args:
             if isinstance(a, str):
                 device = a
-        if dtype is not None and D.as_dtype(dtype) is not D.float32:
-            raise InputError(f"{self.name}: a row table gives float32 rows, not {D.as_dtype(dtype).name}")
+        if dtype is not None and as_dtype(dtype) is not float32:
+            raise InputError(f"{self.name}: a row table gives float32 rows, not {as_dtype(dtype).name}")
         twin = RowTable(self.name, self.shape, self.storage, self.block_rows, self._fetch_blocks, device)
         twin._blocks = self._blocks                 # one store of fetched rows
         return twin
@@ -110,7 +111,7 @@ class RowTable:
             if len(data) != want:
                 raise FetchError(f"block {block} has {len(data)} bytes, expected {want}", tensor=self.name)
             array = np.frombuffer(data, self.storage.storage.newbyteorder("<")).reshape(rows, self.shape[1])
-            self._blocks[block] = D.to_numpy_compute(array, self.storage).astype(np.float32)
+            self._blocks[block] = to_numpy_compute(array, self.storage).astype(np.float32)
         return len(blocks)
 
     def gather(self, ids) -> np.ndarray:
