@@ -34,6 +34,7 @@ def wasm_files(tmp_path_factory):
     return {name: build.build_wasm(out, relaxed) for name, relaxed in FLAVOURS.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flavour", FLAVOURS)
 def test_wasm_build_exports_the_abi(wasm_files, flavour):
     path = wasm_files[flavour]
@@ -46,6 +47,7 @@ def test_wasm_build_exports_the_abi(wasm_files, flavour):
     assert (b"relaxed-simd" in data) == (flavour == "relaxed") and b"simd128" in data
 
 
+@pytest.mark.slow
 def test_native_library_is_cached_by_source_hash(tmp_path):
     first = build.build_native(tmp_path)
     stamp = first.stat().st_mtime_ns
@@ -78,6 +80,7 @@ def pyodide_dir(tmp_path_factory):
     return out / "pyodide"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flavour", FLAVOURS)
 def test_kernels_in_pyodide(wasm_files, pyodide_dir, flavour):
     node = ["node"] + (["--experimental-wasm-relaxed-simd"] if flavour == "relaxed" else [])

@@ -15,6 +15,7 @@ from tests.helpers import need_import
 
 torch = need_import("torch")
 transformers = need_import("transformers")
+pytestmark = pytest.mark.slow                  # the real 135M model: ~60 s in all on 2 cores
 
 DEVICES = [os.environ["ENGINE_TEST_DEVICE"]] if os.environ.get("ENGINE_TEST_DEVICE") else engine.available_devices()
 TOLERANCE = {"numpy": 1e-3, "webgpu": 5e-3, "simd": 0.1}

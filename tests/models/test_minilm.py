@@ -61,6 +61,7 @@ def reference(minilm_folder, batch):
     return torch.nn.functional.normalize(pooled, p=2, dim=1).numpy()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", engine.available_devices())
 def test_minilm_float32_matches_transformers(minilm_folder, batch, reference, device):
     weights = engine.load_safetensors(minilm_folder / "model.safetensors")
@@ -74,6 +75,7 @@ def test_minilm_float32_matches_transformers(minilm_folder, batch, reference, de
     assert cosines(got, reference[rows]).min() >= 0.99999
 
 
+@pytest.mark.slow
 def test_minilm_float16_storage(minilm_folder, batch, reference):
     """The site stores the weights in float16 (registry entry): its cosine figure."""
     weights = engine.load_safetensors(minilm_folder / "model.safetensors")
@@ -109,6 +111,7 @@ def test_pipeline_end_to_end_matches_the_reference(minilm_folder, reference):
     assert one.shape == (384,) and cosines(one[None], reference[:1])[0] >= 0.99999
 
 
+@pytest.mark.slow
 def test_site_copy_float16_figure(site_copy, reference):
     """What the page computes with (float16 weights, rows by block): its worst cosine."""
     pipe = engine.pipeline("feature-extraction", weights=site_copy)

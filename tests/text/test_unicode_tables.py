@@ -56,6 +56,7 @@ def test_punctuation_and_whitespace(reference):
 
 # --- the classes of the reference's regexes (byte-level BPE) and of its Digits pre-tokenizer ---------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("glue", ["a", "1", "!"])
 def test_letters_numbers_and_spaces_of_the_split_regex(reference, glue):
     """GPT-2's split regex on every code point between `glue`s: a letter joins the "a"s' word, a

@@ -8,9 +8,12 @@ import sys
 
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_op_suite_passes_on_webgpu(gpu):
     env = dict(os.environ, ENGINE_TEST_DEVICE="webgpu")
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/ops", "tests/nn"],

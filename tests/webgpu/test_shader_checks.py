@@ -2,9 +2,12 @@
 Chromium."""
 from __future__ import annotations
 
+import pytest
+
 from tests.webgpu import shader_checks
 
 
+@pytest.mark.slow
 def test_every_shader_matches_numpy(gpu):
     result = shader_checks.run()
     failed = {name: ratio for name, ratio in result["errors"].items() if not ratio <= 1.0}

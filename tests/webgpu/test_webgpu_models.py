@@ -16,6 +16,7 @@ DIGITS = Path(__file__).resolve().parents[2] / "samples" / "digits"
 MNIST_ATOL, EFFNET_ATOL = 1e-4, 2e-3
 
 
+@pytest.mark.slow
 def test_mnist_logits_equal_numpy(gpu, mnist):
     from models import mnist_cnn
     images, _, _, held = mnist
@@ -26,6 +27,7 @@ def test_mnist_logits_equal_numpy(gpu, mnist):
     assert (got.argmax(1) == expected.argmax(1)).all()
 
 
+@pytest.mark.slow
 def test_efficientnet_logits_equal_numpy_and_read_back_once(gpu, effnet_state):
     from models import efficientnet_lite
     state = {k: v.numpy() for k, v in effnet_state.items()}
@@ -51,6 +53,7 @@ def test_digit_pipeline_on_webgpu(gpu):
         assert all(abs(p["score"] - q["score"]) < 1e-4 for p, q in zip(a, b))
 
 
+@pytest.mark.slow
 def test_image_pipeline_on_webgpu(gpu, effnet_weights, sample_photos):
     cpu = engine.pipeline("image-classification", weights=effnet_weights)
     gpu_pipe = engine.pipeline("image-classification", weights=effnet_weights, device="webgpu")
