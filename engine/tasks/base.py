@@ -8,16 +8,19 @@ backends, and rebuilds it on the next best backend when the GPU goes away. The t
 """
 from __future__ import annotations
 
-import argparse
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import registry
 from ..errors import DeviceLost, WeightsError
 from ..io.checkpoint import Checkpoint, location_of
+
+if TYPE_CHECKING:                               # the page's worker imports this module, and needs no argparse
+    import argparse
 
 
 def open_checkpoint(entry: registry.Model, weights) -> Checkpoint:
