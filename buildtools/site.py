@@ -150,17 +150,18 @@ def _web_files(root: Path) -> list[Path]:
 
 
 def _copy_web(out: Path, root: Path, files: list[Path], tasks: list[str]) -> None:
-    """web/ as is, except what is put together from the cards (cards.py): index.html,
-    pyscript.json and cards/."""
+    """web/ as is, except what is put together from its cards (cards.py), when it has a cards/
+    folder: index.html, pyscript.json and cards/."""
     web = root / "web"
+    assembled = (web / cards.FOLDER).is_dir()
     for path in files:
         rel = path.relative_to(web)
-        if rel.parts[0] == cards.FOLDER or str(rel) in ("index.html", "pyscript.json"):
+        if assembled and (rel.parts[0] == cards.FOLDER or str(rel) in ("index.html", "pyscript.json")):
             continue
         target = out / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(path.read_bytes())
-    if (web / "index.html").is_file():
+    if assembled:
         cards.write(out, web, tasks)
 
 
