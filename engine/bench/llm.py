@@ -76,7 +76,8 @@ def bench_torch(path, new_tokens: int = 128, repeat: int = 1) -> dict:
 
 def bench_llm(devices, weights=None, new_tokens: int = 128, repeat: int = 1, torch: bool = True) -> dict:
     """{"engine": {device: bench_pipeline}, "torch": bench_torch | {"error"}} in one run."""
-    from .. import pipeline, registry
+    from .. import registry
+    from ..tasks import pipeline
     entry = registry.for_task("text-generation")
     path = weights or registry.default_location(entry)
     result = {"model": entry.name, "engine": {}}

@@ -1,0 +1,59 @@
+"""The layer order holds (docs/design.md, "Layers"): import-linter's contracts in pyproject.toml
+([tool.importlinter]: no import cycles, and each layer imports only from those below it), and no
+module of ours takes a standard library module's name."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import need, need_import
+
+ROOT = Path(__file__).resolve().parents[1]
+# Standard library names our packages may reuse: modules every CPython start imports before any
+# of ours (io; site, unless -S), so a folder of ours on sys.path can never shadow them.
+IMPORTED_AT_START = {"io", "site"}
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """`lint-imports` (from this interpreter's environment) on the packages under `root`."""
+    need_import("importlinter", "the import contracts need import-linter (pip install -e .[test])")
+    script = Path(sys.executable).parent / "lint-imports"
+    need(script.exists(), f"no lint-imports beside {sys.executable}")
+    return subprocess.run([str(script), "--no-cache"], cwd=root, capture_output=True, text=True, timeout=300,
+                          env={"PATH": str(script.parent), "PYTHONPATH": str(root)})
+
+
+def test_the_import_contracts_hold():
+    r = lint_imports(ROOT)
+    assert r.returncode == 0, f"import-linter found a broken contract:\n{r.stdout}\n{r.stderr}"
+    assert "0 broken" in r.stdout, r.stdout
+
+
+def test_a_format_parser_that_imports_the_site_breaks_them(tmp_path):
+    """The check can fail: a copy of the packages where the GGUF parser calls up into the site and nn
+    imports io, as they did, breaks the io contract, the engine's layers and the no-cycles rule."""
+    for name in ("engine", "models"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__", "*.safetensors"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    with open(tmp_path / "engine" / "io" / "gguf.py", "a") as f:
+        f.write("\n\ndef _folder(location):\n    from .site import open_gguf_folder\n"
+                "    return open_gguf_folder(location)\n")
+    with open(tmp_path / "engine" / "nn" / "functional.py", "a") as f:
+        f.write("\n\ndef _load(location):\n    from ..io import load_gguf\n    return load_gguf(location)\n")
+    r = lint_imports(tmp_path)
+    assert r.returncode != 0, r.stdout
+    assert "engine.io.gguf is not allowed to import engine.io.site" in r.stdout, r.stdout
+    assert "engine.nn is not allowed to import engine.io" in r.stdout, r.stdout
+    assert "No cycles are allowed in engine.io" in r.stdout, r.stdout
+
+
+def test_no_module_takes_a_standard_library_name():
+    """engine/inspect.py once did: with engine/ on sys.path (a script run from it), every
+    `import inspect`, dataclasses' included, found ours."""
+    names = {p.stem if p.suffix == ".py" else p.name
+             for package in ("engine", "models") for p in (ROOT / package).rglob("*")
+             if (p.suffix == ".py" or (p / "__init__.py").exists()) and "__pycache__" not in p.parts}
+    taken = sorted(names & set(sys.stdlib_module_names) - IMPORTED_AT_START)
+    assert not taken, f"modules named as standard library ones: {taken}"
