@@ -89,9 +89,13 @@ def profile_run(playwright, kind: str, base_url: str, reloads: int, args: list[s
                 visits.append(record)
                 if visit == reloads:
                     break
-                if kind == "site":           # what a visitor's reload has: the service worker and the snapshot
-                    page.wait_for_function("navigator.serviceWorker.controller !== null", timeout=180_000)
-                    page.wait_for_function(f"({SNAPSHOT_STORED})()", timeout=60_000)
+                if kind == "site":           # what a visitor's reload has: the snapshot and the service worker
+                    if record["details"]["runtime"].get("snapshot_stored") is not None:
+                        page.wait_for_function(f"({SNAPSHOT_STORED})()", timeout=60_000)
+                    # the page registers its service worker 3 s after ready (a build may have none)
+                    page.wait_for_function(f"performance.now() > {record['ready_ms'] + 4000}", timeout=60_000)
+                    if page.evaluate("navigator.serviceWorker.getRegistration().then((r) => !!r)"):
+                        page.wait_for_function("navigator.serviceWorker.controller !== null", timeout=180_000)
                 time.sleep(1.5)              # both: let the background work of the visit settle
         finally:
             context.close()

@@ -11,7 +11,8 @@
 // (engine/bench/llm.py: the 37-token prompt, greedy, ?tokens=N new ones, default 128) on simd, or
 // ?llm=simd,webgpu on those: prefill/decode tokens/s, first token, the wasm heap; with ?peer=1 (and
 // `python build.py --peers`) the same case on llama.cpp in WebAssembly in this page, for the ratios.
-// Each section's wall time goes into sections_ms.
+// ?startup=N (1: 3 rounds) compares the site's start with a bare Pyodide start (bare-start.js) in this
+// page, N rounds alternating which goes first (benchStartup). Each section's wall time goes into sections_ms.
 import { EngineClient } from "./engine-client.js";
 
 const params = new URLSearchParams(location.search);
@@ -70,6 +71,10 @@ async function main() {
     await run();
     results.sections_ms[name] = round(performance.now() - t);
   };
+  // first, while nothing else has run in this page since its own start
+  if (params.has("startup") && params.get("startup") !== "0") await section("startup", async () => {
+    results.startup = await benchStartup(Number(params.get("startup")) > 1 ? Number(params.get("startup")) : 3);
+  });
   const quick = Math.max(3, Math.round(repeat / 4));
   if (params.get("gemm") !== "0") await section("gemm", async () => {
     const largest = Number(params.get("gemm_max")) || null;
@@ -108,6 +113,66 @@ async function main() {
   });
   if (params.has("llm") && params.get("llm") !== "0") await section("llm", () => benchLlm(client, results));
   return results;
+}
+
+// The start-up section: this site's start (a new worker.js booted by a new client, to ready)
+// against a bare Pyodide start (bare-start.js: loadPyodide(), loadPackage("numpy"), `import numpy`),
+// each from its worker's creation, `rounds` times, alternating which goes first; medians and the
+// ratio. Both start as a reload would: the runtime's files are in the HTTP cache after this page's
+// own start, and the site's worker finds the memory snapshot (waited for here: a first start takes
+// it after its answer). A first visit needs a fresh browser profile for each start, which a page
+// cannot make: scripts/startup_bench.py does that over a real host.
+async function benchStartup(rounds) {
+  const snapshot = await waitForSnapshot(60_000);
+  const runs = { bare: [], site: [] };
+  for (let i = 0; i < rounds; i++) {
+    for (const which of i % 2 ? ["site", "bare"] : ["bare", "site"]) {
+      runs[which].push(await (which === "bare" ? bareStart() : siteStart()));
+    }
+  }
+  const median = (list) => {
+    const sorted = list.map((r) => r.ms).sort((a, b) => a - b);
+    const mid = sorted.length >> 1;
+    return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+  };
+  const bare = median(runs.bare), site = median(runs.site);
+  return { rounds, snapshot_stored: snapshot, bare_ms: round(bare), site_ms: round(site),
+           ratio: Math.round((site / bare) * 100) / 100, runs };
+}
+
+function bareStart() {
+  return new Promise((resolve, reject) => {
+    const t = performance.now();
+    const worker = new Worker("bare-start.js");
+    worker.onmessage = (event) => {
+      const ms = performance.now() - t;
+      worker.terminate();
+      if (event.data.ok) resolve({ ms: round(ms), stages: roundAll(event.data.timings) });
+      else reject(new Error(`bare start: ${event.data.error}`));
+    };
+    worker.onerror = (event) => { worker.terminate(); reject(new Error(`bare start: ${event.message}`)); };
+  });
+}
+
+async function siteStart() {
+  const t = performance.now();
+  const client = new EngineClient();
+  const state = await client.init(params.get("backend") || "auto");
+  const ms = performance.now() - t;
+  client.worker.terminate();
+  if (state.status !== "ready") throw new Error(`site start: ${state.error}`);
+  return { ms: round(ms), start: state.info.runtime.start, stages: roundAll(state.info.timings) };
+}
+
+// whether the worker's memory snapshot is stored (within `ms`)
+async function waitForSnapshot(ms) {
+  for (const end = performance.now() + ms; performance.now() < end;) {
+    const cache = await caches.open("engine-pyodide-snapshot").catch(() => null);
+    if (!cache) return false;
+    if ((await cache.keys()).length) return true;
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+  return false;
 }
 
 // The chat section: SmolLM2 loaded straight onto the first backend asked for (moved there from

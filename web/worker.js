@@ -106,17 +106,15 @@ async function loadKernels(want) {
 }
 
 // Pyodide from a memory snapshot: a visit after the first restores the interpreter's memory as
-// it stood when the first visit's Pyodide had started and imported the standard-library modules
-// below, instead of starting it again (the slowest stage: 4-5 s on a first visit here, 0.7 s
-// restored). Taken before any package loads, since a package's wasm libraries live outside that
-// memory. Kept in its own Cache API cache; Pyodide refuses one taken by another Pyodide build (its
-// build id), which is then replaced. Pyodide 0.27's snapshot options are experimental
-// (`_loadSnapshot`, `_makeSnapshot`).
+// it stood when Pyodide had started and imported the standard-library modules the start needs,
+// instead of starting it again. A first visit starts Pyodide plainly and answers first: the
+// snapshot is taken afterwards by a worker of its own (snapshot-worker.js): the recording start it
+// needs, its imports and copying and hashing 21 MB would delay the first answer (docs/benchmarks.md,
+// "Start-up"). Kept in its own Cache API cache; Pyodide refuses one taken by another Pyodide build (its build id),
+// which is then replaced. Pyodide 0.27's snapshot options are experimental (`_loadSnapshot`,
+// `_makeSnapshot`).
 const SNAPSHOT = { cache: "engine-pyodide-snapshot", url: BASE + "pyodide/memory-snapshot" };
-// the standard-library modules that loading the packages and importing NumPy and the engine import
-const SNAPSHOT_IMPORTS = ["__future__", "base64", "calendar", "csv", "ctypes", "dataclasses", "datetime",
-  "email.message", "email.utils", "hashlib", "importlib.metadata", "json", "mmap", "numbers", "pickle",
-  "platform", "tarfile"];
+const SNAPSHOT_DELAY_MS = 2000;                     // after the boot's answer, so that the first answers come first
 const runtime = { start: null, snapshot_bytes: 0, snapshot_read_ms: 0, snapshot_stored: null, snapshot_error: null,
                   bytecode_bytes: 0, bytecode_error: null };
 
@@ -228,30 +226,25 @@ async function startPyodide() {
       await cache.delete(SNAPSHOT.url).catch(() => {});
     }
   }
-  const py = await loadPyodide({ indexURL, _makeSnapshot: true });
-  py.runPython(`import importlib
-for name in ${JSON.stringify(SNAPSHOT_IMPORTS)}:
-    try:
-        importlib.import_module(name)
-    except ImportError:
-        pass`);
+  const py = await loadPyodide({ indexURL });
   runtime.start = "full";
-  const snapshot = py.makeMemorySnapshot();
-  // _makeSnapshot hands Python the global scope through a recording proxy, and a browser method
-  // called on a proxy throws "Illegal invocation": from here on, Python's `js` is the real one
-  py.registerJsModule("js", self);
-  runtime.snapshot_bytes = snapshot.length;
-  if (cache) {                                        // stored while the start goes on
-    runtime.snapshot_stored = "pending";
-    crypto.subtle.digest("SHA-256", snapshot)
-      .then((digest) => cache.put(SNAPSHOT.url, new Response(snapshot, {
-        headers: { "Content-Type": "application/octet-stream", "X-Sha256": hex(digest) } })))
-      .then(() => { runtime.snapshot_stored = true; }, (err) => {
-        runtime.snapshot_stored = false;
-        runtime.snapshot_error = `not stored: ${(err && err.message) || err}`;
-      });
-  }
+  if (cache) runtime.snapshot_stored = "pending";    // taken after the boot (takeSnapshot)
   return py;
+}
+
+// The snapshot for the next visits, taken by a worker of its own once this one has answered;
+// runtime says how it went (a later `init` returns it).
+function takeSnapshot() {
+  const taker = new Worker(BASE + "snapshot-worker.js");
+  const done = (result) => {
+    taker.terminate();
+    runtime.snapshot_stored = result.ok;
+    if (result.ok) runtime.snapshot_bytes = result.bytes;
+    else runtime.snapshot_error = `not stored: ${result.error}`;
+  };
+  taker.onmessage = (event) => done(event.data);
+  taker.onerror = (event) => { event.preventDefault(); done({ ok: false, error: event.message || "its worker failed" }); };
+  taker.postMessage(SNAPSHOT);
 }
 
 async function boot(backend, kernels, tasks) {
@@ -283,6 +276,7 @@ async function boot(backend, kernels, tasks) {
   const task = (tasks || []).find((name) => served.has(name)) || registry[0].tasks[0];
   const info = JSON.parse(await api.load(task, device, BASE, weights));
   timings.weights_ms = performance.now() - t;
+  if (runtime.snapshot_stored === "pending") setTimeout(takeSnapshot, SNAPSHOT_DELAY_MS);
   return { devices, requested: backend, device: info.device, task, model: info.model, weights: info.weights, timings,
            runtime,
            unavailable, registry,
