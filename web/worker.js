@@ -197,31 +197,31 @@ async function snapshotCache() {
 
 const hex = (buffer) => Array.from(new Uint8Array(buffer), (b) => b.toString(16).padStart(2, "0")).join("");
 
-// The stored snapshot, if it is whole: its SHA-256 is checked against the one stored beside it
-// (reading and hashing it: 0.13-0.20 s here), since a damaged one would not fail cleanly inside
-// Pyodide's start (a truncated one leaves it waiting forever).
-async function storedSnapshot(cache) {
-  const stored = cache && await cache.match(SNAPSHOT.url).catch(() => null);
-  if (!stored) return null;
+// The stored snapshot's bytes, read and checked while Pyodide loads its script (Pyodide awaits
+// them only before it creates its module): rejects when their SHA-256 differs from the one stored
+// beside them (reading and hashing: 0.13-0.20 s here), since a damaged snapshot would not fail
+// cleanly inside Pyodide's start (a truncated one leaves it waiting forever).
+async function checkedSnapshot(stored) {
+  const read = performance.now();
   const bytes = new Uint8Array(await stored.arrayBuffer());
-  if (hex(await crypto.subtle.digest("SHA-256", bytes)) === stored.headers.get("X-Sha256")) return bytes;
-  runtime.snapshot_error = "the stored snapshot was damaged";
-  await cache.delete(SNAPSHOT.url).catch(() => {});
-  return null;
+  const whole = hex(await crypto.subtle.digest("SHA-256", bytes)) === stored.headers.get("X-Sha256");
+  runtime.snapshot_read_ms = performance.now() - read;
+  if (!whole) throw new Error("the stored snapshot was damaged");
+  return bytes;
 }
 
 async function startPyodide() {
   const indexURL = BASE + "pyodide/";
   const cache = await snapshotCache();
-  const read = performance.now();
-  const bytes = await storedSnapshot(cache);
-  runtime.snapshot_read_ms = performance.now() - read;
-  if (bytes) {
+  const stored = cache && await cache.match(SNAPSHOT.url).catch(() => null);
+  if (stored) {
+    const bytes = checkedSnapshot(stored);
+    bytes.catch(() => {});                            // a failure is loadPyodide's, below
     try {
       const py = await loadPyodide({ indexURL, _loadSnapshot: bytes });
-      Object.assign(runtime, { start: "snapshot", snapshot_bytes: bytes.length });
+      Object.assign(runtime, { start: "snapshot", snapshot_bytes: (await bytes).length });
       return py;
-    } catch (err) {                                   // another Pyodide build's: start afresh
+    } catch (err) {                                   // damaged, or another Pyodide build's: start afresh
       runtime.snapshot_error = String((err && err.message) || err).split("\n")[0];
       await cache.delete(SNAPSHOT.url).catch(() => {});
     }
