@@ -25,8 +25,7 @@ Facts taken from the references, checked by tests/text/test_bpe_parity.py:
   tests compare both with `tokenizers`; llama.cpp itself is not run). The two readings differ
   where whitespace or a space precedes a number: "a  12" is "a", "ĠĠ", "1", "2" for llama.cpp and
   "a", "Ġ", "Ġ", "1", "2" for transformers; " ½" is "Ġ", "Â½" against "ĠÂ", "½". `reference`
-  picks one; the default is transformers, the reference the issue names and the tests compare
-  ids with.
+  picks one; the default is transformers, the reference the tests compare ids with.
 """
 from __future__ import annotations
 
