@@ -26,7 +26,7 @@ from .. import quants
 from ..errors import InvalidHeader, InvalidOffsets, SourceNotFound, TruncatedFile, UnknownDtype
 from ..quantized import QuantizedTensor
 from ..tensor import Tensor
-from .safetensors import _SingleFile, _to_tensor
+from .safetensors import SingleFile, to_tensor
 from .sources import ByteSource, BytesSource, is_url
 
 MAGIC = b"GGUF"
@@ -263,7 +263,7 @@ def _check_layout(infos: dict, data_start: int, size: int, file: str) -> None:
             covered, owner = end, info.name
 
 
-class GGUFFile(_SingleFile):
+class GGUFFile(SingleFile):
     """One .gguf file as a lazy Mapping[str, Tensor | QuantizedTensor].
 
     `metadata` maps each GGUF key to a Python value (arrays as lists; numeric arrays of
@@ -280,7 +280,7 @@ class GGUFFile(_SingleFile):
 
     def _wrap(self, info: GGUFTensorInfo, buffer) -> Tensor | QuantizedTensor:
         if not info.quantized:
-            return _to_tensor(info, buffer)
+            return to_tensor(info, buffer)
         return QuantizedTensor.from_raw(np.frombuffer(buffer, np.uint8), info.ggml_type, info.shape,
                                         name=info.name, file=info.file)
 

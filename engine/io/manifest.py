@@ -199,12 +199,12 @@ def check_header(file: SafetensorsFile, filename: str, manifest: dict) -> None:
                                  f"header lacks it", file=file.name, tensor=name)
 
 
-def _key_prefix(url: str) -> str:
+def key_prefix(url: str) -> str:
     return url + ("&" if "?" in url else "?")
 
 
 def cache_key(url: str, what: str, sha256: str) -> str:
-    return f"{_key_prefix(url)}{what}&sha256={sha256}"
+    return f"{key_prefix(url)}{what}&sha256={sha256}"
 
 
 def tiling(infos: list[TensorInfo], start: int, end: int) -> list[TensorInfo]:
@@ -225,7 +225,7 @@ def is_stale(key: str, url: str, head_sha256: str | None, infos: list,
     header's; None: none is current). `infos`: every tensor of the shard's current
     header, sorted by offset.
     """
-    prefix = _key_prefix(url)
+    prefix = key_prefix(url)
     if not key.startswith(prefix + "engine-"):
         return False                                # not this shard's
     params = dict(part.partition("=")[::2] for part in key[len(prefix):].split("&"))

@@ -33,7 +33,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import (FetchError, InvalidHeader, InvalidOffsets, SizeMismatch, SourceNotFound,
                       TruncatedFile, UnknownDtype, UnsafePickle, WeightsError)
-from ..tensor import Tensor, _from_raw
+from ..tensor import Tensor, from_raw
 from ..untrusted import INT64_MAX, checked_shape, shown
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
@@ -421,6 +421,6 @@ def load_pth(path_or_bytes, *, name: str | None = None) -> OrderedDict[str, Tens
     Only plain tensor dicts are read, optionally wrapped one level deep under
     "state_dict" or "model"; `name` labels a bytes input in error messages.
     """
-    return OrderedDict((key, _from_raw(array, dtype, shape))
+    return OrderedDict((key, from_raw(array, dtype, shape))
                        for key, (array, dtype, shape) in read_pth_arrays(path_or_bytes,
                                                                          name=name).items())

@@ -5,7 +5,7 @@ are synchronous (and JSPI is not in every browser). So `fetch_safetensors` first
 exactly what the wanted tensors need — each shard's head, then their byte ranges
 coalesced into few Range requests, verified against the site's manifest and cached —
 into `PrefetchedSource`s, and `SafetensorsFile` parses those from memory with every
-validation it applies to a local file. A GGUF on a site (`_Loader.open_gguf`, used by
+validation it applies to a local file. A GGUF on a site (`Loader.open_gguf`, used by
 engine.io.site.fetch_gguf) goes the same way: its header in one request (the manifest
 gives its length and sha256), parsed by `GGUFFile`, then its tensors as `RemoteGGUF`
 asks for them; the file may be split into byte parts, each range read from the parts
@@ -16,7 +16,7 @@ What goes wrong on the way is handled here, once for both: failed and broken rep
 retried with backoff, then a FetchError names the file, the range and the cause; bytes that
 fail their sha256 are fetched once more, then an IntegrityError names the tensor; a host that
 cannot serve byte ranges as stored (it ignores Range, or compresses on the fly) has each file
-read whole and sliced (`_Loader.request`); a cache that refuses to store is reported in
+read whole and sliced (`Loader.request`); a cache that refuses to store is reported in
 `fetch_stats["cache_error"]`, never a failed load.
 
 The cache is used only with a manifest, whose sha256s key and verify its entries
@@ -39,8 +39,8 @@ from .gguf import GGUFFile
 from .manifest import (cache_key, check_gguf_header, check_header, check_manifest, gguf_parts,
                        is_stale, run_digest, tiling)
 from .safetensors import (MAX_HEADER_BYTES, SafetensorsFile, ShardedSafetensors, TensorInfo,
-                          _parse_json)
-from .sources import _CONTENT_RANGE, ByteSource, http_get
+                          parse_json)
+from .sources import CONTENT_RANGE, ByteSource, http_get
 
 HEAD_BYTES = 64 * 1024          # one request usually holds the whole header
 WHOLE_FILE_LIMIT = 128 << 20    # a host without byte ranges: files up to this size are read whole
@@ -139,7 +139,7 @@ def _check_reply(url, start, end, probe, size, status, headers, body) -> tuple[b
     if status in (404, 410):
         raise SourceNotFound(f"not found (HTTP {status})", file=url)
     content_range = headers.get("content-range", "")
-    match = _CONTENT_RANGE.fullmatch(content_range.strip())
+    match = CONTENT_RANGE.fullmatch(content_range.strip())
     if start is None:
         # a whole file; a 206 that covers all of it is one too (a cache on the way may send it);
         # a body the browser decoded (Content-Encoding) is longer than the range it came in
@@ -215,7 +215,7 @@ async def _gather(coroutines):
         raise
 
 
-class _Loader:
+class Loader:
     def __init__(self, transport, cache=None, manifest=None, progress=None, *,
                  coalesce_gap=64 * 1024, max_run_bytes=8 << 20, retries=3, backoff=0.25,
                  sleep=asyncio.sleep, concurrency=4):
@@ -404,7 +404,7 @@ class _Loader:
         one Range request (or from the cache), checked against the manifest's sha256, parsed by
         GGUFFile, compared with the manifest tensor by tensor. No tensor bytes yet."""
         gguf = self.manifest["gguf"]
-        filename, size, header_bytes = gguf["file"], gguf["size"], gguf["header_bytes"]
+        filename, header_bytes = gguf["file"], gguf["header_bytes"]
         url = urllib.parse.urljoin(folder, urllib.parse.quote(filename))
         parts = [(urllib.parse.urljoin(folder, urllib.parse.quote(name)), offset, part_size)
                  for name, offset, part_size in gguf_parts(self.manifest)]
@@ -531,7 +531,7 @@ class RemoteGGUF(GGUFFile):
     kept. `await fetch(names)` fetches ahead (adjacent tensors share requests); reading a
     tensor not fetched yet waits for it (JSPI in the browser, asyncio.run natively)."""
 
-    def __init__(self, source: PrefetchedSource, loader: "_Loader", *, header_bytes: int):
+    def __init__(self, source: PrefetchedSource, loader: "Loader", *, header_bytes: int):
         super().__init__(source, header_bytes=header_bytes)
         self._loader, self._shard = loader, None
         self.fetch_stats = loader.stats
@@ -579,7 +579,7 @@ async def fetch_safetensors(url: str, *, transport: Transport, names=None,
     """
     if manifest is not None:
         check_manifest(manifest, "manifest")
-    loader = _Loader(transport, cache, manifest, progress, coalesce_gap=coalesce_gap,
+    loader = Loader(transport, cache, manifest, progress, coalesce_gap=coalesce_gap,
                      max_run_bytes=max_run_bytes, retries=retries, backoff=backoff, sleep=sleep,
                      concurrency=concurrency)
     wanted = None if names is None else list(dict.fromkeys(names))
@@ -621,9 +621,9 @@ async def fetch_safetensors(url: str, *, transport: Transport, names=None,
 async def fetch_manifest(url: str, transport: Transport, *, retries: int = 3,
                          backoff: float = 0.25, sleep=asyncio.sleep) -> dict:
     """GET and validate a weights manifest (the format: buildtools/convert.py)."""
-    loader = _Loader(transport, retries=retries, backoff=backoff, sleep=sleep)
+    loader = Loader(transport, retries=retries, backoff=backoff, sleep=sleep)
     body, _ = await loader.request(url)
-    doc = _parse_json(body, url, "manifest")
+    doc = parse_json(body, url, "manifest")
     check_manifest(doc, url)
     return doc
 

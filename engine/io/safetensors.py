@@ -24,7 +24,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import (HeaderTooLarge, InvalidHeader, InvalidOffsets, MissingShard,
                       MissingTensor, SizeMismatch, TruncatedFile, UnknownDtype)
-from ..tensor import Tensor, _from_raw
+from ..tensor import Tensor, from_raw
 from ..untrusted import checked_name, checked_shape, load_json, shown
 from .sources import ByteSource, SourceNotFound, is_url, open_source
 
@@ -43,7 +43,7 @@ class TensorInfo:
     file: str
 
 
-def _parse_json(data, file: str, what: str):
+def parse_json(data, file: str, what: str):
     """A header or index: JSON as engine.untrusted.load_json bounds it, keys unique."""
     return load_json(data, lambda message: InvalidHeader(message, file=file), what=what, unique_keys=True)
 
@@ -120,7 +120,7 @@ def read_header(source: ByteSource) -> tuple[dict[str, str], dict[str, TensorInf
     if 8 + length > size:
         raise TruncatedFile(f"file truncated: header length {length} runs past the end of the "
                             f"{size}-byte file", file=file)
-    header = _parse_json(source.read(8, length), file, "header")
+    header = parse_json(source.read(8, length), file, "header")
     if not isinstance(header, dict):
         raise InvalidHeader("header is not a JSON object", file=file)
     metadata = header.pop("__metadata__", {})
@@ -135,14 +135,14 @@ def read_header(source: ByteSource) -> tuple[dict[str, str], dict[str, TensorInf
     return metadata, infos
 
 
-def _to_tensor(info: TensorInfo, buffer) -> Tensor:
+def to_tensor(info: TensorInfo, buffer) -> Tensor:
     little = info.dtype.storage.newbyteorder("<")      # safetensors is little-endian
     array = np.frombuffer(buffer, dtype=little, count=math.prod(info.shape))
     if not array.dtype.isnative:
         array = array.astype(info.dtype.storage)
     elif not array.flags.aligned:       # other writers may not align; kernels expect it
         array = array.copy()
-    return _from_raw(array, info.dtype, info.shape)
+    return from_raw(array, info.dtype, info.shape)
 
 
 class _LazyWeights(Mapping):
@@ -173,7 +173,7 @@ class _LazyWeights(Mapping):
         return f"{type(self).__name__}({self.name!r}, {len(self)} tensors)"
 
 
-class _SingleFile(_LazyWeights):
+class SingleFile(_LazyWeights):
     """One weights file over a ByteSource: its header parsed at open (`_read_header` sets
     `metadata` and `_infos`, name -> info with offset and nbytes), tensors read on access and
     made by `_wrap(info, buffer)`."""
@@ -196,7 +196,7 @@ class _SingleFile(_LazyWeights):
         raise NotImplementedError
 
     def _wrap(self, info, buffer):
-        return _to_tensor(info, buffer)
+        return to_tensor(info, buffer)
 
     def info(self, name: str):
         try:
@@ -218,7 +218,7 @@ class _SingleFile(_LazyWeights):
         self.source.close()
 
 
-class SafetensorsFile(_SingleFile):
+class SafetensorsFile(SingleFile):
     """One .safetensors file as a lazy Mapping[str, Tensor]; only the header is read."""
 
     def _read_header(self) -> None:
@@ -239,7 +239,7 @@ class ShardedSafetensors(_LazyWeights):
         if size > MAX_HEADER_BYTES:
             raise HeaderTooLarge(f"index is {size} bytes, over the limit of "
                                  f"{MAX_HEADER_BYTES}", file=self.name)
-        doc = _parse_json(self.source.read(0, size), self.name, "index")
+        doc = parse_json(self.source.read(0, size), self.name, "index")
         if not isinstance(doc, dict) or not isinstance(doc.get("weight_map"), dict):
             raise InvalidHeader('index must be a JSON object with a "weight_map" object',
                                 file=self.name)

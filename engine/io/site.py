@@ -27,8 +27,8 @@ from ..errors import IntegrityError, InvalidHeader, TruncatedFile
 from ..untrusted import load_json, shown
 from .checkpoint import Checkpoint
 from .gguf import GGUFFile
-from .manifest import _key_prefix, cache_key, check_manifest, gguf_parts
-from .remote import RemoteGGUF, _Loader, fetch_manifest, fetch_safetensors
+from .manifest import key_prefix, cache_key, check_manifest, gguf_parts
+from .remote import RemoteGGUF, Loader, fetch_manifest, fetch_safetensors
 from ..rows import RowTable
 from .sources import ByteSource, FileSource
 
@@ -86,7 +86,7 @@ def row_blocks(entry: dict, name: str, where: str) -> tuple[D.DType, int, list[s
     return dtype, block_rows, shas
 
 
-def _row_fetcher(loader: _Loader, url: str, name: str, entry: dict, block_rows: int, shas: list[str],
+def _row_fetcher(loader: Loader, url: str, name: str, entry: dict, block_rows: int, shas: list[str],
                  size: int | None = None):
     """async (blocks) -> {block: bytes}: cached blocks from the cache, the others by Range
     (adjacent blocks in one request), each checked against its sha256 before it is kept."""
@@ -134,16 +134,16 @@ def _row_fetcher(loader: _Loader, url: str, name: str, entry: dict, block_rows: 
     return fetch
 
 
-async def _prune_rows(loader: _Loader, url: str, name: str, shas: list[str]) -> None:
+async def _prune_rows(loader: Loader, url: str, name: str, shas: list[str]) -> None:
     """Delete the cached row blocks of `name` in `url` that the current manifest would not make."""
     current = {cache_key(url, f"engine-rows={name}:{block}", sha) for block, sha in enumerate(shas)}
-    prefix = f"{_key_prefix(url)}engine-rows={name}:"
+    prefix = f"{key_prefix(url)}engine-rows={name}:"
     for key in await loader._cache("keys") or []:
         if key.startswith(prefix) and key not in current:
             await loader._cache("delete", key)
 
 
-async def fetch_file(loader: _Loader, url: str, sha256: str, size: int) -> bytes:
+async def fetch_file(loader: Loader, url: str, sha256: str, size: int) -> bytes:
     """A whole small file, cached by its sha256 and verified."""
     key = cache_key(url, "engine-file", sha256) if loader.cache is not None else None
     data = await loader._cache("get", key) if key else None
@@ -178,7 +178,7 @@ async def fetch_gguf(folder: str, *, transport, cache=None, progress=None, names
         check_manifest(manifest, folder + MANIFEST_NAME)
     if manifest.get("container") != "gguf":
         raise InvalidHeader("the manifest describes no GGUF (\"container\": \"gguf\")", file=folder + MANIFEST_NAME)
-    loader = _Loader(transport, cache, manifest, progress, **{k: v for k, v in options.items() if k in _LOADER_OPTIONS})
+    loader = Loader(transport, cache, manifest, progress, **{k: v for k, v in options.items() if k in _LOADER_OPTIONS})
     shard = await loader.open_gguf(folder)
     weights = shard.file
     if names is None or names:
@@ -216,7 +216,7 @@ async def fetch_model(folder: str, *, transport, cache=None, progress=None, mani
         weights = await fetch_safetensors(location, transport=transport, manifest=manifest, cache=cache,
                                           progress=progress, names=[n for n in tensors if n not in row_names],
                                           **options)
-    loader = _Loader(transport, cache, manifest, **{k: v for k, v in options.items()
+    loader = Loader(transport, cache, manifest, **{k: v for k, v in options.items()
                                                     if k in ("retries", "backoff", "sleep", "concurrency")})
     loader.stats = weights.fetch_stats                # one account of what was fetched
     tables = {}

@@ -158,7 +158,7 @@ class FileSource(ByteSource):
                 pass    # arrays still view the map; it is unmapped when they go
 
 
-_CONTENT_RANGE = re.compile(r"bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)")
+CONTENT_RANGE = re.compile(r"bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)")
 
 
 class _Transient(Exception):
@@ -221,7 +221,7 @@ class RangeSource(ByteSource):
             raise SourceNotFound(f"not found (HTTP {status})", file=self.name)
         if status in (408, 429) or status >= 500:
             raise _Transient(f"HTTP {status} for bytes {start}-{end}")
-        match = _CONTENT_RANGE.fullmatch((content_range or "").strip())
+        match = CONTENT_RANGE.fullmatch((content_range or "").strip())
         if probe and status == 416 and match and match[1] is None and match[3] != "*":
             self._size = int(match[3])     # an empty file has no byte 0 to send
             return b""

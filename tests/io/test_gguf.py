@@ -264,7 +264,7 @@ def test_header_over_several_chunks(tmp_path):
 
 def test_file_source_is_zero_copy(model, monkeypatch):
     seen = []
-    monkeypatch.setattr(st, "_from_raw", lambda raw, dtype, shape: seen.append(raw) or raw)
+    monkeypatch.setattr(st, "from_raw", lambda raw, dtype, shape: seen.append(raw) or raw)
     f = load_gguf(model[0])
     f["plain.f32"]
     assert isinstance(f.source, FileSource) and f.source._map is not None

@@ -17,7 +17,7 @@ from engine.io import safetensors as st
 from engine.io.safetensors import (SafetensorsFile, ShardedSafetensors, load_safetensors,
                                    save_safetensors)
 from engine.io.sources import BytesSource, FileSource
-from engine.tensor import _from_raw
+from engine.tensor import from_raw
 
 DTYPE_NAMES = ["bool", "uint8", "int8", "int16", "int32", "int64",
                "float16", "bfloat16", "float32", "float64"]
@@ -76,7 +76,7 @@ def read_theirs(path, dtype_name: str) -> dict[str, np.ndarray]:
 
 def as_engine(arrays, dtype_name):
     if dtype_name == "bfloat16":      # NumPy cannot say "bfloat16": wrap the bits
-        return {k: _from_raw(v.reshape(-1), dtypes.bfloat16, v.shape) for k, v in arrays.items()}
+        return {k: from_raw(v.reshape(-1), dtypes.bfloat16, v.shape) for k, v in arrays.items()}
     return arrays
 
 
@@ -229,7 +229,7 @@ def test_get_many_coalesces_adjacent_tensors(tmp_path):
 def test_file_source_is_zero_copy(tmp_path, monkeypatch):
     path = save_safetensors({"x": np.arange(10, dtype=np.int32)}, tmp_path / "m.safetensors")
     seen = []
-    monkeypatch.setattr(st, "_from_raw", lambda raw, dtype, shape: seen.append(raw) or raw)
+    monkeypatch.setattr(st, "from_raw", lambda raw, dtype, shape: seen.append(raw) or raw)
     f = load_safetensors(path)
     f["x"]
     assert isinstance(f.source, FileSource) and f.source._map is not None
