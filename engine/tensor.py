@@ -266,8 +266,6 @@ def from_raw(raw: np.ndarray, dtype: dtypes.DType, shape, device: str | None = N
     return Tensor._from_raw_on(raw, dtype, tuple(shape), get_backend(device))
 
 
-_from_raw = from_raw        # the name the weight readers (engine.io) still import
-
 
 def from_numpy(a: np.ndarray, device: str | None = None) -> Tensor:
     """A tensor over a NumPy array's data (shared when contiguous), keeping its dtype."""
