@@ -9,7 +9,6 @@ templates) is abbreviated so the report stays readable.
 """
 from __future__ import annotations
 
-import io
 import math
 import os
 import struct
@@ -17,7 +16,6 @@ import struct
 import numpy as np
 
 from ..errors import InvalidHeader, SourceNotFound, TruncatedFile
-from ..untrusted import checked_shape, shown
 
 LONG_STRING = 200          # strings longer than this are cut, with their length
 LONG_LIST = 16             # lists longer than this become "[N items: first, ... ]"
@@ -142,47 +140,10 @@ def _inspect_gguf(path: str):
                                                  "alignment": weights.alignment}
 
 
-def _pth_state(path: str):
-    """The unpickled state dict of a checkpoint (stand-ins only: no storage is read) and
-    its layout name. Mirrors engine.io.pth's readers up to the point where they fetch data."""
-    from . import pth
-    with open(path, "rb") as handle:
-        if handle.read(4) in _ZIP_MAGICS:
-            handle.seek(0)
-            _, _, data = pth._zip_pickle(handle, path)
-            unpickler = pth._Unpickler(io.BytesIO(data), path, legacy=False)
-            return pth._state_dict(pth._unpickle(unpickler), path), "zip"
-        handle.seek(0)
-
-        def header():
-            return pth._unpickle(pth._Unpickler(handle, path, legacy=True, storages=False))
-
-        try:
-            magic = header()
-        except (InvalidHeader, TruncatedFile):
-            magic = None
-        if magic != pth.MAGIC_NUMBER:
-            raise InvalidHeader("not a PyTorch checkpoint: neither a zip archive nor a legacy "
-                                "stream starting with torch's magic number", file=path)
-        header()                                   # protocol version
-        header()                                   # sys_info
-        unpickler = pth._Unpickler(handle, path, legacy=True)
-        return pth._state_dict(pth._unpickle(unpickler), path), "legacy"
-
-
 def _inspect_pth(path: str):
-    from . import pth
-    state, layout = _pth_state(path)
-    tensors = []
-    for name, ref in dict.items(state):
-        storage, size = ref.storage, ref.size
-        if not isinstance(storage, pth._StorageRef) or not isinstance(size, tuple):
-            raise InvalidHeader(f"malformed tensor: storage {shown(storage, 50)}, size {shown(size)}",
-                                file=path, tensor=name)
-        size = checked_shape(size, lambda message: InvalidHeader(f"malformed tensor: {message}", file=path,
-                                                                 tensor=name), "size")
-        tensors.append(_tensor(name, storage.dtype.name, size,
-                               math.prod(size) * storage.dtype.itemsize))
+    from .pth import read_pth_header
+    entries, layout = read_pth_header(path)
+    tensors = [_tensor(name, dtype.name, shape, math.prod(shape) * dtype.itemsize) for name, dtype, shape in entries]
     return tensors, {}, {"layout": layout}
 
 

@@ -274,7 +274,7 @@ def _read_entry(archive: zipfile.ZipFile, entry: str, limit: int, file: str, ten
 
 def _zip_pickle(file_object, file: str) -> tuple[zipfile.ZipFile, str, bytes]:
     """(archive, entry prefix "<name>/", data.pkl's bytes) of a torch zip checkpoint: one top-level
-    data.pkl, read within MAX_PICKLE_BYTES (the reader and `engine inspect` (engine.io.describe) both start here)."""
+    data.pkl, read within MAX_PICKLE_BYTES (read_pth_arrays and read_pth_header both start here)."""
     try:
         archive = zipfile.ZipFile(file_object)
     except _ZIP_ERRORS as e:
@@ -413,6 +413,55 @@ def read_pth_arrays(path_or_bytes, *, name: str | None = None) -> OrderedDict:
         if handle is not None:
             handle.close()
     return arrays
+
+
+def read_pth_header(path) -> tuple[list[tuple[str, dtypes.DType, tuple[int, ...]]], str]:
+    """The tensors of a checkpoint from its pickle alone, no storage read: [(name, storage dtype,
+    shape)] in file order, and its layout ("zip" or "legacy"). `engine inspect` (engine.io.describe)
+    lists them; unlike the reader it does not refuse a legacy file for its protocol or byte order."""
+    file = os.fspath(path)
+    with open(file, "rb") as handle:
+        if handle.read(4) in (b"PK\x03\x04", b"PK\x05\x06"):
+            handle.seek(0)
+            _, _, data = _zip_pickle(handle, file)
+            state = _state_dict(_unpickle(_Unpickler(io.BytesIO(data), file, legacy=False)), file)
+            layout = "zip"
+        else:
+            handle.seek(0)
+            limit = MAX_PICKLE_BYTES + (64 << 10)      # the pickles come before the storages: only they are read
+            head = handle.read(limit)
+            stream = io.BytesIO(head)
+
+            def header():
+                return _unpickle(_Unpickler(stream, file, legacy=True, storages=False))
+
+            try:
+                magic = header()
+            except (InvalidHeader, TruncatedFile):
+                magic = None
+            if magic != MAGIC_NUMBER:
+                raise InvalidHeader("not a PyTorch checkpoint: neither a zip archive nor a legacy "
+                                    "stream starting with torch's magic number", file=file)
+            header()                                   # protocol version
+            header()                                   # sys_info
+            try:
+                state = _state_dict(_unpickle(_Unpickler(stream, file, legacy=True)), file)
+            except TruncatedFile:
+                if len(head) < limit:
+                    raise
+                raise InvalidHeader(f"the state dict's pickle runs past {MAX_PICKLE_BYTES} bytes; a checkpoint's "
+                                    f"is kilobytes", file=file) from None
+            layout = "legacy"
+    entries = []
+    for name, ref in dict.items(state):
+        storage, size = ref.storage, ref.size
+        if not isinstance(storage, _StorageRef) or not isinstance(size, tuple):
+            raise InvalidHeader(f"malformed tensor: storage {shown(storage, 50)}, size {shown(size)}",
+                                file=file, tensor=name)
+        size = checked_shape(size, lambda message: InvalidHeader(f"malformed tensor: {message}", file=file,
+                                                                 tensor=name), "size")
+        entries.append((name, storage.dtype, size))
+    return entries, layout
 
 
 def load_pth(path_or_bytes, *, name: str | None = None) -> OrderedDict[str, Tensor]:

@@ -111,6 +111,9 @@ def test_pth(tmp_path):
     r = run(str(path))
     assert r.returncode == 0, r.stderr
     assert all(name in r.stdout for name in state)
+    torch.save(state, path, _use_new_zipfile_serialization=False)     # the legacy layout: the same listing
+    legacy = inspect_json(path)
+    assert legacy["layout"] == "legacy" and by_name(legacy) == by_name(report)
 
 
 def test_not_weights_or_missing_exit_2(tmp_path):
