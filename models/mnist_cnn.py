@@ -104,6 +104,19 @@ def preprocess(image) -> np.ndarray:
     return out
 
 
+def median(values: np.ndarray):
+    """np.median of a 1-D array, bit for bit, NaN included, without NumPy's masked-array module:
+    np.median imports numpy.ma on first use (its NaN check), which costs a first answer in
+    Pyodide about half a second. The steps are np.median's own: partition, mean of the middle
+    one or two, and a NaN (partitioned last) as the result."""
+    n = values.size
+    middle = [n // 2] if n % 2 else [n // 2 - 1, n // 2]
+    inexact = np.issubdtype(values.dtype, np.inexact)
+    part = np.partition(values, middle + [-1] if inexact else middle)
+    result = np.mean(part[middle[0]:middle[-1] + 1])
+    return part[-1] if inexact and np.isnan(part[-1]) else result
+
+
 def _ink(image: np.ndarray) -> np.ndarray:
     """Float (H, W) ink intensity in [0, 1]: background 0, strokes towards 1."""
     if image.ndim not in (2, 3) or image.size == 0 or (image.ndim == 3 and image.shape[2] not in (1, 2, 3, 4)):
@@ -120,9 +133,10 @@ def _ink(image: np.ndarray) -> np.ndarray:
         background = 0.0 if opaque.size and opaque.mean() > 0.5 else 1.0
         gray = gray * a + background * (1 - a)
     border = np.concatenate([gray[0], gray[-1], gray[:, 0], gray[:, -1]])
-    if np.median(border) > 0.5:                               # dark ink on light paper
+    light = median(border) > 0.5
+    if light:                                                 # dark ink on light paper
         gray = 1.0 - gray
-    gray = gray - np.median(border if np.median(border) <= 0.5 else 1.0 - border)
+    gray = gray - median(1.0 - border if light else border)
     peak = gray.max()
     if peak < 0.1:                                            # nothing stands out: blank
         return np.zeros_like(gray)

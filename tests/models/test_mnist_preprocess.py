@@ -87,3 +87,29 @@ def test_pipeline_inputs_and_batching(clf):
         engine.pipeline("translation")
     with pytest.raises(engine.EngineError, match="available: numpy"):
         engine.pipeline("digit-classification", device="metal")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.uint8])
+def test_median_is_numpys_bit_for_bit(dtype):
+    """models.mnist_cnn.median (np.median's steps without numpy.ma): odd and even sizes, NaN."""
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 4, 111, 112):
+        x = (rng.random(n) * 255).astype(dtype)
+        cases = [x]
+        if x.dtype.kind == "f":
+            cases.append(np.where(np.arange(n) == n // 2, np.nan, x).astype(dtype))
+        for values in cases:
+            got, want = mnist_cnn.median(values), np.median(values)
+            assert type(got) is type(want) and np.array_equal(got, want, equal_nan=True), (n, values)
+
+
+def test_preprocess_imports_no_masked_arrays():
+    """np.median imports numpy.ma on first use: about half a second of the page's first digit answer."""
+    import subprocess
+    import sys
+    code = ("import sys, numpy as np\nfrom models import mnist_cnn\n"
+            "mnist_cnn.preprocess(np.full((280, 280, 4), 255, np.uint8))\n"
+            "mnist_cnn.preprocess(np.random.default_rng(0).random((40, 30)))\nprint('numpy.ma' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=SAMPLES.parents[1], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr
