@@ -108,3 +108,22 @@ def test_tensor_module_does_not_import_functions():
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)} | \
         {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
     assert "functions" not in imported and not any("functions" in (m or "") for m in imported)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", [(7,), (1, 7), (3, 7), (2, 3, 7), (0, 7), "transposed"])
+def test_fused_linear_equals_its_composite(device, shape):
+    w, b = rng.standard_normal((4, 7)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    if shape == "transposed":
+        x = engine.from_numpy(rng.standard_normal((3, 7, 2)).astype(np.float32), device).transpose(1, 2)
+    else:
+        x = engine.from_numpy(rng.standard_normal(shape).astype(np.float32), device)
+    tw, tb = engine.from_numpy(w, device), engine.from_numpy(b, device)
+    assert "linear" in tw._backend.fused
+    for bias in (tb, None):
+        composite = functions.matmul(x, tw.T)
+        composite = composite if bias is None else functions.add(composite, bias)
+        if device == "numpy":                        # the same kernels: bit for bit
+            np.testing.assert_array_equal(F.linear(x, tw, bias).numpy(), composite.numpy())
+        else:                                        # the C GEMM sums in its own order
+            np.testing.assert_allclose(F.linear(x, tw, bias).numpy(), composite.numpy(), rtol=1e-5, atol=1e-5)

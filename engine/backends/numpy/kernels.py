@@ -240,10 +240,21 @@ def _mul_add(x, a, b):
     return out
 
 
+def _linear(x, weight, *bias):
+    """x (..., K) @ weight (N, K).T + bias: the composite's own kernels (one MATMUL over all rows,
+    then ADD) in one call, so the result is the composite's bit for bit, without its bookkeeping."""
+    rows = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
+    out = np.matmul(rows, weight.T)
+    if bias:
+        np.add(out, bias[0], out=out)
+    return out if x.ndim == 2 else out.reshape(x.shape[:-1] + weight.shape[:1])
+
+
 # Fused kernels for composites (optional speed-ups with the composite's exact semantics).
 FUSED: dict = {
     **QUANTIZED,                        # every backend has these (engine.ops)
     "mul_add": _mul_add,
+    "linear": _linear,
     # one pass instead of maximum then minimum; NaN propagates as through those
     "hardtanh": lambda x, *, min_val, max_val: np.clip(x, min_val, max_val),
 }
