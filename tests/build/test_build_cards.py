@@ -90,7 +90,8 @@ def edit(path: Path, old: str, new: str) -> None:
     (lambda w: edit(w / "cards/text-generation.html", "</section>", "</section>\n<section class=\"card\">"),
      "web/cards/text-generation.html: a card is one <section> element; found 2"),
     (lambda w: edit(w / "index.html", "<!-- tabs -->", ""), "web/index.html: needs <!-- tabs --> exactly once"),
-])
+], ids=["no-module", "no-html", "no-start", "same-tab", "bad-tab", "no-label", "task-not-file-name", "two-sections",
+        "no-tabs-marker"])
 def test_a_broken_card_is_a_build_error_naming_it(web, tmp_path, breakage, message):
     breakage(web)
     with pytest.raises(BuildError) as error:

@@ -18,8 +18,18 @@ def shown(page) -> list[str]:
     return [tab for tab in page.evaluate(SHOWN) if page.is_visible(f"main > section[data-tab={tab}]")]
 
 
+def watched(session_factory, url: str, **kw):
+    """A session that also records the requests of the page and its workers apart from the service
+    worker's: that one keeps every model's JSON files (manifests, tokenizers) for offline use."""
+    s = session_factory(url, **kw)
+    s.own = []
+    s.context.on("request", lambda r: r.service_worker is None and s.own.append(r.url))
+    return s
+
+
 def fetched(session, card: str) -> list[str]:
-    return [url for url in session.requests if MODELS[card] in url]
+    """What the page fetched of a card's model (not the service worker)."""
+    return [url for url in session.own if MODELS[card] in url]
 
 
 def wait_shown(page, card: str) -> None:
@@ -27,7 +37,7 @@ def wait_shown(page, card: str) -> None:
 
 
 def test_the_hash_opens_its_card_and_only_its_model_loads(dev_server, session_factory):
-    s = session_factory(dev_server.url)
+    s = watched(session_factory, dev_server.url)
     page = s.open("index.html#photo")
     assert shown(page) == ["photo"] and page.evaluate(SELECTED) == ["photo"]
     assert page.get_attribute("#tab-photo", "aria-controls") == "image-card"
@@ -52,11 +62,11 @@ def test_the_hash_opens_its_card_and_only_its_model_loads(dev_server, session_fa
 
 
 def test_the_task_name_opens_its_card_too_and_a_bare_url_opens_the_first(dev_server, session_factory):
-    s = session_factory(dev_server.url)
+    s = watched(session_factory, dev_server.url)
     page = s.open("index.html#sentence-embedding")
     assert shown(page) == ["sentences"]
     assert page.evaluate("window.engineClient.state.info.task") == "sentence-embedding"
-    s2 = session_factory(dev_server.url)
+    s2 = watched(session_factory, dev_server.url)
     page2 = s2.open("index.html#no-such-card")
     assert shown(page2) == ["digit"] and page2.evaluate(SELECTED) == ["digit"]
     assert page2.evaluate("window.engineClient.state.info.task") == "digit-classification"
@@ -64,7 +74,7 @@ def test_the_task_name_opens_its_card_too_and_a_bare_url_opens_the_first(dev_ser
 
 
 def test_a_model_is_fetched_only_when_its_card_opens(dev_server, session_factory):
-    s = session_factory(dev_server.url)
+    s = watched(session_factory, dev_server.url)
     page = s.open()
     assert shown(page) == ["digit"] and page.evaluate("location.hash") == ""
     page.wait_for_timeout(1500)                     # time enough for anything that would start by itself
@@ -80,7 +90,7 @@ def test_a_model_is_fetched_only_when_its_card_opens(dev_server, session_factory
 
 
 def test_back_and_forward_and_the_keyboard(dev_server, session_factory):
-    s = session_factory(dev_server.url)
+    s = watched(session_factory, dev_server.url)
     page = s.open()
     s.open_card("photo")
     s.open_card("sentences")
@@ -127,7 +137,7 @@ def test_back_and_forward_and_the_keyboard(dev_server, session_factory):
 def test_a_card_whose_task_the_site_does_not_serve_is_not_shown(dev_server, session_factory):
     """A site whose registry has no sentence-embedding model (as the worker reports it): its card and
     tab are hidden, a URL naming it opens the first card, and its model is never asked for."""
-    s = session_factory(dev_server.url)
+    s = watched(session_factory, dev_server.url)
     target = "const registry = JSON.parse(api.tasks());"
 
     def without_minilm(route):
@@ -157,7 +167,7 @@ def test_screenshots_desktop_and_phone(dev_server, session_factory, tmp_path):
     """The page with its tabs, on a desktop and on a phone: nothing wider than the screen; the
     screenshots are kept for a person to look at (pytest's temp folder)."""
     for name, viewport in (("desktop", {"width": 1200, "height": 900}), ("phone", {"width": 390, "height": 844})):
-        s = session_factory(dev_server.url, viewport=viewport)
+        s = watched(session_factory, dev_server.url, viewport=viewport)
         page = s.open("index.html#photo")
         page.wait_for_function("document.querySelectorAll('[data-sample]').length > 0")
         assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]
