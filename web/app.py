@@ -16,7 +16,8 @@ A card is two files in web/cards/, named by its task (a task of engine/registry.
 - `<task>.py`: the module `cards.<task, "-" as "_">` (e.g. cards.text_generation), defining
   `start(card)`, called once as the page starts, with the `Card` below: its task and section, the
   engine client, `load()` for its model, `error()`, and hooks: `card.on("ready" | "open" |
-  "backend", fn)`.
+  "backend", fn)`. It runs on MicroPython: bridge.py (by_id, to_js, to_py, error_text) and
+  pyscript.ffi are what it has of the browser besides `js`.
 
 The build (buildtools/cards.py) finds them: it puts each section into index.html with its tab, in
 the registry's order of tasks, and lists the modules in pyscript.json. This file imports a card's
