@@ -176,7 +176,7 @@ def _wrap(expr: str, dtype: dtypes.DType) -> str:
 
 def _f32(x: float) -> str:
     """An exact f32 literal (NaN and infinities included)."""
-    return f"f32_bits({K._f32_bits(x)}u)"
+    return f"f32_bits({K.f32_bits(x)}u)"
 
 
 _FLOAT_UNARY = {Op.EXP: "exp_(a)", Op.LOG: "log_(a)", Op.SQRT: "sqrt_(a)", Op.SIN: "sincos_(a, false)", Op.COS: "sincos_(a, true)",

@@ -85,15 +85,15 @@ def shader(name: str, include: tuple[str, ...] = (), **fill) -> str:
     return _source("common") + source
 
 
-def _words(*values) -> np.ndarray:
+def words(*values) -> np.ndarray:
     return np.array(values, np.uint32)
 
 
-def _f32_bits(x: float) -> int:
+def f32_bits(x: float) -> int:
     return struct.unpack("<I", struct.pack("<f", x))[0]
 
 
-def _placeholder(gpu: Gpu) -> GpuBuffer:
+def placeholder(gpu: Gpu) -> GpuBuffer:
     """A small buffer for a binding a shader variant never reads (WebGPU still wants one,
     and it may not alias the output)."""
     if getattr(gpu, "_placeholder", None) is None:
@@ -101,7 +101,7 @@ def _placeholder(gpu: Gpu) -> GpuBuffer:
     return gpu._placeholder
 
 
-def _grid(count: int, per_group: int, gpu: Gpu) -> tuple[int, int, int]:
+def workgroups_for(count: int, per_group: int, gpu: Gpu) -> tuple[int, int, int]:
     """Workgroups covering `count` items, folded into y past the per-dimension limit."""
     groups, limit = math.ceil(count / per_group), gpu.limits["max_workgroups"]
     return (groups, 1, 1) if groups <= limit else (limit, math.ceil(groups / limit), 1)
@@ -129,9 +129,9 @@ def elementwise(gpu: Gpu, expr: str, inputs: list[View], out_type: str) -> GpuBu
     for v in views:
         info += list(v.strides) if v else [0] * len(shape)
     types = {f"T{i}": v.type if v else "u32" for i, v in enumerate(views)}
-    buffers = [v.buf if v else _placeholder(gpu) for v in views]
+    buffers = [v.buf if v else placeholder(gpu) for v in views]
     gpu.dispatch(shader("elementwise", EXPR=expr, TZ=out_type, **types),
-                 buffers + [out, gpu.params(_words(*info))], _grid(numel, 256, gpu))
+                 buffers + [out, gpu.params(words(*info))], workgroups_for(numel, 256, gpu))
     return out
 
 
@@ -140,8 +140,8 @@ def scatter(gpu: Gpu, x: View, z: View) -> None:
     _check_strides(x, z)
     numel = x.numel
     if numel:
-        info = _words(numel, len(x.shape), x.offset, z.offset, *x.shape, *x.strides, *z.strides)
-        gpu.dispatch(shader("scatter", T=x.type), [x.buf, z.buf, gpu.params(info)], _grid(numel, 256, gpu))
+        info = words(numel, len(x.shape), x.offset, z.offset, *x.shape, *x.strides, *z.strides)
+        gpu.dispatch(shader("scatter", T=x.type), [x.buf, z.buf, gpu.params(info)], workgroups_for(numel, 256, gpu))
 
 
 def index_copy(gpu: Gpu, z: View, axis: int, index: View, x: View) -> None:
@@ -150,16 +150,16 @@ def index_copy(gpu: Gpu, z: View, axis: int, index: View, x: View) -> None:
     _check_strides(x, z, index)
     numel = x.numel
     if numel:
-        info = _words(numel, len(x.shape), x.offset, z.offset, axis, z.shape[axis], index.offset,
+        info = words(numel, len(x.shape), x.offset, z.offset, axis, z.shape[axis], index.offset,
                       index.strides[0] if index.strides else 0, *x.shape, *x.strides, *z.strides)
         gpu.dispatch(shader("index_copy", T=x.type), [x.buf, index.buf, z.buf, gpu.params(info)],
-                     _grid(numel, 256, gpu))
+                     workgroups_for(numel, 256, gpu))
 
 
 def fill(gpu: Gpu, numel: int, bits: int) -> GpuBuffer:
     out = gpu.buffer(4 * numel)
     if numel:
-        gpu.dispatch(shader("fill"), [out, gpu.params(_words(numel, bits))], _grid(numel, 256, gpu))
+        gpu.dispatch(shader("fill"), [out, gpu.params(words(numel, bits))], workgroups_for(numel, 256, gpu))
     return out
 
 
@@ -176,12 +176,12 @@ def reduce(gpu: Gpu, op: str, x: View, axes: tuple[int, ...], acc_type: str, out
     n_out, n_red = math.prod(v.shape[:nk]), math.prod(v.shape[nk:])
     out = gpu.buffer(4 * n_out)
     if n_out:
-        info = _words(n_out, n_red, nk, len(axes), v.offset, *v.shape[:nk], *v.strides[:nk], *v.shape[nk:],
+        info = words(n_out, n_red, nk, len(axes), v.offset, *v.shape[:nk], *v.strides[:nk], *v.shape[nk:],
                       *v.strides[nk:])
         per = min(64, 1 << max(0, math.ceil(n_red / 8) - 1).bit_length())   # ~8 elements a thread
         source = shader("reduce", TX=x.type, TA=acc_type, TZ=out_type, OP=REDUCE_OPS[op], NAN=NAN_TEST[acc_type],
                         PER=per)
-        gpu.dispatch(source, [x.buf, out, gpu.params(info)], _grid(n_out, 64 // per, gpu))
+        gpu.dispatch(source, [x.buf, out, gpu.params(info)], workgroups_for(n_out, 64 // per, gpu))
     return out
 
 
@@ -194,11 +194,11 @@ def topk(gpu: Gpu, x: View, axis: int, k: int, largest: bool) -> tuple[GpuBuffer
     rows = math.prod(x.shape[d] for d in others)
     values, indices = gpu.buffer(4 * rows * k), gpu.buffer(4 * rows * k)
     if rows and k:
-        info = _words(rows, x.shape[axis], k, int(largest), len(others), x.offset, x.strides[axis],
+        info = words(rows, x.shape[axis], k, int(largest), len(others), x.offset, x.strides[axis],
                       out_strides[axis], *[x.shape[d] for d in others], *[x.strides[d] for d in others],
                       *[out_strides[d] for d in others])
         gpu.dispatch(shader("topk", T=x.type, NAN=NAN_TEST[x.type]),
-                     [x.buf, values, indices, gpu.params(info)], _grid(rows, 64, gpu))
+                     [x.buf, values, indices, gpu.params(info)], workgroups_for(rows, 64, gpu))
     return values, indices, out_shape
 
 
@@ -209,9 +209,10 @@ def gather(gpu: Gpu, x: View, axis: int, index: View) -> tuple[GpuBuffer, tuple]
     numel = math.prod(out_shape)
     out = gpu.buffer(4 * numel)
     if numel:
-        info = _words(numel, len(out_shape), x.offset, axis, x.shape[axis], index.offset,
+        info = words(numel, len(out_shape), x.offset, axis, x.shape[axis], index.offset,
                       index.strides[0] if index.strides else 0, *out_shape, *x.strides)
-        gpu.dispatch(shader("gather", T=x.type), [x.buf, index.buf, out, gpu.params(info)], _grid(numel, 256, gpu))
+        gpu.dispatch(shader("gather", T=x.type), [x.buf, index.buf, out, gpu.params(info)],
+                     workgroups_for(numel, 256, gpu))
     return out, out_shape
 
 
@@ -301,7 +302,7 @@ def gemm(gpu: Gpu, a: View, b: View, bias: View | None = None, bias_along: str =
     if batch * m * n == 0:
         return out
     mode = 0 if bias is None else {"n": 1, "m": 2}[bias_along]
-    params = _words(m, n, k, 0, a.offset, *a.strides, b.offset, *b.strides, 0, m * n, 0,
+    params = words(m, n, k, 0, a.offset, *a.strides, b.offset, *b.strides, 0, m * n, 0,
                     0 if bias is None else bias.offset)
     epilogue = f"activate(v, {ACTIVATIONS[activation]}u)" if a.type == "f32" else "v"
     tiling, groups = _tiling(gpu, m, n, batch)
@@ -313,7 +314,7 @@ def gemm(gpu: Gpu, a: View, b: View, bias: View | None = None, bias_along: str =
     if b.strides[2] == 1 and _aligned(n, b.offset, b.strides[0], b.strides[1]):
         b_load = "n4"
     source = _tiles_shader(("gemm_io",), tiling, a_load, b_load, T=a.type, BIAS=mode, EPILOGUE=epilogue)
-    gpu.dispatch(source, [a.buf, b.buf, out, gpu.params(params), bias.buf if bias else _placeholder(gpu)], groups)
+    gpu.dispatch(source, [a.buf, b.buf, out, gpu.params(params), bias.buf if bias else placeholder(gpu)], groups)
     return out
 
 
@@ -329,11 +330,11 @@ def conv2d(gpu: Gpu, x: View, w: View, bias: View | None, stride, pads, dilation
     out = gpu.buffer(4 * math.prod(shape))
     if not math.prod(shape):
         return out, shape
-    params = _words(n, c, h, wd, o, kh, kw, groups, sh, sw, dh, dw, pt, pl, ho, wo, x.offset, w.offset,
+    params = words(n, c, h, wd, o, kh, kw, groups, sh, sw, dh, dw, pt, pl, ho, wo, x.offset, w.offset,
                     bias.offset if bias else 0, int(bias is not None), ACTIVATIONS[activation], 0, 0, 0)
-    buffers = [x.buf, w.buf, out, gpu.params(params), bias.buf if bias else _placeholder(gpu)]
+    buffers = [x.buf, w.buf, out, gpu.params(params), bias.buf if bias else placeholder(gpu)]
     if groups == c == o and cg == 1:
-        gpu.dispatch(shader("depthwise", ("conv_params",)), buffers, _grid(math.prod(shape), 256, gpu))
+        gpu.dispatch(shader("depthwise", ("conv_params",)), buffers, workgroups_for(math.prod(shape), 256, gpu))
     else:
         tiling, grid = _tiling(gpu, o // groups, n * ho * wo, groups)
         a_load = "k4" if _aligned(cg * kh * kw, w.offset) else "k"      # the weights, row by row
@@ -354,11 +355,11 @@ def rows(gpu: Gpu, kind: str, x: View, outer: int, n: int, inner: int, weight: V
     count = outer * inner
     if count and n:
         optional = [weight, bias, residual, input_bias]
-        params = _words(count, n, inner, x.offset, *[int(v is not None) for v in optional],
-                        *[v.offset if v is not None else 0 for v in optional], _f32_bits(eps), 0, 0, 0)
+        params = words(count, n, inner, x.offset, *[int(v is not None) for v in optional],
+                        *[v.offset if v is not None else 0 for v in optional], f32_bits(eps), 0, 0, 0)
         gpu.dispatch(shader("rows", KIND=ROW_KINDS[kind]),
-                     [x.buf, out, gpu.params(params)] + [v.buf if v is not None else _placeholder(gpu)
-                                                          for v in optional], _grid(count, 1, gpu))
+                     [x.buf, out, gpu.params(params)] + [v.buf if v is not None else placeholder(gpu)
+                                                          for v in optional], workgroups_for(count, 1, gpu))
     return out
 
 
@@ -378,11 +379,12 @@ def attention(gpu: Gpu, q: View, k: View, v: View, mask: View | None, scale: flo
     blocks = -(-l // 64)
     if n * h * l * ev:
         kind = 0 if mask is None else (2 if mask.type == "f32" else 1)
-        m = mask if mask is not None else View(_placeholder(gpu), (1, 1, 1, 1), (0, 0, 0, 0), 0, "u32")
-        info = _words(n, h, h // hkv, l, s, kind, int(causal), _f32_bits(scale), blocks, q.offset, *q.strides,
+        m = mask if mask is not None else View(placeholder(gpu), (1, 1, 1, 1), (0, 0, 0, 0), 0, "u32")
+        info = words(n, h, h // hkv, l, s, kind, int(causal), f32_bits(scale), blocks, q.offset, *q.strides,
                       k.offset, *k.strides, v.offset, *v.strides, m.offset, *m.strides)
         source = _attention_shader(e, ev, "f32" if kind == 2 else "u32")
-        gpu.dispatch(source, [q.buf, k.buf, v.buf, m.buf, out, gpu.params(info)], _grid(n * h * blocks, 1, gpu))
+        gpu.dispatch(source, [q.buf, k.buf, v.buf, m.buf, out, gpu.params(info)],
+                     workgroups_for(n * h * blocks, 1, gpu))
     return out, shape
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from ... import quants
 from .gpu import Gpu, GpuBuffer
-from .kernels import View, _grid, _placeholder, _words, shader
+from .kernels import View, workgroups_for, placeholder, words, shader
 
 MATVEC_ROWS = 4                  # rows of x up to which the product streams the weights once
 
@@ -99,10 +99,10 @@ def embedding(gpu: Gpu, ids: View, w: QuantizedBuffer, rows: int, cols: int) -> 
     out = gpu.buffer(4 * count * cols)
     row_units = cols // 8
     if count * row_units:
-        params = _words(count * row_units, row_units, cols // quants.BY_NAME[w.qtype].block_size, ids.offset,
+        params = words(count * row_units, row_units, cols // quants.BY_NAME[w.qtype].block_size, ids.offset,
                         rows, cols // 4, w.scales, 0)
         gpu.dispatch(shader("qembedding", ("quant_blocks",), **_blocks_fill(w.qtype)),
-                     [w.buf, ids.buf, out, gpu.params(params)], _grid(count * row_units, 64, gpu))
+                     [w.buf, ids.buf, out, gpu.params(params)], workgroups_for(count * row_units, 64, gpu))
     return out
 
 
@@ -116,16 +116,16 @@ def linear(gpu: Gpu, x: View, bias: View | None, w: QuantizedBuffer, rows: int, 
         return out
     row_blocks = cols // quants.BY_NAME[w.qtype].block_size
     x_row = x.strides[0] // 4 if m > 1 else 0
-    bias_buf = bias.buf if bias is not None else _placeholder(gpu)
+    bias_buf = bias.buf if bias is not None else placeholder(gpu)
     has_bias, bias_off = int(bias is not None), bias.offset if bias is not None else 0
     if m <= MATVEC_ROWS:
         tpr = _threads_per_row(cols // 8)
-        params = _words(rows, row_blocks, x.offset // 4, x_row, has_bias, bias_off, w.scales, 0)
+        params = words(rows, row_blocks, x.offset // 4, x_row, has_bias, bias_off, w.scales, 0)
         gpu.dispatch(_matvec_shader(w.qtype, tpr, m), [w.buf, x.buf, out, gpu.params(params), bias_buf],
-                     _grid(rows, 128 // tpr, gpu))
+                     workgroups_for(rows, 128 // tpr, gpu))
     else:
         rm = 1 if m <= 16 else 2 if m <= 32 else 4
-        params = _words(m, rows, row_blocks, x.offset // 4, x_row, has_bias, bias_off, w.scales)
+        params = words(m, rows, row_blocks, x.offset // 4, x_row, has_bias, bias_off, w.scales)
         groups = (math.ceil(rows / 32), math.ceil(m / (16 * rm)), 1)
         gpu.dispatch(_matmul_shader(w.qtype, rm), [w.buf, x.buf, out, gpu.params(params), bias_buf], groups)
     return out
