@@ -23,7 +23,7 @@ _local = threading.local()      # ctypes releases the GIL: each thread gets its 
 _from_buffer, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
 
 
-def _address(a: np.ndarray) -> int:
+def address_of(a: np.ndarray) -> int:
     """The address of a's first element. Through ctypes' buffer view when NumPy lets it write
     there (3x cheaper than building `__array_interface__`, which read-only and strided arrays
     need): a small op's pointers cost as much as its arithmetic."""
@@ -34,7 +34,7 @@ def _address(a: np.ndarray) -> int:
 
 
 def _optional(a) -> int | None:
-    return None if a is None else _address(a)
+    return None if a is None else address_of(a)
 
 
 def _elements(a: np.ndarray) -> np.ndarray:
@@ -63,7 +63,7 @@ def _output(shape, out) -> np.ndarray:
     return out
 
 
-def _call_with_scratch(fn, *args) -> None:
+def call_with_scratch(fn, *args) -> None:
     """fn(*args, scratch, size) returns 0, or the floats it needs (then it wrote nothing)."""
     scratch = getattr(_local, "scratch", None)          # (buffer, its address, its size): looked up once
     if scratch is None:
@@ -77,7 +77,7 @@ def _call_with_scratch(fn, *args) -> None:
 
 def _scratch(size: int):
     buffer = np.empty(size, np.float32)
-    return buffer, _address(buffer), size
+    return buffer, address_of(buffer), size
 
 
 def _activation(name: str) -> int:
@@ -121,8 +121,8 @@ def gemm(a, b, bias=None, activation: str = "none", out=None) -> np.ndarray:
         return y
     count, a_batch = _collapse(batch, sa[:-2]) or (1, 0)
     b_batch = (_collapse(batch, sb[:-2]) or (1, 0))[1]
-    _call_with_scratch(lib.gemm_f32, count, m, n, k, _address(a), a_batch, *sa[-2:], _address(b), b_batch,
-                       *sb[-2:], _address(y), m * n, n, *bias_args, act)
+    call_with_scratch(lib.gemm_f32, count, m, n, k, address_of(a), a_batch, *sa[-2:], address_of(b), b_batch,
+                       *sb[-2:], address_of(y), m * n, n, *bias_args, act)
     return y
 
 
@@ -140,8 +140,8 @@ def _gemm_2d(a, a_strides, b, b_strides, m: int, n: int, k: int, bias, activatio
     """One (M, K) @ (K, N) product, a and b given with their element strides (b's may be a
     transpose's): the whole call in one ctypes call and no temporary array."""
     y = _output((m, n), out)
-    _call_with_scratch(library.get().gemm_f32, 1, m, n, k, _address(a), 0, *a_strides, _address(b), 0,
-                       *b_strides, _address(y), m * n, n, *_bias_arguments(bias, m, n), _activation(activation))
+    call_with_scratch(library.get().gemm_f32, 1, m, n, k, address_of(a), 0, *a_strides, address_of(b), 0,
+                       *b_strides, address_of(y), m * n, n, *_bias_arguments(bias, m, n), _activation(activation))
     return y
 
 
@@ -160,7 +160,7 @@ def _bias_arguments(bias, m: int, n: int) -> tuple:
         if size != want and size != 1:
             raise ValueError(f"gemm: a bias of shape {bias.shape} does not broadcast to ({m}, {n})")
         steps.append(stride if size == want else 0)
-    return (_address(bias), *steps)
+    return (address_of(bias), *steps)
 
 
 # --- convolution --------------------------------------------------------------------------------
@@ -198,8 +198,8 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
     geometry, (ho, wo) = _conv_geometry(x, weight, stride, padding, dilation)
     bias = None if bias is None else np.ascontiguousarray(_elements(bias)).reshape(o)
     y = _output((n, o, ho, wo), out)
-    _call_with_scratch(library.get().conv2d_f32, n, c, *x.shape[2:], _address(x), o, *weight.shape[2:],
-                       _address(weight), groups, *geometry, _optional(bias), _activation(activation), _address(y))
+    call_with_scratch(library.get().conv2d_f32, n, c, *x.shape[2:], address_of(x), o, *weight.shape[2:],
+                       address_of(weight), groups, *geometry, _optional(bias), _activation(activation), address_of(y))
     return y
 
 
@@ -213,8 +213,8 @@ def depthwise_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, acti
     geometry, (ho, wo) = _conv_geometry(x, weight, stride, padding, dilation)
     bias = None if bias is None else np.ascontiguousarray(_elements(bias)).reshape(c)
     y = _output((n, c, ho, wo), out)
-    _call_with_scratch(library.get().depthwise_conv2d_f32, n, c, *x.shape[2:], _address(x), *weight.shape[2:],
-                       _address(weight), *geometry, _optional(bias), _activation(activation), _address(y))
+    call_with_scratch(library.get().depthwise_conv2d_f32, n, c, *x.shape[2:], address_of(x), *weight.shape[2:],
+                       address_of(weight), *geometry, _optional(bias), _activation(activation), address_of(y))
     return y
 
 
@@ -225,7 +225,7 @@ def im2col(x, kernel, stride=1, padding=0, dilation=1, out=None) -> np.ndarray:
     geometry, (ho, wo) = _conv_geometry(x[None], np.empty((1, 1, kh, kw)), stride, padding, dilation)
     c = x.shape[0]
     y = _output((c * kh * kw, ho * wo), out)
-    library.get().im2col_f32(c, *x.shape[1:], _address(x), kh, kw, *geometry, _address(y))
+    library.get().im2col_f32(c, *x.shape[1:], address_of(x), kh, kw, *geometry, address_of(y))
     return y
 
 
@@ -236,7 +236,7 @@ def softmax(x, axis: int = -1, out=None) -> np.ndarray:
     outer, n, inner = math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:])
     view = x.reshape(outer, n, inner)               # a view when the dims collapse, else NumPy copies
     y = _output(x.shape, out)
-    library.get().softmax_f32(outer, n, inner, _address(view), *_strides(view), _address(y))
+    library.get().softmax_f32(outer, n, inner, address_of(view), *_strides(view), address_of(y))
     return y
 
 
@@ -255,7 +255,7 @@ def layer_norm(x, normalized_size: int, weight=None, bias=None, eps: float = 1e-
     x = _elements(x)
     rows, y = _rows(x, normalized_size), _output(x.shape, out)
     weight, bias = _vector(weight, normalized_size), _vector(bias, normalized_size)
-    library.get().layer_norm_f32(rows.shape[0], normalized_size, _address(rows), _strides(rows)[0], _address(y),
+    library.get().layer_norm_f32(rows.shape[0], normalized_size, address_of(rows), _strides(rows)[0], address_of(y),
                                  _optional(weight), _optional(bias), eps)
     return y
 
@@ -270,8 +270,8 @@ def add_layer_norm(x, residual, normalized_size: int, weight=None, bias=None, ep
     rows, res, y = _rows(x, normalized_size), _rows(residual, normalized_size), _output(x.shape, out)
     weight, bias = _vector(weight, normalized_size), _vector(bias, normalized_size)
     input_bias = _vector(input_bias, normalized_size)
-    library.get().add_layer_norm_f32(rows.shape[0], normalized_size, _address(rows), _strides(rows)[0],
-                                     _optional(input_bias), _address(res), _strides(res)[0], _address(y),
+    library.get().add_layer_norm_f32(rows.shape[0], normalized_size, address_of(rows), _strides(rows)[0],
+                                     _optional(input_bias), address_of(res), _strides(res)[0], address_of(y),
                                      _optional(weight), _optional(bias), eps)
     return y
 
@@ -280,7 +280,7 @@ def rms_norm(x, normalized_size: int, weight=None, eps: float = 1e-6, out=None) 
     x = _elements(x)
     rows, y = _rows(x, normalized_size), _output(x.shape, out)
     weight = _vector(weight, normalized_size)
-    library.get().rms_norm_f32(rows.shape[0], normalized_size, _address(rows), _strides(rows)[0], _address(y),
+    library.get().rms_norm_f32(rows.shape[0], normalized_size, address_of(rows), _strides(rows)[0], address_of(y),
                                _optional(weight), eps)
     return y
 
@@ -291,8 +291,8 @@ def scale_shift(x, scale, shift, activation: str = "none", out=None) -> np.ndarr
     c = x.shape[1]
     scale, shift = _vector(scale, c), _vector(shift, c)
     y = _output(x.shape, out)
-    library.get().scale_shift_f32(x.shape[0], c, math.prod(x.shape[2:]), _address(x), _address(scale),
-                                  _address(shift), _activation(activation), _address(y))
+    library.get().scale_shift_f32(x.shape[0], c, math.prod(x.shape[2:]), address_of(x), address_of(scale),
+                                  address_of(shift), _activation(activation), address_of(y))
     return y
 
 
@@ -300,7 +300,7 @@ def activation(x, name: str, out=None) -> np.ndarray:
     """act(x) elementwise, with the GEMM epilogue's activations ("gelu": x Phi(x) with erf, ...)."""
     x = np.ascontiguousarray(_elements(x))
     y = _output(x.shape, out)
-    library.get().activation_f32(x.size, _address(x), _activation(name), _address(y))
+    library.get().activation_f32(x.size, address_of(x), _activation(name), address_of(y))
     return y
 
 
@@ -313,8 +313,8 @@ def silu_mul(gate, up, out=None) -> np.ndarray:
     n = gate.shape[-1] if gate.ndim else 1
     g, u, y = _rows(gate, n), _rows(up, n), _output(gate.shape, out)
     if g.shape[0]:
-        library.get().silu_mul_f32(g.shape[0], n, _address(g), _strides(g)[0], _address(u), _strides(u)[0],
-                                   _address(y))
+        library.get().silu_mul_f32(g.shape[0], n, address_of(g), _strides(g)[0], address_of(u), _strides(u)[0],
+                                   address_of(y))
     return y
 
 
@@ -334,15 +334,15 @@ def rope(x, cos, sin, out=None) -> np.ndarray:
         lead = (outer, t * d)
     y = _output(x.shape, out)
     if outer:
-        library.get().rope_f32(outer, t, d, _address(x), lead[1], _strides(x)[-2], _address(cos), _address(sin),
-                               _address(y))
+        library.get().rope_f32(outer, t, d, address_of(x), lead[1], _strides(x)[-2], address_of(cos), address_of(sin),
+                               address_of(y))
     return y
 
 
 def clamp(x, lo: float, hi: float, out=None) -> np.ndarray:
     x = np.ascontiguousarray(_elements(x))
     y = _output(x.shape, out)
-    library.get().clamp_f32(x.size, _address(x), lo, hi, _address(y))
+    library.get().clamp_f32(x.size, address_of(x), lo, hi, address_of(y))
     return y
 
 
@@ -371,12 +371,12 @@ def attention(q, k, v, mask=None, scale: float | None = None, is_causal: bool = 
         mask = np.broadcast_to(mask, (n, h, l, s))
         if any(st % mask.itemsize for st in mask.strides):
             mask = np.ascontiguousarray(mask)
-        mask_args = (_address(mask), kind) + tuple(st // mask.itemsize for st in mask.strides)
+        mask_args = (address_of(mask), kind) + tuple(st // mask.itemsize for st in mask.strides)
     scale = 1 / math.sqrt(d) if scale is None else scale
     y = _output((n, l, h, dv), out)
-    _call_with_scratch(library.get().attention_f32, n, h, hkv, l, s, d, dv, _address(q), *_strides(q), _address(k),
-                       *_strides(k), _address(v), *_strides(v), *mask_args, int(bool(is_causal)), float(scale),
-                       _address(y))
+    call_with_scratch(library.get().attention_f32, n, h, hkv, l, s, d, dv, address_of(q), *_strides(q), address_of(k),
+                       *_strides(k), address_of(v), *_strides(v), *mask_args, int(bool(is_causal)), float(scale),
+                       address_of(y))
     return y
 
 
@@ -396,8 +396,8 @@ def index_copy(dest, index, source, axis: int) -> bool:
         return False
     index = np.ascontiguousarray(index)
     outer = math.prod(dest.shape[:axis])
-    bad = library.get().index_copy_f32(outer, dest.shape[axis], inner, _address(dest), d_outer[1],
-                                       dest.strides[axis] // 4, _address(index), index.size, _address(source),
+    bad = library.get().index_copy_f32(outer, dest.shape[axis], inner, address_of(dest), d_outer[1],
+                                       dest.strides[axis] // 4, address_of(index), index.size, address_of(source),
                                        s_outer[1], source.strides[axis] // 4)
     if bad:
         raise IndexError(f"index {int(index[bad - 1])} is out of range for dimension {axis} of size "
@@ -416,7 +416,7 @@ def _bits(a, dtype) -> np.ndarray:
 def _convert(a, src, dst, kernel: str) -> np.ndarray:
     a = _bits(a, src)
     y = np.empty(a.shape, dst)
-    getattr(library.get(), kernel)(a.size, _address(a), _address(y))
+    getattr(library.get(), kernel)(a.size, address_of(a), address_of(y))
     return y
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from ... import quants
 from . import library
-from .kernels import _address, _call_with_scratch
+from .kernels import address_of, call_with_scratch
 
 TYPES = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k")
 _F32 = np.dtype(np.float32)
@@ -37,7 +37,7 @@ def _weight(weight: np.ndarray, qtype: str, rows: int, cols: int) -> tuple[int, 
         raise ValueError(f"{qtype} weight of {rows} x {cols}: expected {rows * kind.row_bytes(cols)} contiguous "
                          f"bytes, got {weight.size} {weight.dtype}")
     key = id(weight)
-    found = (kind.id, _address(weight))
+    found = (kind.id, address_of(weight))
     _weights[key] = (weakref.ref(weight, lambda _, key=key: _weights.pop(key, None)), (qtype, rows, cols), found)
     return found
 
@@ -59,10 +59,10 @@ def linear_q(x, *bias, weight, qtype, rows, cols):
     b = None
     if bias:
         b = bias[0] if bias[0].dtype == _F32 and bias[0].flags.c_contiguous else np.ascontiguousarray(bias[0], _F32)
-        b = _address(b)
+        b = address_of(b)
     if m and rows:
-        _call_with_scratch(library.get().linear_q_f32, kind, m, rows, cols, _address(x), x_row, address, b,
-                           _address(y))
+        call_with_scratch(library.get().linear_q_f32, kind, m, rows, cols, address_of(x), x_row, address, b,
+                           address_of(y))
     return y
 
 
@@ -72,7 +72,7 @@ def embedding_q(ids, *, weight, qtype, rows, cols):
     ids = np.asarray(ids)
     flat = np.ascontiguousarray(ids, np.int64).reshape(-1)
     y = np.empty(ids.shape + (cols,), _F32)
-    bad = library.get().embedding_q_f32(kind, flat.size, _address(flat), rows, cols, address, _address(y))
+    bad = library.get().embedding_q_f32(kind, flat.size, address_of(flat), rows, cols, address, address_of(y))
     if bad:
         raise IndexError(f"index {int(flat[bad - 1])} is out of range for {rows} rows")
     return y
