@@ -52,6 +52,11 @@ def random_blocks(qtype: str, rows: int, cols: int, rng: np.random.Generator | i
     return blocks.reshape(-1)
 
 
+def _figures(x: float) -> float:
+    """x to 4 significant figures: a tiny product's GB/s stays above 0, as a fixed number of decimals would not."""
+    return float(f"{x:.4g}")
+
+
 def resolve_devices(devices=None) -> list[str]:
     """None: every backend worth picking here (not a CPU emulation of a GPU); "all" among them:
     every available one; else the names given, in order, each checked."""
@@ -113,8 +118,8 @@ def bench_qlinear(devices=None, types=TYPES, shapes=SHAPES, rows=ROWS, repeat: i
                         tx = from_numpy(x, dev)
                         ms = time_ms(lambda: F.linear(tx, w), dev, repeat, min_time)
                         cases.append({"device": dev, "type": qtype, "in": cols, "out": out, "rows": r,
-                                      "bytes": nbytes, "ms": round(ms, 4), "gbps": round(nbytes / ms / 1e6, 3),
-                                      "gflops": round(2 * r * cols * out / ms / 1e6, 3)})
+                                      "bytes": nbytes, "ms": _figures(ms), "gbps": _figures(nbytes / ms / 1e6),
+                                      "gflops": _figures(2 * r * cols * out / ms / 1e6)})
                 except Exception as e:                    # noqa: BLE001
                     failed.append({"device": dev, "type": qtype, "in": cols, "out": out,
                                    "error": f"{type(e).__name__}: {e}"})
@@ -126,7 +131,7 @@ def bench_qlinear(devices=None, types=TYPES, shapes=SHAPES, rows=ROWS, repeat: i
     f32_ms = {(c["device"], c["in"], c["out"], c["rows"]): c["ms"] for c in cases if c["type"] == "f32"}
     for c in cases:
         f32 = f32_ms.get((c["device"], c["in"], c["out"], c["rows"]))
-        c["vs_f32"] = round(f32 / c["ms"], 3) if f32 is not None else None
+        c["vs_f32"] = _figures(f32 / c["ms"]) if f32 is not None else None
     return {"model": "qlinear", "devices": devices, "adapters": {d: describe(d) for d in devices},
             "types": ["f32"] + types, "shapes": [list(s) for s in shapes], "rows": list(rows), "repeat": repeat,
             "min_time": min_time, "machine": machine(), "numpy": np.__version__, "skipped": skipped,
