@@ -336,9 +336,10 @@ class Loader:
             pieces.append(body)
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
-    # a cache that fails (quota, private mode) is a miss, never a failed load; the first failure
-    # is reported in stats["cache_error"], and after a refused put nothing more is offered
-    async def _cache(self, method, *args):
+    # cache.<method>(*args), for this loader and engine.io.site: a cache that fails (quota, private
+    # mode) is a miss, never a failed load; the first failure is reported in stats["cache_error"],
+    # and after a refused put nothing more is offered
+    async def cache_call(self, method, *args):
         if method == "put" and not self._cache_puts:
             return None
         try:
@@ -355,7 +356,7 @@ class Loader:
         None: no key, nothing cached, or an entry that is damaged or no longer parses (deleted)."""
         if not key:
             return None
-        blob = await self._cache("get", key)
+        blob = await self.cache_call("get", key)
         if blob is None:
             return None
         head = bytes(blob[:-32])
@@ -367,7 +368,7 @@ class Loader:
                 return shard
             except WeightsError:
                 pass
-        await self._cache("delete", key)
+        await self.cache_call("delete", key)
         return None
 
     async def open_shard(self, url: str, filename: str) -> _Shard:
@@ -468,12 +469,12 @@ class Loader:
     async def fetch_run(self, run: _Run) -> None:
         shard = run.shard
         if run.key:
-            data = await self._cache("get", run.key)
+            data = await self.cache_call("get", run.key)
             if data is not None:
                 if self._mismatch(run, data) is None:
                     self.stats["cache_bytes"] += len(data)
                     return self._deliver(run, bytes(data))
-                await self._cache("delete", run.key)       # corrupted: refetch once
+                await self.cache_call("delete", run.key)       # corrupted: refetch once
         have = len(shard.head)          # a network probe may already hold the run's start
         if run.end <= have:
             data = shard.head[run.start:run.end]
@@ -488,7 +489,7 @@ class Loader:
             raise IntegrityError(f"downloaded bytes [{run.start}, {run.end}) are corrupt: "
                                  f"{bad[1]}", file=shard.url, tensor=bad[0])
         if run.key:
-            await self._cache("put", run.key, data)
+            await self.cache_call("put", run.key, data)
         self._deliver(run, data)
 
     def _deliver(self, run: _Run, data: bytes) -> None:
@@ -512,17 +513,17 @@ class Loader:
         for shard, _ in plan:               # only now: a header that led to bad data is not kept
             if shard.head_key and not shard.head_cached:
                 header = shard.head[:shard.header_bytes]
-                await self._cache("put", shard.head_key,
+                await self.cache_call("put", shard.head_key,
                                   header + hashlib.sha256(header).digest())
                 shard.head_cached = True
         await self.prune([shard for shard, _ in plan])
 
     async def prune(self, shards: list[_Shard]) -> None:
         """Delete the entries of these shards that no longer hold current bytes."""
-        for key in await self._cache("keys") or []:
+        for key in await self.cache_call("keys") or []:
             for shard in shards:
                 if is_stale(key, shard.url, shard.head_sha256, shard.infos, self.manifest):
-                    await self._cache("delete", key)
+                    await self.cache_call("delete", key)
 
 
 class RemoteGGUF(GGUFFile):

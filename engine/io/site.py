@@ -103,7 +103,7 @@ def _row_fetcher(loader: Loader, url: str, name: str, entry: dict, block_rows: i
         found: dict[int, bytes] = {}
         for block in blocks:
             k = key(block)
-            data = await loader._cache("get", k) if k else None
+            data = await loader.cache_call("get", k) if k else None
             if data is not None and hashlib.sha256(data).hexdigest() == shas[block]:
                 loader.stats["cache_bytes"] += len(data)
                 found[block] = bytes(data)
@@ -125,7 +125,7 @@ def _row_fetcher(loader: Loader, url: str, name: str, entry: dict, block_rows: i
                     raise IntegrityError(f"downloaded rows of block {block} (bytes [{a}, {b})) are corrupt: "
                                          f"their sha256 differs from the manifest's", file=url, tensor=name)
                 if key(block):
-                    await loader._cache("put", key(block), data)
+                    await loader.cache_call("put", key(block), data)
                 found[block] = data
         for run in runs:
             await fetch_run(run)
@@ -138,15 +138,15 @@ async def _prune_rows(loader: Loader, url: str, name: str, shas: list[str]) -> N
     """Delete the cached row blocks of `name` in `url` that the current manifest would not make."""
     current = {cache_key(url, f"engine-rows={name}:{block}", sha) for block, sha in enumerate(shas)}
     prefix = f"{key_prefix(url)}engine-rows={name}:"
-    for key in await loader._cache("keys") or []:
+    for key in await loader.cache_call("keys") or []:
         if key.startswith(prefix) and key not in current:
-            await loader._cache("delete", key)
+            await loader.cache_call("delete", key)
 
 
 async def fetch_file(loader: Loader, url: str, sha256: str, size: int) -> bytes:
     """A whole small file, cached by its sha256 and verified."""
     key = cache_key(url, "engine-file", sha256) if loader.cache is not None else None
-    data = await loader._cache("get", key) if key else None
+    data = await loader.cache_call("get", key) if key else None
     if data is not None and hashlib.sha256(data).hexdigest() == sha256:
         loader.stats["cache_bytes"] += len(data)
         return bytes(data)
@@ -154,7 +154,7 @@ async def fetch_file(loader: Loader, url: str, sha256: str, size: int) -> bytes:
     if len(body) != size or hashlib.sha256(body).hexdigest() != sha256:
         raise IntegrityError("the file differs from the manifest (size or sha256)", file=url)
     if key:
-        await loader._cache("put", key, body)
+        await loader.cache_call("put", key, body)
     return body
 
 
