@@ -10,8 +10,9 @@ alternating between runs. Each profile visits once, then reloads (`--reloads` ti
 reload waits first for what a visitor's would have, the service worker in control and the
 worker's memory snapshot stored. Ready is when the page sets body[data-ready="true"], in ms since
 its navigation began (a MutationObserver records it, so polling adds nothing). Prints, per visit,
-the medians and spreads of both and the ratio of the medians (site / bare), and the stages of
-both workers (their times count from each worker's creation, which is also recorded).
+the medians and spreads of both, the ratio of the medians (site / bare) and the median of the
+ratios paired by run, and the stages of both workers (their times count from each worker's
+creation, which is also recorded).
 
 nginx serves the site as the tests do (tests/web/conftest.py: deploy/nginx.conf, brotli), and
 Chromium gets the tests' flags. The machine's load (`/proc/loadavg`) is printed before and after:
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -61,6 +63,29 @@ SNAPSHOT_STORED = """async () => {
 }"""
 
 
+def browser_cpu_ms(profile: str) -> float | None:
+    """CPU time used so far by the browser that runs `profile` and every process below it (Linux
+    /proc; None elsewhere). The difference across a start is the work it took, which other load on
+    a shared machine stretches in wall time but hardly changes."""
+    procs = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        procs[int(stat.parent.name)] = (int(fields[1]), int(fields[11]) + int(fields[12]), cmdline)
+    if not procs:
+        return None
+    roots = [pid for pid, (_, _, cmd) in procs.items() if f"--user-data-dir={profile}".encode() in cmd]
+    tree, ticks = set(roots), 0
+    for _ in range(4):                       # browser -> zygotes -> renderers, GPU, network, ...
+        tree |= {pid for pid, (ppid, _, _) in procs.items() if ppid in tree}
+    ticks = sum(procs[pid][1] for pid in tree)
+    return ticks * 1000 / os.sysconf("SC_CLK_TCK") if roots else None
+
+
 def wait_ready(page, timeout_ms: float = 120_000) -> dict:
     page.wait_for_function("window.__readyAt !== undefined || document.body?.dataset.ready === 'error' || "
                            "document.querySelector('[data-testid=engine-status]')?.textContent === 'error'",
@@ -80,11 +105,15 @@ def profile_run(playwright, kind: str, base_url: str, reloads: int, args: list[s
         try:
             context.add_init_script(RECORD)
             page = context.pages[0] if context.pages else context.new_page()
-            page.goto(base_url + PAGES[kind])
             for visit in range(reloads + 1):
+                cpu = browser_cpu_ms(profile)
                 if visit:
                     page.reload()
+                else:
+                    page.goto(base_url + PAGES[kind])
                 record = wait_ready(page)
+                after = browser_cpu_ms(profile)
+                record["cpu_ms"] = round(after - cpu) if cpu is not None and after is not None else None
                 record["details"] = page.evaluate(DETAILS[kind])
                 visits.append(record)
                 if visit == reloads:
@@ -178,6 +207,23 @@ def main(argv=None) -> int:
             text += "  ratio " + ", ".join(f"{label} {statistics.median(values) / bare:.2f}x"
                                            for label, values in line.items() if label != "bare")
         print(f"  {name:12} {text}")
+        # each profile against the bare one of the same run (measured back to back): steadier when
+        # the machine's load drifts during the whole
+        for label, values in line.items():
+            if label != "bare" and "bare" in line:
+                paired = [v / b for v, b in zip(values, line["bare"])]
+                print(f"  {'':12} {label} / bare, paired by run: median {statistics.median(paired):.2f}x "
+                      f"({min(paired):.2f}-{max(paired):.2f})")
+    cpu = {label: [[r[visit]["cpu_ms"] for r in records[label]] for visit in range(len(names))] for label in records}
+    if all(v is not None for per in cpu.values() for visit in per for v in visit):
+        print("\nCPU time of the browser's processes from navigation to ready (median (min-max), s):")
+        for visit, name in enumerate(names):
+            text = "  ".join(f"{label} {spread(per[visit])}" for label, per in cpu.items())
+            if "bare" in cpu:
+                bare = statistics.median(cpu["bare"][visit])
+                text += "  ratio " + ", ".join(f"{label} {statistics.median(per[visit]) / bare:.2f}x"
+                                               for label, per in cpu.items() if label != "bare")
+            print(f"  {name:12} {text}")
     print("\nworker stages, medians (ms):")
     for visit, name in enumerate(names):
         for label in records:
