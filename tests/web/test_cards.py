@@ -73,6 +73,28 @@ def test_the_task_name_opens_its_card_too_and_a_bare_url_opens_the_first(dev_ser
     assert not fetched(s2, "photo") and not fetched(s2, "sentences") and not fetched(s2, "chat")
 
 
+def test_the_opened_card_is_the_only_one_painted_before_the_pages_python_runs(dev_server, session_factory):
+    """index.html's first script shows the card the URL names (a style of its own) until app.py,
+    held back here, takes over the tabs."""
+    import time
+    s = watched(session_factory, dev_server.url)
+
+    def late(route):
+        time.sleep(4)
+        route.continue_()
+    s.context.route("**/pyscript/core.js", late)
+    page = s.page
+    page.goto(dev_server.url + "index.html#sentences", wait_until="commit")      # not "load": core.js is late
+    page.wait_for_selector("#chat-card", state="attached")
+    assert shown(page) == ["sentences"] and page.evaluate("document.getElementById('opening-card') !== null")
+    page.wait_for_function("window.engineClient && window.engineClient.tasksWanted")
+    assert page.evaluate("window.engineClient.tasksWanted") == ["sentence-embedding", "digit-classification",
+                                                                "image-classification", "text-generation"]
+    s.wait_ready()
+    wait_shown(page, "sentences")
+    assert page.evaluate("document.getElementById('opening-card')") is None
+
+
 def test_a_model_is_fetched_only_when_its_card_opens(dev_server, session_factory):
     s = watched(session_factory, dev_server.url)
     page = s.open()
