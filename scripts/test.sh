@@ -17,4 +17,4 @@ cd "$ROOT"
 # pytest-xdist, one worker per core; tests/conftest.py keeps each module's tests on one worker and
 # the browser and build tests together on one. TEST_WORKERS=0 runs everything in this process
 # (for -s, --pdb); later arguments win, so `-n 0` works too.
-"$VENV/bin/python" -m pytest -n "${TEST_WORKERS:-auto}" --dist loadgroup "$@"
+"$VENV/bin/python" -m pytest -n "${TEST_WORKERS:-auto}" --dist loadfile "$@"

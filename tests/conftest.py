@@ -112,18 +112,13 @@ def pytest_collection_modifyitems(config, items):
     parameter, or marked @pytest.mark.float64): WebGPU has no 64-bit floats (the backend refuses
     them with a clear error, tested in tests/webgpu)."""
     import os
-    cache, grouped = {}, config.getoption("dist", "no") == "loadgroup"
+    cache = {}
     for item in items:
         parts = item.path.resolve().parts
         inside = parts[len(_TESTS.parts):] if parts[:len(_TESTS.parts)] == _TESTS.parts else parts[-1:]
         folder = inside[0] if len(inside) > 1 else None
         if folder in FOLDER_MARKERS:
             item.add_marker(FOLDER_MARKERS[folder])
-        # pytest-xdist (--dist loadgroup, scripts/test.sh) keeps a module's tests on one worker, so a
-        # module-scoped fixture (a reference model, ~25 s) is built once; the browser and build tests
-        # share one worker: they build the site from the one download cache, and Chromium wants a core.
-        if grouped:
-            item.add_marker(pytest.mark.xdist_group("site" if folder in ("web", "build") else "/".join(inside)))
         module = getattr(item, "module", None)
         if REFERENCE_FIXTURES.intersection(item.fixturenames) or (module is not None and _uses_reference(module, cache)):
             item.add_marker("reference")
@@ -136,6 +131,27 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("float64") or any(v is D.float64 or (isinstance(v, (type, np.dtype)) and np.dtype(v) == np.float64)
                for v in params.values() if not isinstance(v, (list, dict))):
             item.add_marker(skip)
+
+
+SITE_FOLDERS = ("tests/web/", "tests/build/")
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's --dist loadfile (scripts/test.sh), with tests/web and tests/build as one unit.
+    A file's tests stay on one worker, so a module-scoped fixture (a reference model, ~25 s) is made
+    once; the browser and build tests run one after the other on one worker, since each folder
+    builds the whole site from the one download cache. (xdist_group marks would say the same, but
+    --dist loadgroup stopped grouping with pytest 9.2.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SiteTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return "tests/web+build" if path.startswith(SITE_FOLDERS) else path
+    return SiteTogether(config, log)
 
 
 def pytest_runtest_setup(item):

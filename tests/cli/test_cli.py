@@ -82,6 +82,7 @@ def test_bad_weights_exit_2_naming_the_file(tmp_path, damage, needle):
     assert needle.lower() in r.stderr.lower()
 
 
+@pytest.mark.slow
 def test_bench_runs_and_reports_a_ratio():
     r = run("bench", "mnist", "--repeat", "2", "--json")
     assert r.returncode == 0, r.stderr

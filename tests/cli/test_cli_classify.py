@@ -6,6 +6,8 @@ import sys
 import zlib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -83,6 +85,7 @@ def test_bad_arguments_and_weights(effnet_weights, sample_photos, tmp_path):
     assert len(one_line_errors(run("classify"), "IMAGE")) == 1
 
 
+@pytest.mark.slow
 def test_bench_effnet_json(effnet_weights):
     r = run("bench", "effnet", "--repeat", "1", "--json", "--weights", effnet_weights)
     assert r.returncode == 0, r.stderr

@@ -2,6 +2,8 @@
 (on simd where it is available: the fast backend; the pipeline's own tests cover every backend)."""
 import json
 
+import pytest
+
 import engine
 from test_cli import run
 
@@ -48,6 +50,7 @@ def test_tokenize_reads_the_tokenizer_from_the_gguf(smollm2_gguf, smollm2_metada
     assert json.loads(r.stdout)["ids"] == want.ids
 
 
+@pytest.mark.slow
 def test_bench_llm_json(smollm2_gguf):
     r = run("bench", "llm", "--weights", str(smollm2_gguf), "--device", DEVICE, "--new-tokens", "8", "--json")
     assert r.returncode == 0, r.stderr
