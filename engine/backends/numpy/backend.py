@@ -41,12 +41,7 @@ class NumpyBackend:
     def view(self, buf: np.ndarray, layout) -> np.ndarray:
         """A NumPy view of `layout` over `buf`: no copy, read-only for strided views."""
         shape = layout.shape
-        if layout._contiguous and not layout.offset:        # the common case: the whole buffer
-            try:
-                return buf.reshape(shape)
-            except ValueError:                              # a prefix of it: below
-                pass
-        if layout.offset == 0 and buf.size == layout.numel and layout.is_contiguous:
+        if not layout.offset and buf.size == layout.numel and layout.is_contiguous:   # the common case
             return buf.reshape(shape)
         if layout.numel == 0:
             return np.empty(shape, buf.dtype)
