@@ -100,6 +100,7 @@ def site_copy(tmp_path_factory):
     return out / "models" / "all-MiniLM-L6-v2"
 
 
+@pytest.mark.slow
 def test_pipeline_end_to_end_matches_the_reference(minilm_folder, reference):
     pipe = engine.pipeline("sentence-embedding", weights=minilm_folder)
     with pytest.warns(UserWarning, match="1 text.*truncated"):

@@ -49,6 +49,7 @@ def test_random_config_matches_torch():
         assert_close(ours(engine.from_numpy(x)), theirs(torch.from_numpy(x)), rtol=0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_held_out_accuracy_reproduced_by_the_engine(models, mnist):
     images, labels, _, held = mnist
     ours = models[0]
