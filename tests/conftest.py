@@ -94,6 +94,7 @@ FOLDER_MARKERS = {"web": "browser", "build": "build", "fuzz": "fuzz"}
 REFERENCE_PACKAGES = {"torch", "transformers", "tokenizers", "gguf", "accelerate", "efficientnet_lite_pytorch"}
 REFERENCE_FIXTURES = {"effnet_state", "effnet_weights", "reference", "pair_of", "transformers_module",
                       "smollm2_reference"}
+REFERENCE_HELPERS = {"tests.llama_gguf"}          # test helpers that import a reference package inside
 _TESTS = Path(__file__).resolve().parent
 
 
@@ -104,6 +105,16 @@ def _uses_reference(module, cache: dict) -> bool:
                for value in vars(module).values()}
         cache[module] = any(isinstance(name, str) and name.partition(".")[0] in REFERENCE_PACKAGES for name in top)
     return cache[module]
+
+
+def _imports_reference(function) -> bool:
+    """Whether a test function imports a reference package itself (`import torch`, `need_import("gguf")`)."""
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return False
+    names = set(code.co_names) | {c for c in code.co_consts if isinstance(c, str)}
+    return bool(names & (REFERENCE_PACKAGES | REFERENCE_HELPERS)) or any(
+        n.partition(".")[0] in REFERENCE_PACKAGES for n in names if "." in n and " " not in n)
 
 
 @pytest.hookimpl(tryfirst=True)          # before -m deselects by marker
@@ -120,7 +131,8 @@ def pytest_collection_modifyitems(config, items):
         if folder in FOLDER_MARKERS:
             item.add_marker(FOLDER_MARKERS[folder])
         module = getattr(item, "module", None)
-        if REFERENCE_FIXTURES.intersection(item.fixturenames) or (module is not None and _uses_reference(module, cache)):
+        if (REFERENCE_FIXTURES.intersection(item.fixturenames) or _imports_reference(getattr(item, "function", None))
+                or (module is not None and _uses_reference(module, cache))):
             item.add_marker("reference")
     if os.environ.get("ENGINE_TEST_DEVICE") != "webgpu":
         return
