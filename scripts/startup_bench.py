@@ -1,7 +1,7 @@
 """The site's start against a bare Pyodide start, in headless Chromium over nginx.
 
     python scripts/startup_bench.py [--site dist] [--runs 5] [--reloads 2] [--json out.json]
-    python scripts/startup_bench.py --variant before=/tmp/old/dist     # another build of the site beside it
+    python scripts/startup_bench.py --variant before=dist-before     # another build (python build.py --out dist-before)
 
 Each run takes two fresh browser profiles (empty HTTP cache, no service worker), one for the
 bare start (bare-start.html: a worker that runs loadPyodide(), loadPackage("numpy") and
