@@ -15,6 +15,18 @@ const IMPORTS = ["__future__", "base64", "calendar", "csv", "ctypes", "dataclass
   "email.message", "email.utils", "hashlib", "importlib.metadata", "json", "mmap", "numbers", "pickle",
   "platform", "tarfile"];
 
+// Pyodide's wasm from the service worker's copy when the network cannot give it (web/sw-core.js
+// leaves it to the network while the browser is online).
+const WASM = BASE + "pyodide/pyodide.asm.wasm";
+const realFetch = self.fetch.bind(self);
+self.fetch = async (input, init) => {
+  const url = new URL(input instanceof Request ? input.url : String(input), BASE).href;
+  if (url !== WASM) return realFetch(input, init);
+  const response = await realFetch(input, init).catch(() => null);
+  if (response && response.ok) return response;
+  return (await caches.match(WASM).catch(() => null)) || response || realFetch(input, init);
+};
+
 const hex = (buffer) => Array.from(new Uint8Array(buffer), (b) => b.toString(16).padStart(2, "0")).join("");
 
 async function take({ cache: name, url }) {

@@ -14,6 +14,7 @@ const { version, files } = self.SITE;
 const PREFIX = "engine-site-";
 const CACHE = PREFIX + version;
 const BASE = new URL("./", self.location).href;
+const RUNTIME_WASM = BASE + "pyodide/pyodide.asm.wasm";
 const KEPT = new Map(Object.entries(files).map(([rel, sha256]) => [new URL(rel, BASE).href, sha256]));
 
 async function sha256Hex(buffer) {
@@ -73,5 +74,10 @@ self.addEventListener("fetch", (event) => {
   let url = address.origin + address.pathname;      // ?backend=... and #... name the same file
   if (request.mode === "navigate" && url === BASE) url = BASE + "index.html";
   if (!KEPT.has(url)) return;                       // anything else goes to the network as usual
+  // Pyodide's wasm while online is the browser's own fetch: V8 keeps the runtime's optimized code
+  // with the HTTP cache's copy, where earlier visits left it, and the copy kept here would start
+  // a reload on baseline code (the first reload ~0.8 s of CPU slower). Offline, or when that
+  // fetch fails, the workers take the copy kept here themselves (web/worker.js).
+  if (url === RUNTIME_WASM && self.navigator.onLine) return;
   event.respondWith(url.startsWith(BASE + "models/") ? networkFirst(request, url) : fromCache(request, url));
 });

@@ -61,7 +61,8 @@ self.fetch = async (input, init) => {
   const started = early.get(url);
   early.delete(url);
   const same = started && started.integrity === ((init && init.integrity) || "");
-  const response = await (same ? started.response : realFetch(input, init));
+  const response = await (same ? started.response : realFetch(input, init).then((r) => keptIfFailed(url, r),
+                                                                                (err) => keptIfFailed(url, null, err)));
   const match = STAGES.find(([re]) => re.test(new URL(url, BASE).pathname));
   if (!match || !response.ok || !response.body) return response;
   // Pyodide gets the host's own response and the progress reads a clone: V8 keeps the compiled
@@ -70,6 +71,21 @@ self.fetch = async (input, init) => {
   countProgress(match[1], url, response.clone());
   return response;
 };
+
+// Pyodide's wasm, which the service worker leaves to the network while the browser is online
+// (web/sw-core.js: the HTTP cache's copy carries V8's optimized code), from the service worker's
+// copy when the network cannot give it (the host gone).
+const RUNTIME_WASM = BASE + "pyodide/pyodide.asm.wasm";
+async function keptIfFailed(url, response, err = null) {
+  if (url !== RUNTIME_WASM || (response && response.ok)) {
+    if (response) return response;
+    throw err;
+  }
+  const copy = await caches.match(url).catch(() => null);
+  if (copy) return copy;
+  if (response) return response;
+  throw err;
+}
 
 async function countProgress(stage, url, response) {
   // an encoded body (the host sent the build's .gz) is counted decoded: its Content-Length is

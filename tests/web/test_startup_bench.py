@@ -24,9 +24,10 @@ def test_bare_start_page(nginx_server, session_factory):
     assert results["ok"] is True and page.evaluate("document.body.dataset.ready") == "true", results
     timings = results["timings"]
     assert set(timings) == BARE_STAGES and all(timings[k] > 0 for k in BARE_STAGES)
-    # the stages add up to the worker's total, and the page saw the answer after the worker sent it
+    # the stages follow one another within the worker's total (a loaded machine may pause the
+    # worker between two of them), and the page saw the answer after the worker sent it
     parts = timings["worker_start_ms"] + timings["pyodide_ms"] + timings["numpy_ms"] + timings["import_ms"]
-    assert timings["total_ms"] == pytest.approx(parts, abs=5)
+    assert parts <= timings["total_ms"] + 1 and parts > 0.5 * timings["total_ms"]
     assert results["ready_ms"] > timings["total_ms"]
     # NumPy really imported in that worker: nothing of the site's engine, from the site's own runtime
     paths = [urlsplit(u).path for u in s.requests if not u.startswith("data:")]
