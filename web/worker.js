@@ -126,7 +126,7 @@ async function loadKernels(want) {
 // instead of starting it again. A first visit starts Pyodide plainly and answers first: the
 // snapshot is taken afterwards by a worker of its own (snapshot-worker.js): the recording start it
 // needs, its imports and copying and hashing 21 MB would delay the first answer (docs/benchmarks.md,
-// "Start-up"). Kept in its own Cache API cache; Pyodide refuses one taken by another Pyodide build (its build id),
+// "Cold start"). Kept in its own Cache API cache; Pyodide refuses one taken by another Pyodide build (its build id),
 // which is then replaced. Pyodide 0.27's snapshot options are experimental (`_loadSnapshot`,
 // `_makeSnapshot`).
 const SNAPSHOT = { cache: "engine-pyodide-snapshot", url: BASE + "pyodide/memory-snapshot" };
