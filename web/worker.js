@@ -126,9 +126,9 @@ async function loadKernels(want) {
 // instead of starting it again. A first visit starts Pyodide plainly and answers first: the
 // snapshot is taken afterwards by a worker of its own (snapshot-worker.js): the recording start it
 // needs, its imports and copying and hashing 21 MB would delay the first answer (docs/benchmarks.md,
-// "Cold start"). Kept in its own Cache API cache; Pyodide refuses one taken by another Pyodide build (its build id),
-// which is then replaced. Pyodide 0.27's snapshot options are experimental (`_loadSnapshot`,
-// `_makeSnapshot`).
+// "Cold start"). Kept in its own Cache API cache; Pyodide refuses one taken by another Pyodide
+// build (its build id), which is then replaced. Pyodide 0.27's snapshot options are experimental
+// (`_loadSnapshot`, `_makeSnapshot`).
 const SNAPSHOT = { cache: "engine-pyodide-snapshot", url: BASE + "pyodide/memory-snapshot" };
 const SNAPSHOT_DELAY_MS = 2000;                     // after the boot's answer, so that the first answers come first
 const runtime = { start: null, snapshot_bytes: 0, snapshot_read_ms: 0, snapshot_stored: null, snapshot_error: null,
