@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.web.conftest import CHROMIUM, CHROMIUM_ARGS, start_nginx  # noqa: E402
+from tests.web.conftest import CHROMIUM, CHROMIUM_ARGS, start_nginx
 
 # Runs before the page's own scripts: when body[data-ready] first turns "true", and when each
 # worker was created (Worker is subclassed, nothing else changes), in the page's performance.now().
@@ -226,9 +226,9 @@ def main(argv=None) -> int:
             print(f"  {name:12} {text}")
     print("\nworker stages, medians (ms):")
     for visit, name in enumerate(names):
-        for label in records:
+        for label, profiles in records.items():
             kind = measured[label][0]
-            rows = [stages(kind, r[visit]) for r in records[label]]
+            rows = [stages(kind, r[visit]) for r in profiles]
             keys = [k for k in rows[0] if all(isinstance(row.get(k), (int, float)) for row in rows)]
             text = ", ".join(f"{k.removesuffix('_ms')} {statistics.median(row[k] for row in rows):.0f}" for k in keys)
             start = {row.get("start") for row in rows} - {None}

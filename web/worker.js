@@ -259,7 +259,10 @@ function takeSnapshot() {
     else runtime.snapshot_error = `not stored: ${result.error}`;
   };
   taker.onmessage = (event) => done(event.data);
-  taker.onerror = (event) => { event.preventDefault(); done({ ok: false, error: event.message || "its worker failed" }); };
+  taker.onerror = (event) => {
+    event.preventDefault();
+    done({ ok: false, error: event.message || "its worker failed" });
+  };
   taker.postMessage(SNAPSHOT);
 }
 

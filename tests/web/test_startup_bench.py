@@ -66,7 +66,7 @@ def test_startup_script(site, tmp_path):
     out = tmp_path / "startup.json"
     r = subprocess.run([sys.executable, "scripts/startup_bench.py", "--site", str(site), "--runs", "1",
                         "--reloads", "1", "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=600)
+                       timeout=600, check=False)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "first visit" in r.stdout and "ratio site" in r.stdout, r.stdout
     records = json.loads(out.read_text())["records"]
