@@ -321,9 +321,9 @@ def _read_zip(file_object, file: str) -> OrderedDict:
     return _build(state, fetch, order, file)
 
 
-def _read_legacy(data: bytes, file: str) -> OrderedDict:
-    stream = io.BytesIO(data)            # shares the bytes, no copy
-
+def _legacy_header(stream, file: str):
+    """Read the legacy stream's first pickle (torch's magic number) and return a reader of the
+    next ones (pickles of plain values: no storages)."""
     def header():
         return _unpickle(_Unpickler(stream, file, legacy=True, storages=False))
 
@@ -334,6 +334,12 @@ def _read_legacy(data: bytes, file: str) -> OrderedDict:
     if magic != MAGIC_NUMBER:
         raise InvalidHeader("not a PyTorch checkpoint: neither a zip archive nor a legacy "
                             "stream starting with torch's magic number", file=file)
+    return header
+
+
+def _read_legacy(data: bytes, file: str) -> OrderedDict:
+    stream = io.BytesIO(data)            # shares the bytes, no copy
+    header = _legacy_header(stream, file)
     protocol = header()
     if protocol != PROTOCOL_VERSION:
         raise InvalidHeader(f"unsupported legacy protocol version {shown(protocol)}", file=file)
@@ -431,17 +437,7 @@ def read_pth_header(path) -> tuple[list[tuple[str, dtypes.DType, tuple[int, ...]
             limit = MAX_PICKLE_BYTES + (64 << 10)      # the pickles come before the storages: only they are read
             head = handle.read(limit)
             stream = io.BytesIO(head)
-
-            def header():
-                return _unpickle(_Unpickler(stream, file, legacy=True, storages=False))
-
-            try:
-                magic = header()
-            except (InvalidHeader, TruncatedFile):
-                magic = None
-            if magic != MAGIC_NUMBER:
-                raise InvalidHeader("not a PyTorch checkpoint: neither a zip archive nor a legacy "
-                                    "stream starting with torch's magic number", file=file)
+            header = _legacy_header(stream, file)
             header()                                   # protocol version
             header()                                   # sys_info
             try:
