@@ -588,7 +588,7 @@ def _to(x: Tensor, *args, dtype=None, device=None) -> Tensor:
         if getattr(target, "storage", None) == getattr(x._backend, "storage", False):
             out = Tensor(x._buf, x._layout, x.dtype, target)      # same memory, no copy
         else:
-            out = from_raw(x._raw_numpy(), x.dtype, x.shape, target.name)
+            out = from_raw(x.raw_numpy(), x.dtype, x.shape, target.name)
     if dtype is not None and dtypes.as_dtype(dtype) is not out.dtype:
         out = cast(out, dtypes.as_dtype(dtype))
     return out

@@ -162,6 +162,11 @@ class Generator:
         self.cache = model.new_cache(capacity or self.cache.capacity, allocate=self.first_rows)
         self._graphs: dict = {}                     # window -> the captured decode step
 
+    @property
+    def captured(self) -> bool:
+        """Whether decode steps are being replayed from captured graphs (engine.graph)."""
+        return self.use_graphs and bool(self._graphs)
+
     def cancel(self) -> None:
         """Stop the running generation before its next token (from a callback or another thread)."""
         self._cancelled = True

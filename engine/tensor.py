@@ -79,13 +79,13 @@ class Tensor:
         return f"tensor({body}{extra}{'' if self.device == 'numpy' else f', device={self.device!r}'})"
 
     # --- leaving the engine -----------------------------------------------------------
-    def _raw_numpy(self) -> np.ndarray:
+    def raw_numpy(self) -> np.ndarray:
         """A host copy in the storage dtype (bfloat16 as uint16 bits)."""
         return self._backend.copy_out(self._buf, self._layout)
 
     def numpy(self) -> np.ndarray:
         """A host NumPy copy; bfloat16 comes back as float32 (NumPy has no bfloat16)."""
-        return dtypes.to_numpy_compute(self._raw_numpy(), self.dtype)
+        return dtypes.to_numpy_compute(self.raw_numpy(), self.dtype)
 
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from . import dtypes as D
+from . import dtypes
 from .errors import DtypeMismatch, MissingTensor, ShapeMismatch
 from .rows import RowTable
 from .quantized import QuantizedTensor
@@ -62,6 +62,6 @@ class Weights:
         if shape is not None and got_shape != tuple(shape):
             raise ShapeMismatch(f"shape mismatch: expected {tuple(shape)}, found {got_shape}",
                                 file=self.file, tensor=name)
-        if dtype is not None and got_dtype is not D.as_dtype(dtype):
-            raise DtypeMismatch(f"dtype mismatch: expected {D.as_dtype(dtype).name}, found {got_dtype.name}",
+        if dtype is not None and got_dtype is not dtypes.as_dtype(dtype):
+            raise DtypeMismatch(f"dtype mismatch: expected {dtypes.as_dtype(dtype).name}, found {got_dtype.name}",
                                 file=self.file, tensor=name)

@@ -136,11 +136,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("reference")
     if os.environ.get("ENGINE_TEST_DEVICE") != "webgpu":
         return
-    from engine import dtypes as D
+    from engine import dtypes
     skip = pytest.mark.skip(reason="WebGPU has no float64")
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        if item.get_closest_marker("float64") or any(v is D.float64 or (isinstance(v, (type, np.dtype)) and np.dtype(v) == np.float64)
+        if item.get_closest_marker("float64") or any(v is dtypes.float64 or (isinstance(v, (type, np.dtype)) and np.dtype(v) == np.float64)
                for v in params.values() if not isinstance(v, (list, dict))):
             item.add_marker(skip)
 

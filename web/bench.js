@@ -246,10 +246,10 @@ async function benchPeer(prompt, tokens) {
   };
 }
 
-// Without ?peer=1: llama.cpp in WebAssembly on the same GGUF and case, as measured on this
-// project's machine (../shared/NOTES.md), not in this run.
+// Without ?peer=1: llama.cpp in WebAssembly on the same GGUF and case, as measured on a 2-core
+// x86-64 VM on 2026-11-23 with ?peer=1, not in this run.
 const WLLAMA_VERSION = "3.8.1";
-const PEER_NOTES = { prefill_tok_s: 19, decode_tok_s: 12.3, source: `@wllama/wllama ${WLLAMA_VERSION}, NOTES.md (not this run)` };
+const PEER_NOTES = { prefill_tok_s: 19, decode_tok_s: 12.3, source: `@wllama/wllama ${WLLAMA_VERSION}, measured 2026-11-23 (not this run)` };
 
 // The quantized-linear section: its table in the page's card, its numbers (less the table) in the results.
 async function benchQlinear(client, full) {

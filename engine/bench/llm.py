@@ -39,7 +39,7 @@ def bench_pipeline(pipe, new_tokens: int = 128, repeat: int = 1) -> dict:
             "new_tokens": new_tokens, "prefill_tok_s": median("prefill_tok_s"),
             "decode_tok_s": median("decode_tok_s"), "ttft_s": median("ttft_s"),
             "first_run": {k: round(runs[0][k], 3) for k in ("prefill_tok_s", "decode_tok_s", "ttft_s")},
-            "graphs": generator.use_graphs and bool(generator._graphs)}
+            "graphs": generator.captured}
 
 
 def bench_torch(path, new_tokens: int = 128, repeat: int = 1) -> dict:

@@ -338,7 +338,7 @@ def _as_item(name, value) -> _Item:
     if name == "__metadata__":
         raise ValueError("'__metadata__' is reserved by the format and cannot name a tensor")
     if isinstance(value, Tensor):
-        dtype, shape, raw = value.dtype, tuple(value.shape), value._raw_numpy()
+        dtype, shape, raw = value.dtype, tuple(value.shape), value.raw_numpy()
     elif isinstance(value, (np.ndarray, np.generic)):
         raw = np.asarray(value)
         try:

@@ -22,7 +22,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from .. import dtypes as D
+from .. import dtypes
 from ..errors import IntegrityError, InvalidHeader, TruncatedFile
 from ..untrusted import load_json, shown
 from .checkpoint import Checkpoint
@@ -61,7 +61,7 @@ class _Overlay:
         return self.tables[name] if name in self.tables else self.tensors[name]
 
 
-def row_blocks(entry: dict, name: str, where: str) -> tuple[D.DType, int, list[str]]:
+def row_blocks(entry: dict, name: str, where: str) -> tuple[dtypes.DType, int, list[str]]:
     """(stored dtype, block_rows, sha256 per block) of a row table's manifest entry, checked: the
     rows are fetched and gathered by these numbers, so they must agree with its byte count."""
     rows = entry.get("rows")
@@ -71,7 +71,7 @@ def row_blocks(entry: dict, name: str, where: str) -> tuple[D.DType, int, list[s
             and all(type(n) is int and n > 0 for n in shape)):
         raise InvalidHeader('manifest row table needs "shape" (2 positive ints) and "rows": '
                             '{"block_rows", "sha256": [...]}', file=where, tensor=name)
-    dtype = D.BY_SAFETENSORS.get(entry.get("dtype"))
+    dtype = dtypes.BY_SAFETENSORS.get(entry.get("dtype"))
     if dtype is None:
         raise InvalidHeader(f"manifest row table has unknown dtype {shown(entry.get('dtype'))}", file=where,
                             tensor=name)

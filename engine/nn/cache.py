@@ -23,14 +23,14 @@ not 47. A growth replaces the tensors, so graphs captured over the old ones must
 """
 from __future__ import annotations
 
-from .. import dtypes as D
+from .. import dtypes
 from ..errors import InputError
 from ..functions import arange, le, zeros
 
 
 class KVCache:
     def __init__(self, num_layers: int, kv_heads: int, head_dim: int, capacity: int, *, batch: int = 1,
-                 device: str | None = None, dtype=D.float32, allocate: int | None = None):
+                 device: str | None = None, dtype=dtypes.float32, allocate: int | None = None):
         allocate = capacity if allocate is None else allocate
         if min(num_layers, kv_heads, head_dim, capacity, batch, allocate) <= 0 or allocate > capacity:
             raise InputError(f"KVCache needs positive sizes (allocate <= capacity), got layers={num_layers} "

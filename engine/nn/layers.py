@@ -1,7 +1,7 @@
 """Layers with torch.nn's names, arguments and state-dict keys."""
 from __future__ import annotations
 
-from .. import dtypes as D
+from .. import dtypes
 from ..functions import full
 from . import functional as F
 from .module import Module
@@ -12,7 +12,7 @@ def _pair(v):
 
 
 class Linear(Module):
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype=D.float32):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype=dtypes.float32):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.weight = self.param(out_features, in_features, dtype=dtype)
@@ -27,7 +27,7 @@ class Linear(Module):
 
 class Conv2d(Module):
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
-                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", dtype=D.float32):
+                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", dtype=dtypes.float32):
         super().__init__()
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"Conv2d: channels {in_channels}->{out_channels} not divisible by groups={groups}")
@@ -49,7 +49,7 @@ class Conv2d(Module):
 
 class BatchNorm2d(Module):
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True,
-                 track_running_stats: bool = True, dtype=D.float32):
+                 track_running_stats: bool = True, dtype=dtypes.float32):
         super().__init__()
         if not track_running_stats:
             raise NotImplementedError("BatchNorm2d(track_running_stats=False) needs batch statistics (training)")
@@ -58,7 +58,7 @@ class BatchNorm2d(Module):
         self.bias = self.param(num_features, dtype=dtype) if affine else None
         self.register_buffer("running_mean", self.param(num_features, dtype=dtype))
         self.register_buffer("running_var", full((num_features,), 1.0, dtype=dtype))
-        self.register_buffer("num_batches_tracked", full((), 0, dtype=D.int64))
+        self.register_buffer("num_batches_tracked", full((), 0, dtype=dtypes.int64))
 
     def forward(self, x):
         if x.ndim != 4:
@@ -71,7 +71,7 @@ class BatchNorm2d(Module):
 
 class LayerNorm(Module):
     def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
-                 dtype=D.float32):
+                 dtype=dtypes.float32):
         super().__init__()
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         self.eps = eps
@@ -87,7 +87,7 @@ class LayerNorm(Module):
 
 class RMSNorm(Module):
     def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True,
-                 dtype=D.float32):
+                 dtype=dtypes.float32):
         super().__init__()
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         self.eps = eps
@@ -101,7 +101,7 @@ class RMSNorm(Module):
 
 
 class Embedding(Module):
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx=None, dtype=D.float32):
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx=None, dtype=dtypes.float32):
         super().__init__()
         self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
         self.weight = self.param(num_embeddings, embedding_dim, dtype=dtype)

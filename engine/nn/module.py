@@ -9,7 +9,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from .. import dtypes as D
+from .. import dtypes
 from ..errors import MissingTensor, UnexpectedTensor
 from ..functions import zeros
 from ..layout import Layout
@@ -66,7 +66,7 @@ class Module:
             self._persistent.discard(name)
 
     @staticmethod
-    def param(*shape, dtype=D.float32) -> Tensor:
+    def param(*shape, dtype=dtypes.float32) -> Tensor:
         """A placeholder parameter of the given shape, replaced by load_state_dict: zeros that take
         no memory (one element, viewed with zero strides), so that a model costs nothing before its
         weights come (a 135M-parameter model would otherwise allocate 540 MB of zeros first)."""

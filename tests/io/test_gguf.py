@@ -134,7 +134,7 @@ def test_plain_tensors_exact(model):
     t = f["plain.bf16"]
     assert t.dtype is dtypes.bfloat16
     expected = dtypes.f32_to_bf16_bits(tensors["plain.bf16"][0])   # gguf-py rounds alike
-    assert np.array_equal(t._raw_numpy(), expected)
+    assert np.array_equal(t.raw_numpy(), expected)
 
 
 def bits(a: np.ndarray) -> np.ndarray:

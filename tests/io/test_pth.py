@@ -41,7 +41,7 @@ def assert_same(ours: dict, expected: dict) -> None:
         got = ours[name]
         assert got.dtype.name == str(ref.dtype).removeprefix("torch."), name
         assert tuple(got.shape) == tuple(ref.shape), name
-        assert got._raw_numpy().tobytes() == torch_bits(ref), name
+        assert got.raw_numpy().tobytes() == torch_bits(ref), name
 
 
 def expect(error, call, *names):

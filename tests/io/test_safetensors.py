@@ -55,7 +55,7 @@ def from_torch(t: torch.Tensor) -> np.ndarray:
 
 def assert_bits(ours, expected: np.ndarray, dtype_name: str) -> None:
     assert ours.dtype is dtypes.BY_NAME[dtype_name]
-    raw = ours._raw_numpy()
+    raw = ours.raw_numpy()
     assert raw.shape == expected.shape
     assert raw.dtype == expected.dtype
     assert raw.reshape(-1).view(np.uint8).tobytes() == expected.reshape(-1).view(np.uint8).tobytes()
@@ -175,7 +175,7 @@ def test_hf_style_sharded_dir_by_theirs(tmp_path):
     assert f.info("ids").file == str(tmp_path / "model-00002-of-00002.safetensors")
     expected = {k: v for part in parts for k, v in part.items()}
     for name, tensor in f.get_many(["ids", "embed.weight", "norm"]).items():
-        assert tensor._raw_numpy().tobytes() == from_torch(expected[name]).tobytes()
+        assert tensor.raw_numpy().tobytes() == from_torch(expected[name]).tobytes()
     assert f["layers.0.w"].dtype is dtypes.float16
 
 

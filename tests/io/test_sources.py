@@ -96,7 +96,7 @@ def test_http_single_file(http_server, tmp_path):
     got = f.get_many()
     assert len(http_server.requests) == 2         # all tensors in one Range request
     for name, a in arrays.items():
-        assert got[name]._raw_numpy().tobytes() == a.tobytes() and got[name].shape == a.shape
+        assert got[name].raw_numpy().tobytes() == a.tobytes() and got[name].shape == a.shape
     assert f["a"].numpy().tolist() == list(range(10))
 
 

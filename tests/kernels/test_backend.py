@@ -135,7 +135,7 @@ def test_half_casts(rng):
     x = rng.standard_normal(101, dtype=np.float32) * 100
     for dtype in (engine.float16, engine.bfloat16):
         (ref,), (simd,) = both(x)
-        np.testing.assert_array_equal(simd.to(dtype)._raw_numpy(), ref.to(dtype)._raw_numpy())
+        np.testing.assert_array_equal(simd.to(dtype).raw_numpy(), ref.to(dtype).raw_numpy())
         np.testing.assert_array_equal(simd.to(dtype).float().numpy(), ref.to(dtype).float().numpy())
 
 

@@ -173,7 +173,7 @@ def test_cast_round_trips_match_torch():
     a[:4] = [np.nan, np.inf, -np.inf, 0.0]
     e, t = engine.tensor(a), torch.tensor(a)
     for dt in (engine.float16, engine.bfloat16):
-        ours = e.to(dt)._raw_numpy().view(np.uint16)
+        ours = e.to(dt).raw_numpy().view(np.uint16)
         theirs = t.to(TORCH[dt]).view(torch.int16).numpy().view(np.uint16)
         nan = np.isnan(a)
         np.testing.assert_array_equal(ours[~nan], theirs[~nan])   # round to nearest even, bit exact

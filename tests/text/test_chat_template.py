@@ -86,7 +86,7 @@ def test_tokenizer_apply_chat_template(ours, smollm2_reference, add_generation_p
 
 
 def test_the_chat_prompt_of_the_golden_test(ours):
-    """The 37-token prompt the chat model's known answer starts from (../shared/NOTES.md)."""
+    """The 37-token prompt the chat model's known answer starts from (tests/models/test_llama_smollm2.py)."""
     ids = ours.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
                                    add_generation_prompt=True)
     assert len(ids) == 37 and ids[0] == ours.token_to_id("<|im_start|>")
