@@ -352,15 +352,22 @@ def test_a_model_too_large_for_the_heap_is_refused_before_downloading(host, sess
     host.inject("body", r"/models/SmolLM2-135M-Instruct/manifest\.json$", body=json.dumps(manifest).encode())
     s = session_factory(host.url)
     page = s.open()
-    s.open_card("chat")
+    s.open_card("chat")                      # opening the card starts the load: it fails at once
+    shown = "() => { const e = document.querySelector('[data-testid=chat-error]'); return e.hidden ? null : e.textContent; }"
+    text = page.wait_for_function(shown, timeout=60_000).json_value()
+    assert "SmolLM2-135M-Instruct is too large for this browser" in text and "GiB" in text, text
     page.fill("[data-testid=chat-input]", "What is the capital of France?")
     page.press("[data-testid=chat-input]", "Enter")
-    page.wait_for_selector("[data-testid=chat-error]:not([hidden])", timeout=60_000)
-    text = page.text_content("[data-testid=chat-error]")
+    # sending clears the error and tries the load again; read the error once that send is over
+    # (its input taken, Send enabled again), in one evaluation so that no later change races it
+    answered = """() => { const e = document.querySelector('[data-testid=chat-error]');
+        const input = document.querySelector('[data-testid=chat-input]');
+        const send = document.querySelector('[data-testid=chat-send]');
+        return input.value === '' && !send.disabled && !e.hidden ? e.textContent : null; }"""
+    text = page.wait_for_function(answered, timeout=60_000).json_value()
     assert "SmolLM2-135M-Instruct is too large for this browser" in text and "GiB" in text, text
     assert "manifest.json" in text and "nothing was downloaded" in text, text
     assert host.requests(r"\.gguf") == []
-    assert not page.is_disabled("[data-testid=chat-send]")
     host.clear()
     from tests.web.test_chat_card import PARIS, ask
     assert ask(page, "What is the capital of France?") == PARIS
