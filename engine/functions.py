@@ -69,6 +69,14 @@ def to_floating(x: Tensor) -> Tensor:
 _SCALARS: dict = {}
 
 
+def _filled(shape: tuple, value, dtype: dtypes.DType) -> np.ndarray:
+    """A NumPy array of `shape` holding the Python scalar `value` in `dtype`'s storage, cast as the
+    engine casts (a float through float64)."""
+    is_float = isinstance(value, float)
+    return dtypes.cast_numpy(np.full(shape, value, np.float64 if is_float else None),
+                             dtypes.float64 if is_float else dtypes.as_dtype(np.array(value).dtype), dtype)
+
+
 def _scalar(value, dtype: dtypes.DType, like: Tensor) -> Tensor:
     kind, backend = type(value), like._backend
     key = None
@@ -78,10 +86,7 @@ def _scalar(value, dtype: dtypes.DType, like: Tensor) -> Tensor:
         cached = _SCALARS.get(key)
         if cached is not None:
             return cached
-    raw = dtypes.cast_numpy(np.array(value, np.float64 if isinstance(value, float) else None),
-                            dtypes.float64 if isinstance(value, float) else dtypes.as_dtype(np.array(value).dtype),
-                            dtype)
-    out = Tensor(backend.copy_in(np.array(raw, copy=True)), Layout(()), dtype, backend)
+    out = Tensor(backend.copy_in(np.array(_filled((), value, dtype), copy=True)), Layout(()), dtype, backend)
     if key is not None:
         if len(_SCALARS) >= 256:
             _SCALARS.clear()
@@ -526,10 +531,7 @@ def full(size, fill_value, *, dtype=None, device=None) -> Tensor:
     dt = dtypes.as_dtype(dtype) if dtype is not None else (
         dtypes.bool_ if isinstance(fill_value, bool) else
         dtypes.int64 if isinstance(fill_value, int) else dtypes.float32)
-    raw = dtypes.cast_numpy(np.full(size, fill_value, np.float64 if isinstance(fill_value, float) else None),
-                            dtypes.float64 if isinstance(fill_value, float) else
-                            dtypes.as_dtype(np.array(fill_value).dtype), dt)
-    return from_raw(np.ascontiguousarray(raw), dt, size, device)
+    return from_raw(np.ascontiguousarray(_filled(size, fill_value, dt)), dt, size, device)
 
 
 def zeros(*size, dtype=None, device=None) -> Tensor:
