@@ -1,7 +1,7 @@
 """Weights I/O: byte sources (file, memory, HTTP), the formats read over them, and a site's model folders.
 
 Two levels, imported one way only:
-- the formats (`safetensors`, `gguf`, `pth`) parse bytes from a `ByteSource` (`sources`) and know
+- the formats (`safetensors`, `gguf`, `pth`, `ctranslate2`) parse bytes from a `ByteSource` (`sources`) and know
   nothing of where the bytes come from;
 - the site (`manifest`, `remote`, `site`, `checkpoint`, `browser`) fetches, verifies and caches a
   model folder the build wrote, and opens it with the format readers.
@@ -11,6 +11,7 @@ folder to the site.
 """
 import os
 
+from .ctranslate2 import CTranslate2File, load_ctranslate2  # noqa: F401
 from .gguf import GGUFFile, QuantizedTensor  # noqa: F401
 from .gguf import load_gguf as _open_gguf_file
 from .pth import load_pth, read_pth_arrays  # noqa: F401

@@ -1,8 +1,9 @@
 """`python -m engine inspect FILE`: the tensors and metadata of a weights file, from its header.
 
-Reads safetensors (a file, an index .json, or a folder holding either), GGUF and PyTorch
-.pth/.pt checkpoints (zip or legacy). The format is told by content (magic "GGUF", a zip or
-pickle stream, a safetensors header length followed by "{"); the extension only picks
+Reads safetensors (a file, an index .json, or a folder holding either), GGUF, PyTorch
+.pth/.pt checkpoints (zip or legacy) and CTranslate2 model.bin files. The format is told by
+content (magic "GGUF", a zip or pickle stream, a safetensors header length followed by "{", a
+CTranslate2 version and spec name); the extension only picks
 which reader explains a file that matches none. Only headers are read, never tensor data,
 so a many-gigabyte file is listed at once. Long metadata (token lists, merges, chat
 templates) is abbreviated so the report stays readable.
@@ -16,6 +17,7 @@ import struct
 import numpy as np
 
 from ..errors import InvalidHeader, SourceNotFound, TruncatedFile
+from .ctranslate2 import looks_like_ctranslate2
 
 LONG_STRING = 200          # strings longer than this are cut, with their length
 LONG_LIST = 16             # lists longer than this become "[N items: first, ... ]"
@@ -76,10 +78,10 @@ def _looks_like_safetensors(head: bytes, size: int) -> bool:
 
 
 def detect_format(path: str) -> str:
-    """"safetensors", "gguf" or "pth", from the file's first bytes. Raises SourceNotFound, or InvalidHeader naming the file."""
+    """"safetensors", "gguf", "pth" or "ctranslate2", from the file's first bytes. Raises SourceNotFound, or InvalidHeader naming the file."""
     try:
         with open(path, "rb") as f:
-            head = f.read(16)
+            head = f.read(64)
             size = os.fstat(f.fileno()).st_size
     except FileNotFoundError:
         raise SourceNotFound("no such file", file=path) from None
@@ -90,11 +92,13 @@ def detect_format(path: str) -> str:
         return "pth"
     if _looks_like_safetensors(head, size) or (hint == "safetensors" and head[:1] == b"{"):
         return "safetensors"
+    if looks_like_ctranslate2(head):
+        return "ctranslate2"
     if hint is not None and size > 0:
         return hint                       # the reader for that format says what is wrong
     if size == 0:
         raise TruncatedFile("empty file", file=path)
-    raise InvalidHeader("not a safetensors, GGUF or PyTorch checkpoint file", file=path)
+    raise InvalidHeader("not a safetensors, GGUF, PyTorch or CTranslate2 checkpoint file", file=path)
 
 
 def _resolve_folder(path: str) -> str:
@@ -104,7 +108,7 @@ def _resolve_folder(path: str) -> str:
     for wanted in (INDEX_NAME, SINGLE_NAME):
         if wanted in names:
             return os.path.join(path, wanted)
-    for suffix in (".safetensors.index.json", ".safetensors", ".gguf", ".pth", ".pt"):
+    for suffix in (".safetensors.index.json", ".safetensors", ".gguf", ".pth", ".pt", ".bin"):
         found = [n for n in names if n.endswith(suffix)]
         if len(found) == 1:
             return os.path.join(path, found[0])
@@ -147,13 +151,22 @@ def _inspect_pth(path: str):
     return tensors, {}, {"layout": layout}
 
 
-_READERS = {"safetensors": _inspect_safetensors, "gguf": _inspect_gguf, "pth": _inspect_pth}
+def _inspect_ctranslate2(path: str):
+    from .ctranslate2 import load_ctranslate2
+    with load_ctranslate2(path) as weights:     # aliases apart: their bytes are their target's
+        tensors = [_tensor(name, info.dtype.name, info.shape, info.nbytes)
+                   for name, info in ((n, weights.info(n)) for n in weights if n not in weights.aliases)]
+        return tensors, dict(weights.metadata), {"aliases": dict(weights.aliases)}
+
+
+_READERS = {"safetensors": _inspect_safetensors, "gguf": _inspect_gguf, "pth": _inspect_pth,
+            "ctranslate2": _inspect_ctranslate2}
 
 
 def inspect_file(path) -> dict:
     """The report: {"file", "format", "tensor_count", "total_bytes", "tensors": [{"name",
     "type", "shape", "bytes"}], "metadata"} plus, per format, GGUF "version"/"alignment",
-    sharded safetensors "shards", .pth "layout"."""
+    sharded safetensors "shards", .pth "layout", CTranslate2 "aliases" (alias -> target)."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise SourceNotFound("no such file", file=path)
@@ -185,6 +198,8 @@ def summary_line(report: dict) -> str:
         parts.append(f"{len(report['shards'])} shards")
     if "layout" in report:
         parts.append(f"{report['layout']} layout")
+    if report.get("aliases"):
+        parts.append(", ".join(f"{alias} = {target}" for alias, target in report["aliases"].items()))
     return ", ".join(parts)
 
 
