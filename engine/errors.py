@@ -116,3 +116,12 @@ class TokenizerError(InputError):
         self.file = None if file is None else str(file)
         self.field = field
         super().__init__(_placed(message, self.file, field=field))
+
+
+class AudioError(InputError):
+    """Bad or unsupported audio: a WAV file that is malformed or in a format the reader does
+    not implement, or a container that cannot be decoded here. `file` names it where known."""
+
+    def __init__(self, message: str, *, file=None):
+        self.file = None if file is None else str(file)
+        super().__init__(_placed(message, self.file))
