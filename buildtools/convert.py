@@ -21,9 +21,10 @@ with one HTTP Range request and check it against `sha256`. A row table (the entr
 `row_tensors`: word embeddings) also has a sha256 per block of rows, so a page can
 fetch and check only the rows of the tokens it sees.
 
-The conversion is the same for every model: read the checkpoint (safetensors or .pth,
-from a registry package or this repository), leave out the entry's `ignored` tensors,
-store floating tensors in the entry's `storage_dtype`, write.
+The conversion is the same for every model: read the checkpoint (safetensors, .pth or a
+CTranslate2 model.bin, from a registry package or this repository, whole or as byte parts
+concatenated), let the entry's `convert` rename and split its tensors, leave out the entry's
+`ignored` tensors, store floating tensors in the entry's `storage_dtype`, write.
 
 A GGUF checkpoint is served as it is (`write_gguf`), byte for byte, after our reader has
 validated it:
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import zipfile
 from pathlib import Path
 
@@ -107,28 +109,77 @@ def source_file(entry, paths: list[Path], role: str) -> tuple[str, bytes]:
     raise BuildError(f"{entry.name}: no source has a {role!r} file")
 
 
-def read_checkpoint(entry, paths: list[Path]) -> tuple[dict[str, str], list[tuple[str, object]]]:
-    """(metadata, [(name, tensor)]) as the site stores them: ignored tensors left out, floating
-    ones in the storage dtype, small tensors first and row tables last."""
-    engine = _engine()
-    from engine.io.sources import BytesSource
-    where, data = source_file(entry, paths, "weights")
-    name = entry.source("weights").files["weights"]
+def weight_parts(entry) -> tuple[str, ...]:
+    """The roles of the checkpoint's byte parts, in order (entry.weight_parts), or a BuildError."""
+    _engine()
+    from engine.errors import WeightsError
+    try:
+        return entry.weight_parts
+    except WeightsError as e:
+        raise BuildError(str(e)) from None
+
+
+def checkpoint_file(entry, paths: list[Path]) -> tuple[str, bytes]:
+    """(where, bytes) of the checkpoint: the "weights" file, or its byte parts ("weights",
+    "weights.part2", ...) concatenated in order."""
+    found = [source_file(entry, paths, role) for role in weight_parts(entry)]
+    if len(found) == 1:
+        return found[0]
+    return " + ".join(where for where, _ in found), b"".join(data for _, data in found)
+
+
+def checkpoint_format(entry, head: bytes = b"") -> str:
+    """"pth", "ctranslate2" or "safetensors": how the build reads the entry's checkpoint, by its
+    file name (a part suffix ".partN" aside) and, for another *.bin, by its first bytes."""
+    name = re.sub(r"\.part\d+$", "", entry.source("weights").files["weights"].rsplit("/", 1)[-1])
     if name.endswith((".pth", ".pt")):
+        return "pth"
+    if name == "model.bin":
+        return "ctranslate2"
+    if name.endswith(".bin"):
+        _engine()
+        from engine.io.ctranslate2 import looks_like_ctranslate2
+        return "ctranslate2" if looks_like_ctranslate2(head[:64]) else "pth"    # pytorch_model.bin
+    return "safetensors"
+
+
+def read_checkpoint(entry, paths: list[Path]) -> tuple[dict[str, str], list[tuple[str, object]]]:
+    """(metadata, [(name, tensor)]) as the site stores them: the entry's `convert` applied,
+    ignored tensors left out, floating ones in the storage dtype, small tensors first and row
+    tables last."""
+    engine = _engine()
+    from engine.errors import WeightsError
+    from engine.io.sources import BytesSource
+    where, data = checkpoint_file(entry, paths)
+    name = entry.source("weights").files["weights"]
+    kind = checkpoint_format(entry, data[:64])
+    if kind == "pth":
         from engine.io.pth import load_pth       # our torch-free reader: no pickle code runs
         weights = load_pth(data, name=name.rsplit("/", 1)[-1])
         metadata = {}
+    elif kind == "ctranslate2":
+        try:
+            weights = engine.load_ctranslate2(BytesSource(data, name=where))
+        except WeightsError as e:
+            raise BuildError(f"{entry.name}: not a valid CTranslate2 model.bin: {e}") from None
+        metadata = dict(weights.metadata)
     else:
         weights = engine.load_safetensors(BytesSource(data, name=where))
         metadata = dict(weights.metadata)
     if entry.source("weights").registry != "repo":
         metadata = {**metadata, "model": entry.name, "source": where}
     storage = None if entry.storage_dtype is None else engine.dtypes.as_dtype(entry.storage_dtype)
-    tensors = []
-    for tensor_name in weights:
+    try:
+        converted = list(((n, weights[n]) for n in weights) if entry.convert is None else entry.convert(weights))
+    except WeightsError as e:               # a tensor the model's conversion expects is missing or malformed
+        raise BuildError(f"{entry.name}: cannot convert the checkpoint: {e}") from None
+    tensors, seen = [], set()
+    for tensor_name, t in converted:
+        if tensor_name in seen:
+            raise BuildError(f"{entry.name}: the conversion gives two tensors named {tensor_name!r}")
+        seen.add(tensor_name)
         if tensor_name in entry.ignored:
             continue
-        t = weights[tensor_name]
         if storage is not None and t.dtype.is_floating_point and t.dtype is not storage:
             t = t.to(dtype=storage)
         tensors.append((tensor_name, t))
@@ -256,7 +307,7 @@ def write_gguf(entry, sources: list[Path], out: Path, max_shard_kb: int | None =
     from engine.io.sources import BytesSource
     folder = out / "models" / entry.name
     folder.mkdir(parents=True, exist_ok=True)
-    where, data = source_file(entry, sources, "weights")
+    where, data = checkpoint_file(entry, sources)
     view = memoryview(data)
     try:
         reader = GGUFFile(BytesSource(data, name=where))       # every check of the reader

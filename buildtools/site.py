@@ -188,6 +188,65 @@ def build_info(b: Builder, engine_version: str, models: list[str]) -> dict:
     return info
 
 
+def weights_step(b: Builder, model, root: Path, cache: Path, offline: bool, max_shard_kb: int | None) -> bool:
+    """Bring dist/models/<name>/ of one registry entry up to date (convert.write_model)."""
+    # our safetensors writer and reader (and the dtype codes) shape the weight files; a GGUF
+    # is checked by our reader and described by the manifest code
+    io = root / "engine" / "io"
+    writer_code = {"safetensors": [io / "safetensors.py", root / "engine" / "dtypes.py"],
+                   "gguf": [io / "gguf.py", io / "manifest.py", root / "engine" / "quants.py"]}
+    sources = convert.locate(model, root, cache, offline)
+    missing = [p for p in sources if not p.is_file()]
+    if missing:
+        raise BuildError(f"the weights of {model.name} are missing: {missing[0]}")
+    inputs = {"sources": {_shown(p, root): b.digest(p) for p in sources},
+              "max_shard_kb": max_shard_kb or model.max_shard_kb,
+              "writer": b.files(writer_code[model.site_format], root), "code": _code(convert),
+              "entry": {"format": model.site_format, "storage": model.storage_dtype, "rows": list(model.row_tensors),
+                        "ignored": list(model.ignored), "processor": model.processor}}
+    # named only where they apply, so that the other models' steps keep their keys
+    parts = convert.weight_parts(model)
+    if len(parts) > 1:
+        inputs["entry"]["parts"] = list(parts)
+    if model.site_format == "safetensors" and convert.checkpoint_format(model, _head(model, sources)) == "ctranslate2":
+        inputs["reader"] = b.files([io / "ctranslate2.py"], root)
+    if model.convert is not None:               # the model file's renames and splits
+        inputs["convert"] = {"function": model.convert.__qualname__,
+                             "file": b.digest(Path(sys.modules[model.convert.__module__].__file__))}
+    return b.run(Step(f"weights/{model.name}", inputs,
+                      lambda out: convert.write_model(model, sources, out, max_shard_kb)))
+
+
+def _head(model, sources: list[Path]) -> bytes:
+    """The first bytes of a *.bin checkpoint other than model.bin (the format is told by them)."""
+    name = model.source("weights").files["weights"]
+    if not name.endswith(".bin") or name.endswith("model.bin"):
+        return b""
+    return convert.source_file(model, sources, "weights")[1][:64]
+
+
+def build_models(dist: Path, cache: Path, names: list[str], offline: bool = False,
+                 max_shard_kb: int | None = None, force: bool = False, root: Path = ROOT, log=print) -> Builder:
+    """Only the weights of the named models (and registry.json), into a site built before: the
+    other steps and the other models' folders stay as they are."""
+    root, dist, cache = Path(root).resolve(), Path(dist), Path(cache)
+    if max_shard_kb is not None and max_shard_kb <= 0:
+        raise BuildError(f"--max-shard-kb must be positive, got {max_shard_kb}")
+    known = convert.models()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise BuildError(f"unknown model {unknown[0]!r}; the registry has: {', '.join(known)}")
+    log(f"building the weights of {', '.join(names)} into {_shown(dist.resolve(), root)}/:")
+    b = Builder(dist, log=log, force=force)
+    for name in names:
+        weights_step(b, known[name], root, cache, offline, max_shard_kb)
+    listing = _engine_registry().describe()
+    b.run(Step("registry", {"registry": listing},
+               lambda out: (out / "registry.json").write_text(json.dumps(listing, indent=1) + "\n")))
+    b.finish()
+    return b
+
+
 def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | None = None,
           force: bool = False, root: Path = ROOT, log=print, peers: bool = False,
           plain_host: bool = False) -> Builder:
@@ -240,23 +299,8 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
                             "code": _code(bytecode), "script": b.digest(bytecode.HERE / "bytecode.mjs")},
                lambda out: bytecode.write_bytecode(out, b.dist / "pyodide", runtime.stdlib_zip(pyodide_tgz), stored)))
 
-    # our safetensors writer and reader (and the dtype codes) shape the weight files; a GGUF
-    # is checked by our reader and described by the manifest code
-    io = root / "engine" / "io"
-    writer_code = {"safetensors": [io / "safetensors.py", root / "engine" / "dtypes.py"],
-                   "gguf": [io / "gguf.py", io / "manifest.py", root / "engine" / "quants.py"]}
     for model in convert.models().values():
-        sources = convert.locate(model, root, cache, offline)
-        missing = [p for p in sources if not p.is_file()]
-        if missing:
-            raise BuildError(f"the weights of {model.name} are missing: {missing[0]}")
-        b.run(Step(f"weights/{model.name}", {
-            "sources": {_shown(p, root): b.digest(p) for p in sources},
-            "max_shard_kb": max_shard_kb or model.max_shard_kb,
-            "writer": b.files(writer_code[model.site_format], root), "code": _code(convert),
-            "entry": {"format": model.site_format, "storage": model.storage_dtype, "rows": list(model.row_tensors),
-                      "ignored": list(model.ignored), "processor": model.processor}},
-            lambda out, model=model, sources=sources: convert.write_model(model, sources, out, max_shard_kb)))
+        weights_step(b, model, root, cache, offline, max_shard_kb)
 
     from wasm_kernels import build as kernels
     kernel_sources = {name: b.digest(kernels.HERE / name) for name in kernels.SOURCES + kernels.HEADERS + ("build.py",)}

@@ -1,7 +1,7 @@
 """The one registry of models and tasks.
 
-Each model file declares its own entry (`ENTRY = registry.Model(...)` at its end): the
-tasks it serves, which task module's pipeline runs it (engine/tasks/), where its weights come
+Each model file declares its own entry (`ENTRY = registry.Model(...)` at its end, or
+`ENTRIES = (Model(...), ...)` for several checkpoints of one architecture): the tasks it serves, which task module's pipeline runs it (engine/tasks/), where its weights come
 from and in which format the site stores them, and the files its processor reads (labels,
 tokenizer). Everything else reads this registry: `engine.pipeline(task)`, the command
 line, the build (which converts the weights and writes `dist/registry.json`), the page's
@@ -11,7 +11,10 @@ module's name in `models.MODULES` (docs/adding-a-model.md).
 An entry may publish weights before any pipeline runs them (`tasks=()`, `pipeline` and
 `load` None): the build serves them and the registry lists the model, but no task does.
 A checkpoint that is a GGUF file is served as such (whole, or in byte parts; see
-engine/io/manifest.py), every other one is converted to sharded safetensors.
+engine/io/manifest.py), every other one is converted to sharded safetensors. A checkpoint may
+arrive in byte parts, one per package: the roles "weights", "weights.part2", "weights.part3"...
+are concatenated in that order before it is read. An entry's `convert` turns the checkpoint's
+tensors into the site's (renames, splits of fused matrices) at build time.
 
 The engine never imports the model package at import time: `models` (or the package named
 by $ENGINE_MODELS) is imported on first use, like a plugin, so `models/` may import
@@ -51,17 +54,33 @@ class Model:
     pipeline: str | None                        # the task module that runs it: engine/tasks/<pipeline>.py, "_" for "-"
     title: str                                  # for people: the page's card, --help
     load: Callable | None                       # (weights mapping or location, device) -> inference-ready model
-    sources: tuple[Source, ...]                 # the files by role; "weights" is the checkpoint
+    sources: tuple[Source, ...]                 # the files by role; "weights" (+ "weights.part2", ...) the checkpoint
     processor: dict = field(default_factory=dict)   # file beside the weights -> source role (labels.json, ...)
     storage_dtype: str | None = None            # the site stores floating weights in this dtype (None: as is)
     row_tensors: tuple[str, ...] = ()           # tensors the site serves by rows, fetched for the ids used
     ignored: tuple[str, ...] = ()               # checkpoint tensors the model does not use (not on the site)
     max_shard_kb: int = 4096
     options: dict = field(default_factory=dict)  # pipeline settings (batch size, labels, preprocess, ...)
+    convert: Callable | None = None             # build time: (checkpoint's {name: Tensor}) -> iterable of
+                                                # (site name, Tensor); None: the checkpoint's tensors as they are
 
     def source(self, role: str = "weights") -> Source:
         """The source holding the file of `role`."""
         return next(s for s in self.sources if role in s.files)
+
+    @property
+    def weight_parts(self) -> tuple[str, ...]:
+        """The roles whose files, concatenated in this order, make the checkpoint: "weights",
+        then "weights.part2", "weights.part3", ... as far as the sources name them."""
+        roles = {role for s in self.sources for role in s.files}
+        parts = ["weights"]
+        while f"weights.part{len(parts) + 1}" in roles:
+            parts.append(f"weights.part{len(parts) + 1}")
+        stray = sorted(r for r in roles if r.startswith("weights.part") and r not in parts)
+        if stray:
+            raise WeightsError(f"model {self.name}: weight part {stray[0]!r} follows no part before it "
+                               f"(parts are weights, weights.part2, weights.part3, ...)")
+        return tuple(parts)
 
     @property
     def site_format(self) -> str:
@@ -89,12 +108,22 @@ def models() -> dict[str, Model]:
     if _models is None:
         found = {}
         for module_name in model_modules():
-            entry = importlib.import_module(module_name).ENTRY
-            if entry.name in found:
-                raise RuntimeError(f"two registry entries are named {entry.name!r}")
-            found[entry.name] = entry
+            for entry in module_entries(importlib.import_module(module_name)):
+                if entry.name in found:
+                    raise RuntimeError(f"two registry entries are named {entry.name!r}")
+                found[entry.name] = entry
         _models = found
     return _models
+
+
+def module_entries(module) -> tuple[Model, ...]:
+    """The entries a model file declares: its `ENTRIES`, or its one `ENTRY`."""
+    entries = getattr(module, "ENTRIES", None)
+    if entries is None:
+        return (module.ENTRY,)
+    if hasattr(module, "ENTRY"):
+        raise RuntimeError(f"{module.__name__} declares both ENTRY and ENTRIES: keep one")
+    return tuple(entries)
 
 
 def model_modules() -> tuple[str, ...]:
