@@ -66,7 +66,7 @@ def resample(x, orig_sr: int, new_sr: int, *, axis: int = 0) -> np.ndarray:
     if up == down:
         return np.moveaxis(x.copy(), -1, axis)
     n_out = -(-n * up // down)
-    signals = x.reshape(-1, n)                                           # (C, n)
+    signals = x.reshape(math.prod(lead), n)                              # (C, n)
     fc = ROLLOFF * min(1.0, up / down)                                   # of the input's Nyquist
     half_width = ZEROS / fc                                              # input samples
     reach = int(math.ceil(half_width))
