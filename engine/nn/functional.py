@@ -122,6 +122,30 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     return conv2d_act(input, weight, bias, stride, padding, dilation, groups)
 
 
+def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,  # noqa: A002
+           dilation=1, groups: int = 1) -> Tensor:
+    """torch's conv1d over (N, C, L) or (C, L) input with an (O, C/groups, k) weight: conv2d on a
+    height of one, so it runs the backends' conv2d kernels."""
+    return conv1d_act(input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv1d_act(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,  # noqa: A002
+               dilation=1, groups: int = 1, activation: str = "none") -> Tensor:
+    """activation(conv1d(...)) as one kernel where the backend fuses it (see conv2d_act)."""
+    if input.ndim not in (2, 3) or weight.ndim != 3:
+        raise ValueError(f"conv1d expects input (N, C, L) and weight (O, C/groups, k), got {input.shape} and "
+                         f"{weight.shape}")
+    def single(v, name):                              # k or (k,) -> (1, k): the height is one
+        v = v if isinstance(v, (tuple, list)) else (v,)
+        if len(v) != 1 or not isinstance(v[0], (int, np.integer)):
+            raise ValueError(f"conv1d: {name} must be an int or a 1-tuple of ints, got {v!r}")
+        return 1, int(v[0])
+    pad = padding if isinstance(padding, str) else ((0, 0), (single(padding, "padding")[1],) * 2)
+    out = conv2d_act(input.unsqueeze(-2), weight.unsqueeze(-2), bias, single(stride, "stride"), pad,
+                     single(dilation, "dilation"), groups, activation)
+    return out.squeeze(-2)
+
+
 def conv2d_act(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,  # noqa: A002
                dilation=1, groups: int = 1, activation: str = "none") -> Tensor:
     """activation(conv2d(...)): an engine extension (like torch.ao's fused ConvReLU2d) that a

@@ -72,6 +72,38 @@ def test_conv2d_act_per_side_padding(activation):
     assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+CONV1D_CASES = [  # (N, C, L), (O, C/g, k), kwargs
+    ((1, 80, 300), (16, 80, 3), {"padding": 1}),                 # Whisper's conv1, shorter
+    ((2, 16, 301), (16, 16, 3), {"stride": 2, "padding": 1}),    # conv2: stride 2, odd length
+    ((2, 6, 20), (4, 3, 5), {"groups": 2, "dilation": 2}),
+    ((3, 5, 9), (7, 5, 1), {}),
+    ((4, 11), (6, 4, 3), {"padding": "same"}),                   # unbatched
+]
+
+
+@pytest.mark.parametrize("xs,ws,kw", CONV1D_CASES)
+@pytest.mark.parametrize("activation", ["none", "gelu"])
+def test_conv1d(xs, ws, kw, activation):
+    x, tx = pair(*xs)
+    w, tw = pair(*ws)
+    b, tb = pair(ws[0])
+    expected = TF.conv1d(tx, tw, tb, **kw)
+    if activation == "gelu":
+        expected = TF.gelu(expected)
+    assert_close(F.conv1d_act(x, w, b, activation=activation, **kw), expected, rtol=1e-4, atol=1e-4)
+    conv = engine.nn.Conv1d(ws[1] * kw.get("groups", 1), ws[0], ws[2], stride=kw.get("stride", 1),
+                            padding=kw.get("padding", 0), dilation=kw.get("dilation", 1), groups=kw.get("groups", 1))
+    conv.load_state_dict({"weight": w, "bias": b})
+    assert_close(conv(x), TF.conv1d(tx, tw, tb, **kw), rtol=1e-4, atol=1e-4)
+
+
+def test_conv1d_errors():
+    with pytest.raises(ValueError, match="conv1d expects"):
+        F.conv1d(engine.ones(1, 3, 5, 5), engine.ones(2, 3, 3))
+    with pytest.raises(ValueError, match="stride must be"):
+        F.conv1d(engine.ones(1, 3, 5), engine.ones(2, 3, 3), stride=(1, 2))
+
+
 def test_conv2d_act_errors():
     w = engine.ones(4, 3, 3, 3)
     with pytest.raises(ValueError, match="activation must be one of"):
