@@ -1,0 +1,121 @@
+"""A speech model's decoder over one 30 s window: the self-attention cache, the cross-attention
+K/V, and decode steps replayed from captured graphs.
+
+    session = DecoderSession(model)
+    session.set_audio(model.encode(mel))           # cross K/V computed once for the window
+    logits = session.feed([sot, lang, task], rows=(0, -1))   # (2, vocab): the rows asked for
+    logits = session.feed([token])                 # one decode step: (1, vocab)
+    session.rewind(3)                              # decode the window again from the prompt
+
+The model is an encoder-decoder with `new_cache()` (an engine.nn.KVCache of the decoder's
+positions), `new_cross()` and `cross_attention(features, out=)` (each block's K/V of the audio,
+written into fixed buffers), and `decoder(input_ids, positions, cache, cross, rows, window)`
+(models/whisper.py). The buffers live as long as the session, so a decode step captured once
+(engine.graph) replays in every later window: only the token and position change. As in
+engine.generation, attention reads the cache's first W positions, W the smallest power of two
+(>= 64) that holds them, so a step costs what the window needs, and there is one graph per W.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import graph
+from ..dtypes import int64
+from ..errors import InputError
+from ..functions import arange
+from ..tensor import tensor
+
+
+class DecoderSession:
+    min_window = 64
+
+    def __init__(self, model, use_graphs: bool = True):
+        self.model = model
+        self.use_graphs = use_graphs
+        self.cache = model.new_cache()
+        self.cross = model.new_cross()
+        self._graphs: dict = {}                     # window -> the captured decode step
+        self.has_audio = False
+
+    @property
+    def length(self) -> int:
+        """Positions held (the tokens fed since the window's start, less what was rewound)."""
+        return self.cache.length
+
+    @property
+    def capacity(self) -> int:
+        return self.cache.capacity
+
+    @property
+    def captured(self) -> bool:
+        """Whether decode steps replay from captured graphs."""
+        return self.use_graphs and bool(self._graphs)
+
+    def set_audio(self, features) -> None:
+        """Start a window: the audio features' cross-attention K/V into the session's buffers,
+        the self-attention cache emptied."""
+        self.model.cross_attention(features, out=self.cross)
+        self.cache.reset()
+        self.has_audio = True
+
+    def rewind(self, n: int) -> None:
+        """Keep the first n positions (later rows are overwritten by the next feed)."""
+        if not 0 <= n <= self.length:
+            raise InputError(f"rewind({n}): the session holds {self.length} positions")
+        self.cache.truncate(n)
+
+    def _window(self, end: int) -> int:
+        window = self.min_window
+        while window < end:
+            window *= 2
+        return min(window, self.cache.capacity)
+
+    def feed(self, tokens, rows=(-1,)) -> np.ndarray:
+        """Write `tokens` at the next positions; the logits (len(rows), vocab) float32 of the
+        given rows of this call (indices into `tokens`, negative from its end)."""
+        tokens = [int(t) for t in tokens]
+        n = len(tokens)
+        if not self.has_audio:
+            raise InputError("set_audio(features) must come before feed()")
+        if n == 0:
+            raise InputError("feed() needs at least one token")
+        start = self.length
+        if start + n > self.capacity:
+            raise InputError(f"the decoder holds {self.capacity} positions: {start} + {n} tokens do not fit")
+        picked = []
+        for r in rows:
+            if not -n <= int(r) < n:
+                raise InputError(f"row {r} is outside the {n} tokens fed")
+            picked.append(int(r) % n)
+        window = self._window(start + n)
+        if n == 1 and self.use_graphs:
+            logits = self._step(tokens[0], start, window).numpy()[0]        # (1, vocab)
+            logits = logits[[0] * len(picked)]
+        else:
+            device = self.cache.device
+            x = tensor([tokens], dtype=int64, device=device)                 # (1, T)
+            positions = arange(start, start + n, device=device)             # (T,)
+            index = tensor(picked, dtype=int64, device=device)              # (R,)
+            logits = self.model.decoder(x, positions, self.cache, self.cross, rows=index,
+                                        window=window).numpy()[0]           # (R, vocab)
+        self.cache.append(tokens)
+        return logits
+
+    def _step(self, token: int, position: int, window: int):
+        """One decode step through the window's graph (captured on first use)."""
+        step = self._graphs.get(window)
+        if step is not None:
+            return step.replay([[token]], [position])
+        device = self.cache.device
+        ids = tensor([[token]], dtype=int64, device=device)                 # (1, 1): the graph's inputs
+        positions = tensor([position], dtype=int64, device=device)          # (1,)
+
+        def run(i, p):
+            return self.model.decoder(i, p, self.cache, self.cross, window=window)
+        try:
+            step, logits = graph.capture(run, ids, positions)
+        except graph.GraphError:                    # this backend runs eagerly
+            self.use_graphs = False
+            return run(ids, positions)
+        self._graphs[window] = step
+        return logits
