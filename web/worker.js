@@ -1,7 +1,7 @@
 // The inference worker: boots Pyodide + NumPy + the engine wheel, then runs the
 // Python in engine/web/worker.py for the page. Messages in: {id, cmd, ...};
 // out: {id, ok, result | error}, {type: "progress", stage, loaded, total} and, while a chat
-// answer is generated, {type: "piece", id, text}.
+// answer or a streaming call's result is produced, {type: "piece", id, text}.
 "use strict";
 
 const BASE = new URL(".", self.location).href;
@@ -323,9 +323,13 @@ const COMMANDS = {
   resources: () => resourceBytes(),
 };
 
+// A message with `stream: true` gives the entry point one more argument, a function that posts
+// each piece it is called with to the page ({type: "piece", id, text}) before the reply.
 async function callPython(m) {
   if (!exported.has(m.cmd)) throw new Error(`unknown command ${m.cmd}`);
-  return JSON.parse(await api[m.cmd](...(m.args || [])));
+  const args = [...(m.args || [])];
+  if (m.stream) args.push((text) => self.postMessage({ type: "piece", id: m.id, text }));
+  return JSON.parse(await api[m.cmd](...args));
 }
 
 // What this worker fetched (its own resource timing; the page has its own), in all and per stage

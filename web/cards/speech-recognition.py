@@ -1,0 +1,265 @@
+"""The speech card (PyScript on MicroPython, main thread; app.py calls start(card)): record with the
+microphone, or choose or drop an audio file, and read the transcript as Whisper decodes it.
+
+What touches audio is JavaScript (audio-capture.js, window.audioCapture): a WAV file goes to the
+worker as its bytes (read there by the engine's WAV reader, as natively), any other file is
+decoded by the browser, and the microphone is recorded with an AudioWorklet; those two go as
+float32 samples with their rate. The worker (engine/tasks/speech_recognition.py) sends each
+segment as it is decoded, so the transcript grows while the rest is computed. Cancel ends it after
+the segment being decoded; what came by then stays.
+"""
+import asyncio
+import json
+
+import js
+from bridge import by_id, error_text, to_js, to_py, without_prefix
+from pyscript.ffi import create_proxy
+
+
+def clock(seconds):
+    """mm:ss.xx"""
+    minutes = int(seconds // 60)
+    return f"{minutes:02d}:{seconds - 60 * minutes:05.2f}"
+
+
+def message(e):
+    return without_prefix(error_text(e), "engine.errors.", "AudioError: ", "InputError: ")
+
+
+def start(card):
+    client, document = card.client, js.document
+    # run: counts transcriptions up, so that a cancelled one's late segments are not shown
+    state = {"busy": False, "recorder": None, "run": 0, "model": None, "models": [], "cancelled": False}
+    segments = by_id("speech-segments")
+
+    def capture():
+        return js.window.audioCapture            # audio-capture.js, loaded as a module with the page
+
+    def set_busy(busy):
+        state["busy"] = busy
+        by_id("speech-cancel").disabled = not busy
+        by_id("speech-record").disabled = busy or state["recorder"] is not None
+        by_id("speech-input").disabled = busy
+        by_id("speech-model").disabled = busy
+
+    def options():
+        english_only = (state["model"] or "").endswith(".en")
+        language = by_id("speech-language-select").value
+        return {"task": "transcribe" if english_only else by_id("speech-task").value,
+                "language": "en" if english_only else (language or None)}
+
+    def add_segment(segment):
+        li = document.createElement("li")
+        li.setAttribute("data-testid", "speech-segment")
+        li.dataset.start = str(segment["start"])
+        li.dataset.end = str(segment["end"])
+        stamp = document.createElement("span")
+        stamp.className = "stamp"
+        stamp.textContent = f"[{clock(segment['start'])} → {clock(segment['end'])}]"
+        text = document.createElement("span")
+        text.className = "text"
+        text.textContent = segment["text"].strip()
+        li.appendChild(stamp)
+        li.appendChild(text)
+        segments.appendChild(li)
+
+    def clear_result():
+        segments.innerHTML = ""
+        segments.removeAttribute("data-text")
+        segments.classList.remove("stopped")
+        for name in ("language", "time", "duration", "rtf", "backend"):
+            by_id(f"speech-{name}").textContent = "–"
+
+    def show_progress(loaded, total):
+        row = by_id("speech-progress")
+        row.hidden = not total or loaded >= total
+        row.querySelector("progress").value = loaded / total if total else 0
+        row.querySelector(".bytes").textContent = f"{loaded / 1e6:.1f} MB / {total / 1e6:.1f} MB" if total else ""
+
+    def english_only_options():
+        english_only = (state["model"] or "").endswith(".en")
+        by_id("speech-task").disabled = english_only
+        by_id("speech-language-select").disabled = english_only
+
+    async def load():
+        info = await card.load()                     # the registry's first model, loading since the card opened
+        if state["model"] is None:
+            state["model"] = info.model
+            by_id("speech-model").value = info.model
+            english_only_options()
+        wanted = by_id("speech-model").value
+        if state["models"] and wanted and wanted != state["model"]:
+            await use_model(wanted)
+
+    async def use_model(name):
+        """Another model for the task (the worker keeps one): its weights come cache-first, with progress."""
+        def on_progress(text):
+            p = json.loads(text)
+            show_progress(p["loaded"], p["total"])
+        proxy = create_proxy(on_progress)
+        try:
+            await client.call("speech_model", to_js({"args": [name], "stream": True}), to_js([]), proxy)
+        finally:
+            if hasattr(proxy, "destroy"):
+                proxy.destroy()
+            by_id("speech-progress").hidden = True
+        state["model"] = name
+        english_only_options()
+
+    async def transcribe(audio):
+        if state["busy"]:
+            return
+        if client.snapshot().status != "ready":
+            card.error("the engine is still starting; try again in a moment")
+            return
+        card.error(None)
+        clear_result()
+        state["run"] += 1
+        run, state["cancelled"] = state["run"], False
+        set_busy(True)
+        segments.classList.add("streaming")
+        seconds = capture().duration(audio)
+        by_id("speech-duration").textContent = f"{seconds:.2f}" if seconds else "…"
+
+        def on_segment(text):
+            if run == state["run"]:
+                add_segment(json.loads(text))
+
+        proxy = create_proxy(on_segment)
+        try:
+            await load()
+            if state["cancelled"]:
+                segments.classList.add("stopped")       # cancelled while the model loaded
+                return
+            result = to_py(await capture().transcribe(client, audio, json.dumps(options()), proxy))
+        except Exception as e:
+            card.error(message(e))
+            return
+        finally:
+            if hasattr(proxy, "destroy"):
+                proxy.destroy()
+            segments.classList.remove("streaming")
+            set_busy(False)
+        if run != state["run"]:
+            return
+        segments.innerHTML = ""                          # the final segments, as the worker kept them
+        for segment in result["segments"]:
+            add_segment(segment)
+        segments.setAttribute("data-text", result["text"])
+        if result.get("cancelled"):
+            segments.classList.add("stopped")
+        by_id("speech-language").textContent = result.get("language") or "–"
+        by_id("speech-time").textContent = f"{result['seconds']:.2f}"
+        by_id("speech-duration").textContent = f"{result['duration']:.2f}"
+        by_id("speech-rtf").textContent = f"{result['rtf']:.3f}"
+        by_id("speech-backend").textContent = result["device"]
+        card.follow_device(result)
+        if result.get("notice"):
+            card.error(result["notice"])
+
+    async def from_file(file):
+        if state["busy"] or state["recorder"] is not None:
+            return
+        by_id("speech-source").textContent = file.name
+        try:
+            audio = await capture().readFile(file)
+        except Exception as e:
+            clear_result()
+            card.error(message(e))
+            return
+        await transcribe(audio)
+
+    async def record(event=None):
+        if state["busy"] or state["recorder"] is not None:
+            return
+        card.error(None)
+        by_id("speech-record").disabled = True
+        try:
+            state["recorder"] = await capture().record(by_id("speech-level"), by_id("speech-recorded"))
+        except Exception as e:
+            by_id("speech-record").disabled = False
+            card.error(message(e))
+            return
+        by_id("speech-source").textContent = "recording…"
+        by_id("speech-record").classList.add("recording")
+        by_id("speech-stop-recording").disabled = False
+        by_id("speech-input").disabled = True
+
+    async def stop_recording(event=None):
+        recorder = state["recorder"]
+        if recorder is None:
+            return
+        by_id("speech-stop-recording").disabled = True
+        audio = await recorder.stop()
+        state["recorder"] = None
+        by_id("speech-record").classList.remove("recording")
+        by_id("speech-input").disabled = False
+        by_id("speech-source").textContent = f"the recording ({capture().duration(audio):.1f} s)"
+        await transcribe(audio)
+
+    async def cancel(event=None):
+        if state["busy"]:
+            state["cancelled"] = True
+            await client.python("transcribe_stop")
+
+    def show_models():
+        """A model choice when the site serves more than one model for speech."""
+        info = client.snapshot().info
+        models = [m for m in to_py(info.registry) if card.task in m["tasks"]] if info else []
+        state["models"] = [m["name"] for m in models]
+        select = by_id("speech-model")
+        select.innerHTML = ""
+        for m in models:
+            option = document.createElement("option")
+            option.value = m["name"]
+            option.textContent = m["title"].split(" · ", 1)[-1] if " · " in m["title"] else m["name"]
+            select.appendChild(option)
+        by_id("speech-model-choice").hidden = len(models) < 2
+        if state["model"] is not None:
+            select.value = state["model"]
+
+    def on_model(event):
+        if state["busy"]:
+            return
+
+        async def switch():
+            set_busy(True)
+            try:
+                await card.load()
+                await use_model(by_id("speech-model").value)
+                card.error(None)
+            except Exception as e:
+                card.error("The model could not be loaded: " + message(e))
+            finally:
+                set_busy(False)
+        asyncio.create_task(switch())
+
+    def on_file(event):
+        files = event.target.files
+        if files.length:
+            asyncio.create_task(from_file(files.item(0)))
+        event.target.value = ""                      # choosing the same file again fires change
+
+    def on_drop(event):
+        event.preventDefault()
+        by_id("speech-drop").classList.remove("over")
+        files = event.dataTransfer.files
+        if files.length:
+            asyncio.create_task(from_file(files.item(0)))
+
+    def on_drag(event):
+        event.preventDefault()
+        by_id("speech-drop").classList.toggle("over", event.type == "dragover")
+
+    def _run(coroutine):
+        asyncio.create_task(coroutine)
+
+    by_id("speech-input").addEventListener("change", create_proxy(on_file))
+    for kind in ("dragover", "dragleave"):
+        by_id("speech-drop").addEventListener(kind, create_proxy(on_drag))
+    by_id("speech-drop").addEventListener("drop", create_proxy(on_drop))
+    by_id("speech-record").addEventListener("click", create_proxy(lambda e: _run(record())))
+    by_id("speech-stop-recording").addEventListener("click", create_proxy(lambda e: _run(stop_recording())))
+    by_id("speech-cancel").addEventListener("click", create_proxy(lambda e: _run(cancel())))
+    by_id("speech-model").addEventListener("change", create_proxy(on_model))
+    card.on("ready", show_models)
