@@ -50,7 +50,7 @@ def test_the_hash_opens_its_card_and_only_its_model_loads(dev_server, session_fa
     tabs = page.eval_on_selector_all("[role=tablist] [role=tab]", "els => els.map(e => [e.dataset.tab, "
                                      "e.getAttribute('href'), e.textContent])")
     assert tabs == [["digit", "#digit", "Digit"], ["photo", "#photo", "Photo"], ["sentences", "#sentences", "Sentences"],
-                    ["chat", "#chat", "Chat"]]
+                    ["chat", "#chat", "Chat"], ["speech", "#speech", "Speech"]]
     # another card opened: its model loads now, and works
     s.open_card("digit")
     assert page.evaluate("location.hash") == "#digit"
