@@ -1,4 +1,5 @@
-"""Format-aware mutations of binary containers: safetensors, GGUF, zip (.pth) and pickle (.pth).
+"""Format-aware mutations of binary containers: safetensors, GGUF, CTranslate2 model.bin, zip (.pth)
+and pickle (.pth).
 See mutate.py for what each reaches."""
 from __future__ import annotations
 
@@ -133,6 +134,78 @@ def gguf_type(rng, data: bytes, ctx) -> bytes:
 
 
 GGUF = ((gguf_field, 10), (gguf_type, 4))
+
+
+# --- CTranslate2 model.bin --------------------------------------------------------------------------------
+
+def ctranslate2_fields(data: bytes) -> list[tuple[int, int, str]]:
+    """(offset, size, role) of every integer field of a valid model.bin."""
+    fields, pos = [], 0
+
+    def take(size: int, role: str) -> int:
+        nonlocal pos
+        if pos + size > len(data):
+            raise ValueError("past the end")
+        value = int.from_bytes(data[pos:pos + size], "little")
+        fields.append((pos, size, role))
+        pos += size
+        return value
+
+    def string(role: str) -> None:
+        nonlocal pos
+        length = take(2, role)          # (`pos += take(...)` would add to pos as it was before take)
+        pos += length
+
+    version = take(4, "version")
+    if version >= 2:
+        string("spec-length")
+        take(4, "revision")
+    count = take(4, "variable-count")
+    if count > len(data):
+        raise ValueError("more variables than bytes")
+    for _ in range(count):
+        string("name-length")
+        rank = take(1, "rank")
+        for _ in range(rank):
+            take(4, "dim")
+        item = take(1, "dtype")
+        size = take(4, "byte-count")
+        pos += size if version >= 4 else size * item
+    if version >= 3:
+        aliases = take(4, "alias-count")
+        if aliases > len(data):
+            raise ValueError("more aliases than bytes")
+        for _ in range(2 * aliases):
+            string("alias-length")
+    if pos != len(data):
+        raise ValueError("not at the end")
+    return fields
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_ctranslate2_fields(data: bytes):
+    try:
+        return ctranslate2_fields(data)
+    except ValueError:
+        return None
+
+
+def ctranslate2_field(rng, data: bytes, ctx) -> bytes:
+    """A count, length, dim, rank or dtype id set near an interesting value (or, for a dtype, to
+    another id, known or not)."""
+    fields = _cached_ctranslate2_fields(data)
+    if not fields:
+        return int_field(rng, data, ctx)
+    offset, size, role = rng.choice(fields)
+    current = int.from_bytes(data[offset:offset + size], "little")
+    out = bytearray(data)
+    value = rng.randrange(8) if role == "dtype" and rng.random() < 0.7 else _interesting_near(rng, current)
+    _write_int(out, offset, size, value)
+    ctx.note(f"ctranslate2:{role}")
+    return bytes(out)
+
+
+CTRANSLATE2 = ((ctranslate2_field, 12),)
 
 
 # --- zip (.pth) ----------------------------------------------------------------------------------------

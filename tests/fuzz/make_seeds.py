@@ -1,10 +1,11 @@
 """Write the fuzzer's seed corpus, tests/fuzz/seeds/<reader>/: small valid files made by real writers.
 
-    PYTHONPATH=. python tests/fuzz/make_seeds.py
+    PYTHONPATH=. python tests/fuzz/make_seeds.py [READER...]      (all of them by default)
 
 Each seed is a file (or, for readers that open a folder, a folder) that its reader accepts; the
 fuzzer mutates copies of them. They are made by the writers the formats come from, so the corpus
-holds what real files hold: safetensors by our writer, GGUF by gguf-py's GGUFWriter, .pth by
+holds what real files hold: safetensors by our writer, GGUF by gguf-py's GGUFWriter, CTranslate2
+model.bin field by field as its writer lays them out (tests/io/ctranslate2_writer.py), .pth by
 torch.save (zip and legacy), PNG by Pillow and by the hand encoder of tests/vision/test_image.py
 (interlaced, 2-bit, 16-bit, every filter type), .npy by NumPy, JPEG/GIF/BMP/WebP/TIFF by Pillow,
 tokenizer.json by the `tokenizers` package and from all-MiniLM-L6-v2's (vocabulary cut down), and
@@ -83,6 +84,26 @@ def gguf_seeds(out: Path) -> None:
     data = bytearray((out / "mixed.gguf").read_bytes())
     data[4:8] = (2).to_bytes(4, "little")             # version 2 has the same layout
     (out / "version2.gguf").write_bytes(bytes(data))
+
+
+def ctranslate2_seeds(out: Path) -> None:
+    from tests.io.ctranslate2_writer import model_bin
+    rng = np.random.default_rng(6)
+    # as a Whisper model.bin: int8/int16 options as scalars, float16 weights, a tied projection
+    whisper = [("decoder/activation", np.array(3, np.int8)), ("decoder/alignment_layer", np.array(-1, np.int16)),
+               ("decoder/embeddings/weight", rng.standard_normal((6, 4)).astype(np.float16)),
+               ("encoder/conv1/weight", rng.standard_normal((4, 2, 3)).astype(np.float16)),
+               ("encoder/layer_0/self_attention/linear_0/bias", rng.standard_normal(12).astype(np.float16)),
+               ("encoder/num_heads", np.array(2, np.int16))]
+    (out / "whisper_like.bin").write_bytes(model_bin(whisper, [("decoder/projection/weight",
+                                                                "decoder/embeddings/weight")], spec="WhisperSpec"))
+    every = [("f32", rng.standard_normal((2, 3)).astype(np.float32)), ("i8", np.arange(4, dtype=np.int8)),
+             ("i16", np.array([[1, -2]], np.int16)), ("i32", np.array(7, np.int32)),
+             ("bf16", np.array([0x3F80, 0x4000], np.uint16), "bfloat16"), ("empty", np.zeros((0, 2), np.float32))]
+    (out / "every_dtype.bin").write_bytes(model_bin(every, [("a", "f32"), ("b", "a")]))
+    old = [("w", rng.standard_normal(3).astype(np.float32)), ("n", np.array(5, np.int16))]
+    (out / "version3.bin").write_bytes(model_bin(old, [("v", "w")], version=3))
+    (out / "version1.bin").write_bytes(model_bin(old, version=1))
 
 
 def pth_seeds(out: Path) -> None:
@@ -226,12 +247,14 @@ def manifest_seeds(out: Path) -> None:
         shutil.rmtree(work)
 
 
-MAKERS = {"safetensors": safetensors_seeds, "gguf": gguf_seeds, "pth": pth_seeds, "png": png_seeds,
-          "npy": npy_seeds, "pillow": pillow_seeds, "tokenizer": tokenizer_seeds, "manifest": manifest_seeds}
+MAKERS = {"safetensors": safetensors_seeds, "gguf": gguf_seeds, "ctranslate2": ctranslate2_seeds, "pth": pth_seeds,
+          "png": png_seeds, "npy": npy_seeds, "pillow": pillow_seeds, "tokenizer": tokenizer_seeds, "manifest": manifest_seeds}
 
 
-def main() -> None:
+def main(readers: list[str]) -> None:
     for reader, make in MAKERS.items():
+        if readers and reader not in readers:
+            continue
         out = SEEDS / reader
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
@@ -241,4 +264,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

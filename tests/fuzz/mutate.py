@@ -23,7 +23,7 @@ assumes about bytes; the format-aware ones reach past the first checks a random 
 """
 from __future__ import annotations
 
-from .containers import GGUF, PICKLE, SAFETENSORS, ZIP
+from .containers import CTRANSLATE2, GGUF, PICKLE, SAFETENSORS, ZIP
 from .edits import GENERIC, JSON, TOKENIZER, mutate_bytes
 from .images import IMAGE, NPY, PNG, PNG_SIGNATURE
 
@@ -41,6 +41,8 @@ def operators_for(name: str, data: bytes) -> tuple:
         return SAFETENSORS + GENERIC
     if data.startswith(b"GGUF"):
         return GGUF + GENERIC
+    if name.endswith(".bin"):
+        return CTRANSLATE2 + GENERIC
     if data.startswith(b"PK"):
         return ZIP + GENERIC
     if data.startswith(b"\x80"):

@@ -89,6 +89,15 @@ def read_pth(path, case) -> None:
         tensor.numpy()
 
 
+def read_ctranslate2(path, case) -> None:
+    from engine.io import load_ctranslate2
+    with load_ctranslate2(path) as weights:
+        for tensor in weights.get_many().values():
+            tensor.numpy()
+        for name in weights:
+            weights[name].numpy()
+
+
 def read_image_file(path, case) -> None:
     from engine.vision import image_size, read_image
     image_size(path)
@@ -154,6 +163,7 @@ READERS = {reader.name: reader for reader in (
     Reader("safetensors", read_safetensors, (WeightsError,), (WeightsError,)),
     Reader("gguf", read_gguf, (WeightsError,), (WeightsError,)),
     Reader("pth", read_pth, (WeightsError,), (WeightsError,)),
+    Reader("ctranslate2", read_ctranslate2, (WeightsError,), (WeightsError,)),
     Reader("png", read_image_file, (InputError,), (InputError,)),
     Reader("npy", read_image_file, (InputError,), (InputError,)),
     Reader("pillow", read_image_file, (InputError,), (InputError,)),
