@@ -76,15 +76,18 @@ def resample(x, orig_sr: int, new_sr: int, *, axis: int = 0) -> np.ndarray:
     per_out, stride = merge * up, merge * down
     run = max(1, taps * up // down)                                      # outputs per matrix product
     periods = -(-n_out // per_out)
-    # the input, zero-padded so every window of every period lies inside
+    # the input, zero-padded so every window of every period lies inside (the last window read
+    # starts (periods - 1) periods on, at the last phase computed; sized by that, not by a whole
+    # period, which for rates with a large gcd-reduced ratio is far longer than a short input)
     pad_left = reach + 1
-    total = pad_left + periods * stride + stride + 2 * reach + 2
+    last_phase = min(per_out, n_out) - 1
+    total = max(pad_left + n, pad_left + (periods - 1) * stride + last_phase * down // up + reach + 3)
     padded = np.zeros((signals.shape[0], total), np.float32)
     padded[:, pad_left:pad_left + n] = signals
     out = np.empty((signals.shape[0], periods, per_out), np.float32)     # (C, periods, per_out)
     item = padded.itemsize
-    for first in range(0, min(per_out, n_out), run):
-        phases = np.arange(first, min(first + run, per_out))
+    for first in range(0, last_phase + 1, run):
+        phases = np.arange(first, min(first + run, last_phase + 1))
         position = phases * down / up                                    # in input samples
         start = int(math.floor(position[0])) - reach
         width = int(math.floor(position[-1])) + reach + 1 - start + 1
