@@ -17,6 +17,7 @@ from buildtools import convert, site
 from buildtools.steps import BuildError
 from engine import registry
 from engine.errors import WeightsError
+from tests.helpers import need
 from tests.io.ctranslate2_writer import model_bin
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -188,3 +189,28 @@ def test_build_only_the_named_models(tmp_path, monkeypatch):
     assert "  weights/first: up to date" in lines
     with pytest.raises(BuildError, match="unknown model 'third'"):
         site.build_models(dist, tmp_path / "cache", ["third"], offline=True)
+
+
+@pytest.mark.parametrize("name, count, width", [("whisper-tiny.en", 167, 384), ("whisper-base", 245, 512)])
+def test_the_whisper_entries_from_their_packages(name, count, width):
+    """The registry's two Whisper checkpoints (one model file, ENTRIES), base from its two packages:
+    each site tensor is its model.bin variable, or the slice of a fused one, in float16."""
+    from buildtools.fetch import DEFAULT_CACHE
+    model = registry.model(name)
+    try:
+        paths = convert.locate(model, ROOT, DEFAULT_CACHE, True)
+    except BuildError as e:
+        need(False, f"the packages of {name} are not in the download cache ({e})")
+    metadata, tensors = convert.read_checkpoint(model, paths)
+    site_tensors = dict(tensors)
+    assert len(site_tensors) == len(tensors) == count
+    assert metadata["spec"] == "WhisperSpec" and metadata["model"] == name
+    assert {t.dtype for t in site_tensors.values()} == {engine.float16}
+    original = engine.load_ctranslate2(convert.checkpoint_file(model, paths)[1], name=name)
+    for ours, theirs, rows in (("decoder.token_embedding.weight", "decoder/embeddings/weight", slice(None)),
+                               ("encoder.conv1.weight", "encoder/conv1/weight", slice(None)),
+                               ("decoder.blocks.0.attn.key.weight", "decoder/layer_0/self_attention/linear_0/weight",
+                                slice(width, 2 * width)),
+                               ("decoder.blocks.1.cross_attn.value.bias", "decoder/layer_1/attention/linear_1/bias",
+                                slice(width, None))):
+        assert np.array_equal(site_tensors[ours].raw_numpy(), original[theirs].raw_numpy()[rows]), ours
