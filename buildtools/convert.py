@@ -128,10 +128,23 @@ def checkpoint_file(entry, paths: list[Path]) -> tuple[str, bytes]:
     return " + ".join(where for where, _ in found), b"".join(data for _, data in found)
 
 
+def checkpoint_name(entry) -> str:
+    """The checkpoint's file name, without a byte part's suffix ("model.bin.part1" -> "model.bin")."""
+    return re.sub(r"\.part\d+$", "", entry.source("weights").files["weights"].rsplit("/", 1)[-1])
+
+
+def checkpoint_head(entry, paths: list[Path]) -> bytes:
+    """The first bytes checkpoint_format needs: those of a *.bin other than model.bin, else none."""
+    name = checkpoint_name(entry)
+    if not name.endswith(".bin") or name == "model.bin":
+        return b""
+    return source_file(entry, paths, "weights")[1][:64]
+
+
 def checkpoint_format(entry, head: bytes = b"") -> str:
     """"pth", "ctranslate2" or "safetensors": how the build reads the entry's checkpoint, by its
     file name (a part suffix ".partN" aside) and, for another *.bin, by its first bytes."""
-    name = re.sub(r"\.part\d+$", "", entry.source("weights").files["weights"].rsplit("/", 1)[-1])
+    name = checkpoint_name(entry)
     if name.endswith((".pth", ".pt")):
         return "pth"
     if name == "model.bin":

@@ -208,7 +208,7 @@ def weights_step(b: Builder, model, root: Path, cache: Path, offline: bool, max_
     parts = convert.weight_parts(model)
     if len(parts) > 1:
         inputs["entry"]["parts"] = list(parts)
-    if model.site_format == "safetensors" and convert.checkpoint_format(model, _head(model, sources)) == "ctranslate2":
+    if model.site_format == "safetensors" and convert.checkpoint_format(model, convert.checkpoint_head(model, sources)) == "ctranslate2":
         inputs["reader"] = b.files([io / "ctranslate2.py"], root)
     if model.convert is not None:               # the model file's renames and splits
         inputs["convert"] = {"function": model.convert.__qualname__,
@@ -216,13 +216,6 @@ def weights_step(b: Builder, model, root: Path, cache: Path, offline: bool, max_
     return b.run(Step(f"weights/{model.name}", inputs,
                       lambda out: convert.write_model(model, sources, out, max_shard_kb)))
 
-
-def _head(model, sources: list[Path]) -> bytes:
-    """The first bytes of a *.bin checkpoint other than model.bin (the format is told by them)."""
-    name = model.source("weights").files["weights"]
-    if not name.endswith(".bin") or name.endswith("model.bin"):
-        return b""
-    return convert.source_file(model, sources, "weights")[1][:64]
 
 
 def build_models(dist: Path, cache: Path, names: list[str], offline: bool = False,

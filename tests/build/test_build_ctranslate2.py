@@ -4,6 +4,7 @@ float16, sharded safetensors with a manifest); two entries declared by one model
 `build.py --models` building only the named models into an existing site."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import textwrap
@@ -214,3 +215,17 @@ def test_the_whisper_entries_from_their_packages(name, count, width):
                                ("decoder.blocks.1.cross_attn.value.bias", "decoder/layer_1/attention/linear_1/bias",
                                 slice(width, None))):
         assert np.array_equal(site_tensors[ours].raw_numpy(), original[theirs].raw_numpy()[rows]), ours
+
+
+def test_a_ct2_file_by_another_name_is_told_by_its_bytes(tmp_path):
+    model = entry(tmp_path)
+    for path in (tmp_path / "model.bin.part1", tmp_path / "model.bin.part2"):
+        path.rename(tmp_path / path.name.replace("model.bin", "whisper.bin"))
+    sources = tuple(registry.Source("repo", files={role: file.replace("model.bin", "whisper.bin")
+                                                   for role, file in s.files.items()}) for s in model.sources)
+    model = dataclasses.replace(model, name="renamed", sources=sources)
+    paths = convert.locate(model, ROOT, tmp_path / "cache", True)
+    assert convert.checkpoint_name(model) == "whisper.bin"
+    assert convert.checkpoint_format(model, convert.checkpoint_head(model, paths)) == "ctranslate2"
+    convert.write_model(model, paths, tmp_path / "site")
+    check_folder(tmp_path / "site" / "models" / "renamed")
