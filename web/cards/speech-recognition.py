@@ -29,7 +29,8 @@ def message(e):
 def start(card):
     client, document = card.client, js.document
     # run: counts transcriptions up, so that a cancelled one's late segments are not shown
-    state = {"busy": False, "recorder": None, "run": 0, "model": None, "models": [], "cancelled": False}
+    state = {"busy": False, "recorder": None, "run": 0, "model": None, "models": [], "titles": {},
+             "cancelled": False}
     segments = by_id("speech-segments")
 
     def capture():
@@ -46,7 +47,7 @@ def start(card):
         english_only = (state["model"] or "").endswith(".en")
         language = by_id("speech-language-select").value
         return {"task": "transcribe" if english_only else by_id("speech-task").value,
-                "language": "en" if english_only else (language or None)}
+                "language": None if english_only else (language or None)}
 
     def add_segment(segment):
         li = document.createElement("li")
@@ -76,17 +77,21 @@ def start(card):
         row.querySelector("progress").value = loaded / total if total else 0
         row.querySelector(".bytes").textContent = f"{loaded / 1e6:.1f} MB / {total / 1e6:.1f} MB" if total else ""
 
-    def english_only_options():
-        english_only = (state["model"] or "").endswith(".en")
+    def model_changed(name):
+        """The card follows the model the worker now serves: its title, the select, the options."""
+        state["model"] = name
+        by_id("speech-model").value = name
+        title = state["titles"].get(name)
+        if title:                                     # the page names the task's last model otherwise
+            card.section.querySelector("[data-model]").textContent = title
+        english_only = name.endswith(".en")
         by_id("speech-task").disabled = english_only
         by_id("speech-language-select").disabled = english_only
 
     async def load():
         info = await card.load()                     # the registry's first model, loading since the card opened
         if state["model"] is None:
-            state["model"] = info.model
-            by_id("speech-model").value = info.model
-            english_only_options()
+            model_changed(info.model)
         wanted = by_id("speech-model").value
         if state["models"] and wanted and wanted != state["model"]:
             await use_model(wanted)
@@ -103,8 +108,7 @@ def start(card):
             if hasattr(proxy, "destroy"):
                 proxy.destroy()
             by_id("speech-progress").hidden = True
-        state["model"] = name
-        english_only_options()
+        model_changed(name)
 
     async def transcribe(audio):
         if state["busy"]:
@@ -131,7 +135,8 @@ def start(card):
             if state["cancelled"]:
                 segments.classList.add("stopped")       # cancelled while the model loaded
                 return
-            result = to_py(await capture().transcribe(client, audio, json.dumps(options()), proxy))
+            reply = await capture().transcribe(client, audio, json.dumps(options()), proxy)
+            result = to_py(reply)
         except Exception as e:
             card.error(message(e))
             return
@@ -153,7 +158,7 @@ def start(card):
         by_id("speech-duration").textContent = f"{result['duration']:.2f}"
         by_id("speech-rtf").textContent = f"{result['rtf']:.3f}"
         by_id("speech-backend").textContent = result["device"]
-        card.follow_device(result)
+        card.follow_device(reply)
         if result.get("notice"):
             card.error(result["notice"])
 
@@ -207,16 +212,19 @@ def start(card):
         info = client.snapshot().info
         models = [m for m in to_py(info.registry) if card.task in m["tasks"]] if info else []
         state["models"] = [m["name"] for m in models]
+        state["titles"] = {m["name"]: m["title"].split(" · ", 1)[-1] for m in models}
         select = by_id("speech-model")
         select.innerHTML = ""
         for m in models:
             option = document.createElement("option")
             option.value = m["name"]
-            option.textContent = m["title"].split(" · ", 1)[-1] if " · " in m["title"] else m["name"]
+            option.textContent = state["titles"][m["name"]]
             select.appendChild(option)
         by_id("speech-model-choice").hidden = len(models) < 2
         if state["model"] is not None:
-            select.value = state["model"]
+            model_changed(state["model"])
+        elif models:
+            card.section.querySelector("[data-model]").textContent = state["titles"][models[0]["name"]]
 
     def on_model(event):
         if state["busy"]:
