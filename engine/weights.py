@@ -65,3 +65,26 @@ class Weights:
         if dtype is not None and got_dtype is not dtypes.as_dtype(dtype):
             raise DtypeMismatch(f"dtype mismatch: expected {dtypes.as_dtype(dtype).name}, found {got_dtype.name}",
                                 file=self.file, tensor=name)
+
+
+class AsFloat32:
+    """A checkpoint's tensors by name with half-precision ones widened to float32 as they are
+    read (a site stores them in float16; the model computes in float32), less the `ignored`
+    names. Row tables (embeddings served by rows) stay as they are: they widen the rows they
+    gather."""
+
+    def __init__(self, tensors, ignored=()):
+        self.tensors, self.ignored = tensors, frozenset(ignored)
+        self.name = getattr(tensors, "name", None)
+
+    def __contains__(self, name):
+        return name in self.tensors and name not in self.ignored
+
+    def keys(self):
+        return [name for name in self.tensors.keys() if name not in self.ignored]
+
+    def __getitem__(self, name):
+        t = self.tensors[name]
+        if isinstance(t, Tensor) and t.dtype in (dtypes.float16, dtypes.bfloat16):
+            return t.float()
+        return t

@@ -34,6 +34,7 @@ import engine
 import engine.nn as nn
 import engine.nn.functional as F
 from engine import registry
+from engine.weights import AsFloat32
 
 
 @dataclass(frozen=True)
@@ -199,34 +200,12 @@ def embed(model: BertModel, batch: dict) -> np.ndarray:
 IGNORED = ("embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias")
 
 
-class _AsFloat32:
-    """A checkpoint's tensors by name with half-precision ones widened to float32 as they are
-    read (the site stores them in float16; the model computes in float32). Row tables (the
-    word embeddings served by rows) stay as they are: they widen the rows they gather."""
-
-    def __init__(self, tensors):
-        self.tensors = tensors
-        self.name = getattr(tensors, "name", None)
-
-    def __contains__(self, name):
-        return name in self.tensors
-
-    def keys(self):
-        return [name for name in self.tensors.keys() if name not in IGNORED]
-
-    def __getitem__(self, name):
-        t = self.tensors[name]
-        if isinstance(t, engine.Tensor) and t.dtype in (engine.float16, engine.bfloat16):
-            return t.float()
-        return t
-
-
 def load(weights, device: str | None = None, config: Config = Config()) -> BertModel:
     """BertModel with `weights`: a lazy mapping by checkpoint name (engine.load_safetensors),
     or a safetensors file, index, folder or URL."""
     tensors = engine.load_safetensors(weights) if isinstance(weights, (str, os.PathLike)) else weights
     model = BertModel(config)
-    model.load_state_dict(_AsFloat32(tensors))
+    model.load_state_dict(AsFloat32(tensors, IGNORED))
     return model.to(device) if device else model
 
 

@@ -42,6 +42,7 @@ import engine.nn as nn
 import engine.nn.functional as F
 from engine import registry
 from engine.errors import InputError, InvalidHeader
+from engine.weights import AsFloat32
 
 HEAD_DIM = 64                                   # every Whisper size: heads = width / 64
 
@@ -376,7 +377,7 @@ def load(weights, device: str | None = None) -> Whisper:
     tensors = engine.load_safetensors(weights) if isinstance(weights, (str, os.PathLike)) else weights
     config = Config.from_tensors(tensors, file=getattr(tensors, "name", None))
     model = Whisper(config)
-    model.load_state_dict({k: tensors[k] for k in tensors.keys()})
+    model.load_state_dict(AsFloat32(tensors))
     return model.to(device) if device else model
 
 
