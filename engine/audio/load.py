@@ -25,12 +25,14 @@ def _is_wav(head: bytes) -> bool:
 
 
 def load_audio(source, sr: int = SAMPLE_RATE, *, orig_sr: int | None = None, name: str | None = None) -> np.ndarray:
-    """float32 mono samples of `source` at `sr` Hz.
+    """float32 mono samples of `source` at `sr` Hz, in [-1, 1].
 
     `source`: a path or the bytes of a file (WAV anywhere; other formats natively through
     ffmpeg), or an array of samples at `orig_sr` Hz, shape (samples,) or (samples, channels).
-    Channels are averaged; the rate is changed with engine.audio.resample. `name` names the
-    source in errors. Raises AudioError on audio it cannot read."""
+    Channels are averaged; the rate is changed with engine.audio.resample; samples beyond
+    full scale (float data) are clipped to [-1, 1], as ffmpeg's 16-bit output that
+    openai-whisper reads clips them. `name` names the source in errors. Raises AudioError on
+    audio it cannot read."""
     if isinstance(source, np.ndarray):
         return _from_array(source, sr, orig_sr, name)
     if orig_sr is not None:
@@ -59,7 +61,10 @@ def _from_array(samples: np.ndarray, sr: int, orig_sr, name) -> np.ndarray:
     if samples.dtype.kind not in "fiu":
         raise AudioError(f"samples must be numbers, got dtype {samples.dtype}", file=name)
     mono = downmix(samples, axis=1) if samples.ndim == 2 else samples.astype(np.float32)
-    return resample(mono, orig_sr, sr) if orig_sr != sr else np.ascontiguousarray(mono, np.float32)
+    if not np.isfinite(mono).all():
+        raise AudioError("samples must be finite numbers (found NaN or infinity)", file=name)
+    out = resample(mono, orig_sr, sr) if orig_sr != sr else np.array(mono, np.float32)
+    return np.clip(out, -1.0, 1.0, out=out)
 
 
 def _decode_other(data: bytes, source, sr: int, name) -> np.ndarray:

@@ -156,7 +156,8 @@ def _samples(data: memoryview, at: int, size: int, fmt: tuple, bad) -> np.ndarra
     else:
         x = np.frombuffer(raw, stored)
         if kind == WAVE_FORMAT_IEEE_FLOAT:
-            x = x.astype(np.float32)
+            with np.errstate(over="ignore"):        # float64 beyond float32: inf, refused below
+                x = x.astype(np.float32)
             if not np.isfinite(x).all():
                 first = int(np.flatnonzero(~np.isfinite(x))[0])
                 raise bad(f"data chunk: sample {first // channels} of channel {first % channels} "

@@ -237,3 +237,12 @@ def test_other_formats_without_ffmpeg_or_in_the_browser(tmp_path, monkeypatch):
     with pytest.raises(AudioError, match="only WAV files and float32 sample arrays are read in the browser"):
         load_audio(path.read_bytes(), name="song.mp3")
     np.testing.assert_array_equal(load_audio(GOOD), read_wav(GOOD)[0][:, 0])     # WAV still is
+
+
+def test_load_audio_clips_beyond_full_scale_as_ffmpeg_does():
+    loud = np.array([0.5, 3.0, -1e30, 1.0, -0.25], np.float32)
+    data = wavs.wav(loud.tobytes(), tag=wavs.FLOAT, bits=32)
+    np.testing.assert_array_equal(read_wav(data)[0][:, 0], loud)                 # read as stored
+    np.testing.assert_array_equal(load_audio(data), [0.5, 1.0, -1.0, 1.0, -0.25])
+    with pytest.raises(AudioError, match="finite"):
+        load_audio(np.array([0.0, np.inf]), orig_sr=16000)

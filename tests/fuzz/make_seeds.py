@@ -8,7 +8,8 @@ holds what real files hold: safetensors by our writer, GGUF by gguf-py's GGUFWri
 model.bin field by field as its writer lays them out (tests/io/ctranslate2_writer.py), .pth by
 torch.save (zip and legacy), PNG by Pillow and by the hand encoder of tests/vision/test_image.py
 (interlaced, 2-bit, 16-bit, every filter type), .npy by NumPy, JPEG/GIF/BMP/WebP/TIFF by Pillow,
-tokenizer.json by the `tokenizers` package and from all-MiniLM-L6-v2's (vocabulary cut down), and
+tokenizer.json by the `tokenizers` package and from all-MiniLM-L6-v2's (vocabulary cut down), WAV
+by sox (every sample format, EXTENSIBLE) and Python's wave (with chunks sox does not write added), and
 site folders (manifest.json and what it lists) by buildtools/convert.py. The files are committed,
 so the fuzz cases do not change when those packages do; rerun this script to remake them.
 """
@@ -221,6 +222,34 @@ def tokenizer_seeds(out: Path) -> None:
         Tokenizer.from_file(path).encode(TEXT, "a pair")
 
 
+def wav_seeds(out: Path) -> None:
+    import struct
+    import subprocess
+    import wave
+    # 10 ms of a different signal per channel; 8-bit unsigned to float64, mono to 6 channels
+    for bits, encoding, rate, channels in ((8, "unsigned-integer", 8000, 1), (16, "signed-integer", 44100, 2),
+                                           (24, "signed-integer", 48000, 1), (32, "signed-integer", 22050, 1),
+                                           (32, "floating-point", 16000, 2), (64, "floating-point", 11025, 1),
+                                           (16, "signed-integer", 16000, 6)):
+        name = f"sox_{bits}{'f' if encoding == 'floating-point' else ''}_{rate}_{channels}ch.wav"
+        synth = [part for c in range(channels) for part in ("sine", str(200 + 300 * c))]
+        subprocess.run(["sox", "-n", "-r", str(rate), "-c", str(channels), "-b", str(bits), "-e", encoding,
+                        str(out / name), "synth", "0.01", *synth, "vol", "0.5"], check=True)
+    with wave.open(str(out / "python_wave_16.wav"), "wb") as f:
+        f.setnchannels(1)
+        f.setsampwidth(2)
+        f.setframerate(16000)
+        f.writeframes((np.sin(np.arange(160) / 5) * 20000).astype("<i2").tobytes())
+    # chunks around fmt and data, an odd-sized one with its pad byte, and streaming sizes
+    data = (out / "python_wave_16.wav").read_bytes()
+    fmt, samples = data[12:36], data[36:]
+    odd = b"LIST" + struct.pack("<I", 13) + b"INFOISFT\x01\0\0\0a" + b"\0"
+    crowded = b"WAVE" + odd + fmt + b"fact" + struct.pack("<I", 4) + b"\xa0\0\0\0" + samples + b"id3 \x02\0\0\0ab"
+    (out / "chunks_odd_list.wav").write_bytes(b"RIFF" + struct.pack("<I", len(crowded)) + crowded)
+    streamed = b"RIFF\xff\xff\xff\xffWAVE" + fmt + b"data\xff\xff\xff\xff" + samples[8:]
+    (out / "streamed.wav").write_bytes(streamed)
+
+
 def manifest_seeds(out: Path) -> None:
     import engine
     from buildtools import convert
@@ -248,7 +277,8 @@ def manifest_seeds(out: Path) -> None:
 
 
 MAKERS = {"safetensors": safetensors_seeds, "gguf": gguf_seeds, "ctranslate2": ctranslate2_seeds, "pth": pth_seeds,
-          "png": png_seeds, "npy": npy_seeds, "pillow": pillow_seeds, "tokenizer": tokenizer_seeds, "manifest": manifest_seeds}
+          "png": png_seeds, "npy": npy_seeds, "pillow": pillow_seeds, "tokenizer": tokenizer_seeds, "manifest": manifest_seeds,
+          "wav": wav_seeds}
 
 
 def main(readers: list[str]) -> None:

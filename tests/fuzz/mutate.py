@@ -19,13 +19,16 @@ assumes about bytes; the format-aware ones reach past the first checks a random 
   zlib bombs that declare millions of pixels in a few kB; CRCs fixed so the decoder reads on;
 - .npy: the header's descr/shape/fortran_order, text that breaks Python's tokenizer, the header
   length field, the version;
-- tokenizer.json: nested Sequences, Split regexes (malformed and backtracking ones), ids and lengths.
+- tokenizer.json: nested Sequences, Split regexes (malformed and backtracking ones), ids and lengths;
+- WAV: the RIFF and chunk sizes (streaming 0 and 0xFFFFFFFF too), chunk ids, the fmt fields (tag,
+  channels, rate, bits, block align kept matching, the EXTENSIBLE sub-format).
 """
 from __future__ import annotations
 
 from .containers import CTRANSLATE2, GGUF, PICKLE, SAFETENSORS, ZIP
 from .edits import GENERIC, JSON, TOKENIZER, mutate_bytes
 from .images import IMAGE, NPY, PNG, PNG_SIGNATURE
+from .sounds import WAV, is_wav
 
 __all__ = ["mutate_bytes", "operators_for"]
 
@@ -51,6 +54,8 @@ def operators_for(name: str, data: bytes) -> tuple:
         return PNG + GENERIC
     if data.startswith(b"\x93NUMPY"):
         return NPY + GENERIC
+    if is_wav(data):                                # not WebP, also a RIFF file
+        return WAV + GENERIC
     if data.startswith(b"\xff\xd8"):
         return IMAGE + GENERIC
     return GENERIC

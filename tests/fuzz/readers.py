@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from engine.errors import InputError, TokenizerError, WeightsError
+from engine.errors import AudioError, InputError, TokenizerError, WeightsError
 from tests.helpers import range_reply
 
 SEEDS = Path(__file__).resolve().parent / "seeds"
@@ -104,6 +104,13 @@ def read_image_file(path, case) -> None:
     read_image(path)
 
 
+def read_audio(path, case) -> None:
+    """A WAV as a transcription reads it: the samples, mono at 16 kHz, then the log-mel spectrogram."""
+    from engine.audio import load_audio, log_mel_spectrogram, read_wav
+    samples, rate = read_wav(path)
+    log_mel_spectrogram(load_audio(samples, orig_sr=rate, name=str(path)))
+
+
 def use_tokenizer(path, case) -> None:
     from engine.text import Tokenizer
     tokenizer = Tokenizer.from_file(path)
@@ -167,6 +174,8 @@ READERS = {reader.name: reader for reader in (
     Reader("png", read_image_file, (InputError,), (InputError,)),
     Reader("npy", read_image_file, (InputError,), (InputError,)),
     Reader("pillow", read_image_file, (InputError,), (InputError,)),
+    # an empty WAV reaches log_mel_spectrogram, whose InputError (no samples) is about the call
+    Reader("wav", read_audio, (InputError,), (AudioError,)),
     # errors of the text and the calls (InputError) need not name the file; the file's own must
     Reader("tokenizer", use_tokenizer, (InputError,), (TokenizerError,)),
     Reader("manifest", read_site, (WeightsError,), (WeightsError,)),
