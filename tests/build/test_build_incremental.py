@@ -16,9 +16,9 @@ from buildtools.fetch import FetchFailed, pip_download
 from buildtools.steps import STATE_NAME, BuildError
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = ["pyodide", "pyscript", "micropython", "engine", "bytecode", "weights/mnist_cnn", "weights/efficientnet_lite0",
-         "weights/all-MiniLM-L6-v2", "weights/SmolLM2-135M-Instruct", "kernels", "samples", "web", "build-info",
-         "registry", "compress", "service-worker"]
+WEIGHTS = [f"weights/{name}" for name in engine.registry.models()]      # one step per registered model
+STEPS = ["pyodide", "pyscript", "micropython", "engine", "bytecode", *WEIGHTS, "kernels", "samples", "web",
+         "build-info", "registry", "compress", "service-worker"]
 
 
 def build(project: Path, cache: Path, **options) -> tuple[list[str], list[str]]:
@@ -111,8 +111,7 @@ def test_shard_size_option_rebuilds_the_weights(project, cache):
     whole = smol / "SmolLM2-135M-Instruct.Q4_1.gguf"
     original = whole.read_bytes()
     built, _ = build(project, cache, max_shard_kb=1024)
-    assert built == ["weights/mnist_cnn", "weights/efficientnet_lite0", "weights/all-MiniLM-L6-v2",
-                     "weights/SmolLM2-135M-Instruct", "build-info", "service-worker"]
+    assert built == [*WEIGHTS, "build-info", "service-worker"]
     folder = project / "dist" / "models" / "mnist_cnn"
     assert sorted(p.name for p in folder.glob("*.safetensors")) == ["model-00001-of-00001.safetensors"]
     manifest = json.loads((folder / "manifest.json").read_text())

@@ -348,7 +348,8 @@ def test_build_info_has_the_download_sizes(dist):
         },
         "models": {name: {"bytes": json.loads((dist / f"models/{name}/manifest.json").read_text())["total_bytes"],
                           "manifest": f"models/{name}/manifest.json"}
-                   for name in ("mnist_cnn", "efficientnet_lite0", "all-MiniLM-L6-v2", "SmolLM2-135M-Instruct")},
+                   for name in ("mnist_cnn", "efficientnet_lite0", "all-MiniLM-L6-v2", "SmolLM2-135M-Instruct",
+                                "whisper-base", "whisper-tiny.en")},
     }
 
 
@@ -381,16 +382,20 @@ def test_registry_drives_the_model_build():
     model = convert.models()["mnist_cnn"]
     assert model.max_shard_kb == 256
     assert convert.locate(model, ROOT, ROOT / ".cache", True) == [ROOT / "models" / "mnist_cnn.safetensors"]
-    assert list(convert.models()) == ["mnist_cnn", "efficientnet_lite0", "all-MiniLM-L6-v2", "SmolLM2-135M-Instruct"]
+    assert list(convert.models()) == ["mnist_cnn", "efficientnet_lite0", "all-MiniLM-L6-v2", "SmolLM2-135M-Instruct",
+                                      "whisper-base", "whisper-tiny.en"]     # models/whisper.py declares two
 
 
 def test_registry_json_lists_every_model_and_task(dist):
     listing = json.loads((dist / "registry.json").read_text())
     assert listing == engine.registry.describe()
-    tasks = {task: m["name"] for m in listing for task in m["tasks"]}
+    tasks = {}
+    for m in listing:                      # a task's model is the first registered for it
+        for task in m["tasks"]:
+            tasks.setdefault(task, m["name"])
     assert tasks == {"digit-classification": "mnist_cnn", "image-classification": "efficientnet_lite0",
                      "sentence-embedding": "all-MiniLM-L6-v2", "feature-extraction": "all-MiniLM-L6-v2",
-                     "text-generation": "SmolLM2-135M-Instruct"}
+                     "text-generation": "SmolLM2-135M-Instruct", "speech-recognition": "whisper-base"}
     for m in listing:
         assert (dist / m["folder"] / "manifest.json").is_file()
 
