@@ -10,8 +10,9 @@ ensure_base
 # (Playwright's own browser download is never used); clang-19 + lld-19: the WebAssembly
 # kernels (Debian's default clang 14 emits an outdated relaxed-SIMD opcode); gcc: native kernels;
 # mesa-vulkan-drivers: lavapipe, a Vulkan device on the CPU for the WebGPU shaders natively;
-# brotli + libnginx-mod-http-brotli-static: the build's .br copies and nginx serving them
-ensure_apt nginx chromium clang-19 lld-19 gcc mesa-vulkan-drivers brotli libnginx-mod-http-brotli-static
+# brotli + libnginx-mod-http-brotli-static: the build's .br copies and nginx serving them;
+# espeak-ng + sox: test speech and the WAV/resampler references (tests/audio/clips.py)
+ensure_apt nginx chromium clang-19 lld-19 gcc mesa-vulkan-drivers brotli libnginx-mod-http-brotli-static espeak-ng sox
 ensure_venv test
 cd "$ROOT"
 # pytest-xdist, one worker per core; tests/conftest.py keeps each module's tests on one worker and
