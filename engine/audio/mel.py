@@ -36,6 +36,9 @@ HOP_LENGTH = 160
 CHUNK_LENGTH = 30                                # seconds in one window of the encoder
 N_SAMPLES = CHUNK_LENGTH * SAMPLE_RATE           # 480000 samples in a window
 N_FRAMES = N_SAMPLES // HOP_LENGTH               # 3000 mel frames in a window
+N_SAMPLES_PER_TOKEN = HOP_LENGTH * 2             # the encoder's convolutions have stride 2
+FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH    # 100: 10 ms a frame
+TOKENS_PER_SECOND = SAMPLE_RATE // N_SAMPLES_PER_TOKEN   # 50: 20 ms an encoder position
 
 
 def pad_or_trim(array, length: int = N_SAMPLES, *, axis: int = -1) -> np.ndarray:

@@ -37,7 +37,8 @@ def reference_mel(reference, samples, **kwargs) -> np.ndarray:
 
 
 def test_constants_match(reference):
-    for name in ("SAMPLE_RATE", "N_FFT", "HOP_LENGTH", "CHUNK_LENGTH", "N_SAMPLES", "N_FRAMES"):
+    for name in ("SAMPLE_RATE", "N_FFT", "HOP_LENGTH", "CHUNK_LENGTH", "N_SAMPLES", "N_FRAMES", "N_SAMPLES_PER_TOKEN",
+                 "FRAMES_PER_SECOND", "TOKENS_PER_SECOND"):
         assert getattr(audio, name) == getattr(reference, name), name
 
 

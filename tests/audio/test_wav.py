@@ -246,3 +246,48 @@ def test_load_audio_clips_beyond_full_scale_as_ffmpeg_does():
     np.testing.assert_array_equal(load_audio(data), [0.5, 1.0, -1.0, 1.0, -0.25])
     with pytest.raises(AudioError, match="finite"):
         load_audio(np.array([0.0, np.inf]), orig_sr=16000)
+
+
+FAKE_FFMPEG = """#!{python}
+# Stands in for ffmpeg: notes its arguments and stdin, answers as ffmpeg would.
+import json, sys
+data = sys.stdin.buffer.read() if "pipe:0" in sys.argv else b""
+open({log!r}, "w").write(json.dumps({{"argv": sys.argv[1:], "stdin": len(data)}}))
+if "broken" in " ".join(sys.argv) or data.startswith(b"broken"):
+    sys.stderr.write("ffmpeg version x\\nInvalid data found when processing input\\n")
+    sys.exit(1)
+sys.stdout.buffer.write(bytes([0, 0, 0, 0x40, 0, 0x80, 0xff, 0x7f]))     # s16le 0, 16384, -32768, 32767
+"""
+
+
+@pytest.fixture
+def fake_ffmpeg(tmp_path, monkeypatch):
+    """An `ffmpeg` first on PATH that records how it was called (the real one need not be installed)."""
+    import json
+    import os
+    import sys
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    log = tmp_path / "ffmpeg.json"
+    (folder / "ffmpeg").write_text(FAKE_FFMPEG.format(python=sys.executable, log=str(log)))
+    (folder / "ffmpeg").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ.get('PATH', '')}")
+    return lambda: json.loads(log.read_text())
+
+
+def test_other_formats_through_ffmpeg_as_openai_whisper_runs_it(tmp_path, fake_ffmpeg):
+    path = tmp_path / "song.mp3"
+    path.write_bytes(b"ID3\x03" + b"\0" * 100)
+    samples = load_audio(path)
+    np.testing.assert_array_equal(samples, np.array([0, 16384, -32768, 32767], np.float32) / 32768)
+    assert samples.dtype == np.float32
+    assert fake_ffmpeg()["argv"] == ["-nostdin", "-threads", "0", "-i", str(path), "-f", "s16le", "-ac", "1",
+                                     "-acodec", "pcm_s16le", "-ar", "16000", "-"]
+    load_audio(path.read_bytes(), sr=8000)                  # bytes: through stdin
+    called = fake_ffmpeg()
+    assert called["stdin"] == 104 and called["argv"][called["argv"].index("-i") + 1] == "pipe:0"
+    assert called["argv"][called["argv"].index("-ar") + 1] == "8000"
+    broken = tmp_path / "broken.mp3"
+    broken.write_bytes(b"nothing")
+    with pytest.raises(AudioError, match=f"ffmpeg could not decode it: Invalid data found when processing input.*{broken}"):
+        load_audio(broken)
