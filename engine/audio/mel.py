@@ -69,7 +69,7 @@ def mel_to_hz(mels):
     return np.where(m >= min_log_mel, min_log_hz * np.exp(logstep * (m - min_log_mel)), f_sp * m)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def mel_filters(n_mels: int = 80, sample_rate: int = SAMPLE_RATE, n_fft: int = N_FFT) -> np.ndarray:
     """(n_mels, n_fft // 2 + 1) float32: triangles evenly spaced on the Slaney mel scale from 0
     to the Nyquist frequency, each scaled to unit area in Hz ("slaney" norm), as
@@ -89,7 +89,7 @@ def mel_filters(n_mels: int = 80, sample_rate: int = SAMPLE_RATE, n_fft: int = N
     return weights
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _hann(n: int) -> np.ndarray:
     """The periodic Hann window (torch.hann_window's default)."""
     return (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n) / n)).astype(np.float32)

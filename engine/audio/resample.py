@@ -71,7 +71,7 @@ def resample(x, orig_sr: int, new_sr: int, *, axis: int = 0) -> np.ndarray:
     signals = x.reshape(math.prod(lead), n)                              # (C, n)
     fc = ROLLOFF * min(1.0, up / down)                                   # of the input's Nyquist
     half_width = ZEROS / fc                                              # input samples
-    reach = int(math.ceil(half_width))
+    reach = math.ceil(half_width)
     taps = 2 * reach + 1
     # a period: `per_out` outputs read input advancing by `stride` samples per period
     merge = max(1, -(-2 * taps // down))
@@ -91,8 +91,8 @@ def resample(x, orig_sr: int, new_sr: int, *, axis: int = 0) -> np.ndarray:
     for first in range(0, last_phase + 1, run):
         phases = np.arange(first, min(first + run, last_phase + 1))
         position = phases * down / up                                    # in input samples
-        start = int(math.floor(position[0])) - reach
-        width = int(math.floor(position[-1])) + reach + 1 - start + 1
+        start = math.floor(position[0]) - reach
+        width = math.floor(position[-1]) + reach + 1 - start + 1
         offsets = start + np.arange(width)
         weights = _kernel(position[None, :] - offsets[:, None], fc, half_width)   # (width, run)
         weights /= weights.sum(axis=0, keepdims=True)

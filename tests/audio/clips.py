@@ -24,7 +24,7 @@ def tool(name: str) -> str:
 
 def sox(*args) -> None:
     """Run sox with these arguments (paths or strings); a failure shows sox's own message."""
-    done = subprocess.run([tool("sox"), *map(str, args)], capture_output=True, text=True)
+    done = subprocess.run([tool("sox"), *map(str, args)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, f"sox {' '.join(map(str, args))} failed: {done.stderr}"
 
 
@@ -33,7 +33,7 @@ def speak(text: str, path, voice: str = "en", *, rate: int = 16000) -> Path:
     16-bit PCM WAV at `rate` Hz (resampled by sox from espeak-ng's 22050 Hz). Returns the path."""
     path = Path(path)
     raw = path.with_name(path.stem + ".espeak.wav")
-    done = subprocess.run([tool("espeak-ng"), "-v", voice, "-w", str(raw), text], capture_output=True, text=True)
+    done = subprocess.run([tool("espeak-ng"), "-v", voice, "-w", str(raw), text], capture_output=True, text=True, check=False)
     assert done.returncode == 0, f"espeak-ng -v {voice} failed: {done.stderr}"
     sox(raw, "-r", rate, "-c", 1, "-b", 16, "-e", "signed-integer", path)
     raw.unlink()
