@@ -35,7 +35,7 @@ def wav_fields(data: bytes) -> list[tuple[int, int, str]]:
             if size >= 40:
                 fields += [(at + 24, 2, "extension-size"), (at + 26, 2, "valid-bits"), (at + 32, 2, "sub-format")]
         at += 8 + size + (size & 1)
-    return fields
+    return [field for field in fields if field[0] + field[1] <= len(data)]     # a file already cut short
 
 
 @functools.lru_cache(maxsize=64)
