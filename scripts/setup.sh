@@ -3,6 +3,9 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${ENGINE_VENV:-$ROOT/.venv}"
+# the reference for Whisper (tests/models/test_whisper.py, tests/speech, tests/audio), installed without
+# its declared requirements (triton and a CUDA torch): the test extra lists the ones it needs
+OPENAI_WHISPER=20250625
 
 _sudo() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -36,6 +39,9 @@ ensure_venv() {
     if ! { "$VENV/bin/python" -m pip install -q --upgrade pip &&
            "$VENV/bin/python" -m pip install -q -e "$ROOT[$extras]"; } >"$log" 2>&1; then
       tail -n 30 "$log" >&2; echo "setup: pip install failed (full log: $log)" >&2; exit 1
+    fi
+    if [ "$extras" = test ] && ! "$VENV/bin/python" -m pip install -q --no-deps "openai-whisper==$OPENAI_WHISPER" >>"$log" 2>&1; then
+      tail -n 30 "$log" >&2; echo "setup: pip install openai-whisper failed (full log: $log)" >&2; exit 1
     fi
     touch "$stamp"
   fi

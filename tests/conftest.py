@@ -91,7 +91,8 @@ def pytest_configure(config):
 # browser, build and fuzz follow the folder; reference follows what a test uses (a reference package
 # imported by its module, or a fixture built on one); slow is written on the test itself.
 FOLDER_MARKERS = {"web": "browser", "build": "build", "fuzz": "fuzz"}
-REFERENCE_PACKAGES = {"torch", "transformers", "tokenizers", "gguf", "accelerate", "efficientnet_lite_pytorch"}
+REFERENCE_PACKAGES = {"torch", "transformers", "tokenizers", "gguf", "accelerate", "efficientnet_lite_pytorch",
+                      "whisper"}
 REFERENCE_FIXTURES = {"effnet_state", "effnet_weights", "reference", "pair_of", "transformers_module",
                       "smollm2_reference"}
 REFERENCE_HELPERS = {"tests.llama_gguf"}          # test helpers that import a reference package inside
