@@ -113,15 +113,20 @@ class MultiHeadAttention(nn.Module):
             self.register_buffer(name, None, persistent=False)    # stacked at load (stack)
 
     def stack(self, cross: bool) -> None:
-        """[query; key; value] rows for self-attention, [key; value] for cross-attention; the
-        key's bias is zero (it has none)."""
-        zero = engine.zeros(self.value.bias.shape, device=self.value.bias.device)
+        """[query; key; value] rows for self-attention, [key; value] for cross-attention, in one
+        weight whose row views the named projections become (no second copy); the key's bias is
+        zero (it has none)."""
+        parts = [self.key, self.value] if cross else [self.query, self.key, self.value]
+        weight = engine.cat([p.weight for p in parts], 0)                            # (2C or 3C, C)
+        width = self.value.weight.shape[0]
+        for i, p in enumerate(parts):
+            p.weight = weight[i * width:(i + 1) * width]                            # (C, C) views
+        zero = engine.zeros((width,), device=weight.device)
+        bias = engine.cat([zero if p is self.key else p.bias for p in parts], 0)   # (2C or 3C,)
         if cross:
-            self.kv_weight = engine.cat([self.key.weight, self.value.weight], 0)       # (2C, C)
-            self.kv_bias = engine.cat([zero, self.value.bias], 0)                     # (2C,)
+            self.kv_weight, self.kv_bias = weight, bias
         else:
-            self.qkv_weight = engine.cat([self.query.weight, self.key.weight, self.value.weight], 0)   # (3C, C)
-            self.qkv_bias = engine.cat([self.query.bias, zero, self.value.bias], 0)                   # (3C,)
+            self.qkv_weight, self.qkv_bias = weight, bias
 
     def heads(self, x, b: int, t: int):
         return x.reshape(b, t, self.n_head, -1).transpose(1, 2)                       # (B, H, T, d)
@@ -240,14 +245,28 @@ class Whisper(nn.Module):
     def device(self) -> str:
         return self.decoder.token_embedding.weight.device
 
+    def _attentions(self):
+        for block in self.encoder.blocks:
+            yield block.attn, False
+        for block in self.decoder.blocks:
+            yield block.attn, False
+            yield block.cross_attn, True
+
     def load_state_dict(self, state_dict, strict: bool = True):
         result = super().load_state_dict(state_dict, strict)
-        for block in self.encoder.blocks:
-            block.attn.stack(cross=False)
-        for block in self.decoder.blocks:
-            block.attn.stack(cross=False)
-            block.cross_attn.stack(cross=True)
+        for attention, cross in self._attentions():
+            attention.stack(cross)
         return result
+
+    def to(self, *args, **kwargs) -> "Whisper":
+        """Moved with the stacked projections made again on the device (a device that copies
+        tensor by tensor would otherwise hold the stacks and their row views apart)."""
+        for attention, _ in self._attentions():
+            attention.qkv_weight = attention.qkv_bias = attention.kv_weight = attention.kv_bias = None
+        super().to(*args, **kwargs)
+        for attention, cross in self._attentions():
+            attention.stack(cross)
+        return self
 
     def encode(self, mel) -> engine.Tensor:
         """Log-mel (n_mels, frames) or (1, n_mels, frames), NumPy or Tensor -> (1, ctx, C)."""
