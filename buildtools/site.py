@@ -14,6 +14,7 @@ dist/
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -94,6 +95,15 @@ def write_samples(out: Path, wheel_path: Path) -> None:
             image.save(folder / "thumbs" / (Path(file).stem + ".jpg"), quality=80)
     listing = [{"file": f, "thumb": f"thumbs/{Path(f).stem}.jpg", "title": t, "credit": c} for f, t, c in SAMPLES]
     (folder / "samples.json").write_text(json.dumps(listing, indent=1) + "\n")
+
+
+def _copy_speech_samples(out: Path, files: list[Path]) -> None:
+    """dist/samples/speech/: the committed speech samples (samples/make_speech_samples.py) and
+    their listing, for the speech card's "try a sample" and the bench page."""
+    folder = out / "samples" / "speech"
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in files:
+        shutil.copyfile(path, folder / path.name)
 
 
 def _engine_registry():
@@ -309,6 +319,10 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
     skimage = fetched["scikit-image"]
     b.run(Step("samples", {"wheel": b.digest(skimage), "samples": SAMPLES, "code": _code(sys.modules[__name__])},
                lambda out: write_samples(out, skimage)))
+
+    speech = sorted((root / "samples" / "speech").glob("*.wav")) + [root / "samples" / "speech" / "samples.json"]
+    b.run(Step("speech-samples", {"files": b.files(speech, root)},
+               lambda out: _copy_speech_samples(out, speech)))
 
     if peers:
         wllama = fetched[PEERS[0][1]]

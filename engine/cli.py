@@ -3,7 +3,7 @@
 The task modules (engine/tasks/) bring their own subcommands: `digit IMAGE...`, `classify
 IMAGE...`, `embed TEXT...`, `similarity QUERY CANDIDATE...`, `generate PROMPT`, `chat`, and
 whatever a new task module adds. This module adds the commands that are no task's: `tokenize
---model NAME TEXT...`, `tasks`, `bench mnist|effnet|minilm|gemm|ops|qlinear|llm`, `inspect FILE`.
+--model NAME TEXT...`, `tasks`, `bench mnist|effnet|minilm|gemm|ops|qlinear|llm|whisper`, `inspect FILE`.
 
 Exit status: 0 on success, 1 when `bench qlinear` saw a kernel fail, 2 on bad input or
 arguments (one line on stderr, no traceback).
@@ -60,7 +60,7 @@ def _add_inspect_arguments(i: argparse.ArgumentParser) -> None:
 
 def _add_bench_arguments(b: argparse.ArgumentParser) -> None:
     from .device import known
-    b.add_argument("model", choices=["mnist", "effnet", "minilm", "gemm", "ops", "qlinear", "llm"])
+    b.add_argument("model", choices=["mnist", "effnet", "minilm", "gemm", "ops", "qlinear", "llm", "whisper"])
     b.add_argument("--new-tokens", type=int, default=128, help="llm: tokens generated per run (default 128)")
     b.add_argument("--repeat", type=int, default=None, help="timed runs per case, the median reported (default "
                                                           "20; llm: 1 after a warm-up run)")
@@ -70,6 +70,10 @@ def _add_bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--device", action="append", default=None,
                    help=f"backend to run on: {', '.join(known())}; qlinear: repeat it for several, 'all' for "
                         "every available one (default: every one worth picking here)")
+    w = b.add_argument_group("whisper")
+    w.add_argument("--audio", default=None, help="the audio file to transcribe (default: samples/speech/gettysburg-en.wav)")
+    w.add_argument("--models", default=None, help="speech models, comma-separated (default whisper-tiny.en,whisper-base)")
+    w.add_argument("--no-reference", action="store_true", help="skip openai-whisper on torch")
     q = b.add_argument_group("qlinear")
     q.add_argument("--types", default=None, help="GGML types, comma-separated (default q4_0,q4_1,q8_0,q4_k,q6_k)")
     q.add_argument("--shapes", default=None, help="INxOUT features, comma-separated (default "
@@ -85,6 +89,10 @@ def _bench(args) -> int:
     from .bench.ops import bench_gemm, bench_ops, format_gemm, format_ops
     if args.model == "llm":
         return _bench_llm(args)
+    if args.model == "whisper":
+        return _bench_whisper(args)
+    if args.audio is not None or args.models is not None or args.no_reference:
+        raise EngineError(f"--audio, --models and --no-reference are options of bench whisper, not of bench {args.model}")
     args.repeat = args.repeat or 20
     if args.model == "qlinear":
         return _bench_qlinear(args)
@@ -122,6 +130,20 @@ def _bench_llm(args) -> int:
         raise EngineError("bench llm needs --new-tokens >= 2 and --repeat >= 1")
     result = bench_llm(devices, weights=args.weights, new_tokens=args.new_tokens, repeat=args.repeat or 1)
     print(json.dumps(result) if args.json else format_llm(result))
+    return 0
+
+
+def _bench_whisper(args) -> int:
+    from .bench.speech import MODELS, bench_whisper, format_whisper
+    from .device import available
+    if any(v is not None for v in (args.types, args.shapes, args.rows, args.min_time, args.weights)) or \
+            args.quick or args.profile:
+        raise EngineError("bench whisper takes --device, --models, --audio, --repeat, --no-reference and --json")
+    devices = [d for d in available() if d != "numpy"] if not args.device else \
+        available() if args.device == ["all"] else args.device
+    models = tuple(args.models.split(",")) if args.models else MODELS
+    result = bench_whisper(devices, models, args.audio, repeat=args.repeat or 1, reference=not args.no_reference)
+    print(json.dumps(result) if args.json else format_whisper(result))
     return 0
 
 
@@ -214,7 +236,8 @@ GENERAL = {
                     "on numpy, in GFLOP/s; `bench ops` times single ops the same way; `bench qlinear` times "
                     "linear layers with GGML quantized weights (SmolLM2 shapes, 1 and 37 rows) in GB/s of weights "
                     "and GFLOP/s, against float32 on the same backend; `bench llm` times SmolLM2 chat (prefill "
-                    "and decode tokens/s) on every available backend and on torch/transformers.",
+                    "and decode tokens/s) on every available backend and on torch/transformers; `bench whisper` times speech "
+                    "recognition (real-time factor, encoder and decoder) per backend against openai-whisper on torch.",
         add_arguments=_add_bench_arguments, run=_bench),
 }
 

@@ -11,6 +11,7 @@
 // (engine/bench/llm.py: the 37-token prompt, greedy, ?tokens=N new ones, default 128) on simd, or
 // ?llm=simd,webgpu on those: prefill/decode tokens/s, first token, the wasm heap; with ?peer=1 (and
 // `python build.py --peers`) the same case on llama.cpp in WebAssembly in this page, for the ratios.
+// ?speech=1 (or ?speech=simd,webgpu) adds Whisper's real-time factor on the 28 s speech sample (benchSpeech).
 // ?startup=N (1: 3 rounds) compares the site's start with a bare Pyodide start (bare-start.js) in this
 // page, N rounds alternating which goes first (benchStartup). Each section's wall time goes into sections_ms.
 import { EngineClient } from "./engine-client.js";
@@ -112,7 +113,47 @@ async function main() {
     }
   });
   if (params.has("llm") && params.get("llm") !== "0") await section("llm", () => benchLlm(client, results));
+  if (params.has("speech") && params.get("speech") !== "0") await section("speech", () => benchSpeech(client, results));
   return results;
+}
+
+// The speech section: each Whisper model (?speech_models=, default tiny.en and base) on each backend
+// (?speech=simd,webgpu; 1: simd) transcribes the site's 28 s speech sample: real-time factor, the
+// encoder's and the decoder's seconds, tokens/s and the worker's heap (engine/bench/speech.py, as
+// `python -m engine bench whisper`), shown in its card. ?speech_seconds=300: the sample repeated to 5
+// minutes (the heap a long recording takes); ?speech_profile=1: the time per kernel too.
+async function benchSpeech(client, results) {
+  const devices = devicesFor("speech", ["simd"]);
+  const models = (params.get("speech_models") || "whisper-tiny.en,whisper-base").split(",");
+  const card = document.getElementById("speech-card");
+  const cardStatus = document.getElementById("speech-status");
+  card.hidden = false;
+  const reply = await fetch("samples/speech/gettysburg-en.wav");
+  if (!reply.ok) throw new Error(`samples/speech/gettysburg-en.wav: HTTP ${reply.status}`);
+  const audio = new Uint8Array(await reply.arrayBuffer());
+  results.speech = {};
+  const lines = [`${"model".padEnd(16)} ${"backend".padEnd(8)} ${"seconds".padStart(8)} ${"RTF".padStart(7)} ` +
+                 `${"encoder".padStart(8)} ${"decoder".padStart(8)} ${"tokens".padStart(6)} ${"tok/s".padStart(6)}  heap`];
+  for (const model of models) {
+    results.speech[model] = {};
+    for (const device of devices) {
+      cardStatus.textContent = `loading ${model} on ${device}`;
+      await client.setBackend(device);
+      const t = performance.now();
+      await client.python("speech_model", model);
+      const loadMs = round(performance.now() - t);
+      cardStatus.textContent = `running ${model} on ${device}`;
+      const r = results.speech[model][device] = { load_ms: loadMs, ...(await client.python("bench_speech", audio, 1, params.get("speech_profile") === "1",
+                                                         Number(params.get("speech_seconds")) || 0)) };
+      lines.push(`${model.padEnd(16)} ${device.padEnd(8)} ${r.seconds.toFixed(2).padStart(8)} ` +
+                 `${r.real_time_factor.toFixed(3).padStart(7)} ${r.encode_s.toFixed(2).padStart(8)} ` +
+                 `${r.decode_s.toFixed(2).padStart(8)} ${String(r.tokens).padStart(6)} ${r.decode_tok_s.toFixed(1).padStart(6)}  ` +
+                 `${(r.heap_bytes / 2 ** 20).toFixed(0)} MiB`);
+      if (r.profile) lines.push(...r.profile);
+      document.getElementById("speech-table").textContent = lines.join("\n");
+    }
+  }
+  cardStatus.textContent = "done";
 }
 
 // The start-up section: this site's start (a new worker.js booted by a new client, to ready)

@@ -91,4 +91,26 @@ async def bench_llm(new_tokens: int = 128, repeat: int = 1) -> str:
     return json.dumps({**result, "heap_bytes": state.heap_bytes(), "device": state.current["device"]})
 
 
-ENTRY_POINTS = (bench_digit, bench_image, bench_text, bench_gemm, bench_ops, bench_qlinear, bench_llm)
+async def bench_speech(audio, repeat: int = 1, profile: bool = False, seconds: float = 0) -> str:
+    """The speech model's real-time factor on the current device, with the encoder's and the
+    decoder's shares, on a WAV file's bytes (the site's speech sample), as `python -m engine bench
+    whisper`: one untimed run (it captures the decode graphs), then the median of `repeat`;
+    `profile`: also the time per kernel of one encoder pass and one decode step; `seconds`: the
+    sample repeated to that length (the memory a long recording takes)."""
+    from ..audio import load_audio
+    from ..bench.speech import run_pipeline
+    pipe = state.loaded("speech-recognition")
+    samples = load_audio(bytes(state.py(audio)), name="the speech sample")
+    if seconds and seconds * 16000 > samples.size:
+        samples = np.tile(samples, int(np.ceil(seconds * 16000 / samples.size)))[:int(seconds * 16000)]
+    async with state.lock:
+        before = state.heap_bytes()
+        result = run_pipeline(pipe, samples, repeat=repeat)
+        if profile:                                  # where one window's encoder and decode step spend it
+            from ..bench.speech import profile_model
+            result["profile"] = profile_model(pipe, samples)
+    return json.dumps({**result, "model": pipe.entry.name, "heap_bytes": max(before, state.heap_bytes()),
+                       "device": state.current["device"]})
+
+
+ENTRY_POINTS = (bench_digit, bench_image, bench_text, bench_gemm, bench_ops, bench_qlinear, bench_llm, bench_speech)

@@ -1,0 +1,168 @@
+"""`python -m engine bench whisper` and the bench page's speech benchmark: the real-time factor
+(processing time / audio duration) of the speech-recognition pipeline per model and backend,
+with the encoder's and the decoder's shares, against openai-whisper on torch on the same
+weights and audio natively.
+
+The audio is the committed sample `samples/speech/gettysburg-en.wav` (28 s of English spoken by
+espeak-ng; the site serves it as `samples/speech/`), or any file given. One untimed run first:
+it captures the decode graphs (engine.speech.decoder), as a peer's code is compiled before it
+is timed. Greedy decoding with the reference's defaults (temperature fallback, previous text
+as the prompt); both sides transcribe the same 16 kHz samples.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+SAMPLE = "gettysburg-en.wav"
+MODELS = ("whisper-tiny.en", "whisper-base")
+
+
+def sample_path(name: str = SAMPLE) -> Path:
+    """A committed speech sample natively: samples/speech/<name> beside the model package."""
+    import importlib
+
+    from .. import registry
+    root = Path(importlib.import_module(registry.MODEL_PACKAGE).__file__).resolve().parent.parent
+    return root / "samples" / "speech" / name
+
+
+class _Timed:
+    """Counts the seconds a pipeline's model spends in encode() (a device syncs in .numpy()
+    later: its time then shows in the decoder's share) and the tokens its decoder is fed."""
+
+    def __init__(self, pipe):
+        self.pipe, self.encode_s, self.windows = pipe, 0.0, 0
+        model = pipe.model
+        encode = type(model).encode
+
+        def timed(mel):
+            t0 = time.perf_counter()
+            out = encode(model, mel)
+            self.encode_s += time.perf_counter() - t0
+            self.windows += 1
+            return out
+        model.encode = timed
+
+    def close(self):
+        del self.pipe.model.encode
+
+
+def run_pipeline(pipe, audio: np.ndarray, repeat: int = 1) -> dict:
+    """Seconds, real-time factor, encoder/decoder split and tokens of `repeat` timed runs of a
+    speech-recognition pipeline (the median) after one untimed run."""
+    seconds = audio.size / 16000
+    runs = []
+    timed = _Timed(pipe)
+    try:
+        for _ in range(repeat + 1):
+            timed.encode_s, timed.windows = 0.0, 0
+            t0 = time.perf_counter()
+            result = pipe(audio)
+            total = time.perf_counter() - t0
+            tokens = sum(len(s.get("tokens", ())) for s in result["segments"])
+            runs.append({"seconds": total, "encode_s": timed.encode_s, "windows": timed.windows,
+                         "tokens": tokens, "text": result["text"]})
+    finally:
+        timed.close()
+    runs = runs[1:]
+    total = statistics.median(r["seconds"] for r in runs)
+    encode = statistics.median(r["encode_s"] for r in runs)
+    tokens = runs[0]["tokens"]
+    decode = max(total - encode, 1e-9)
+    return {"audio_s": round(seconds, 3), "seconds": round(total, 3), "real_time_factor": round(total / seconds, 4),
+            "encode_s": round(encode, 3), "decode_s": round(decode, 3), "windows": runs[0]["windows"],
+            "tokens": tokens, "decode_tok_s": round(tokens / decode, 1), "text": runs[0]["text"],
+            "graphs": pipe.session(pipe.model).captured}
+
+
+def run_reference(folder: Path, audio: np.ndarray, english: bool, repeat: int = 1) -> dict:
+    """openai-whisper's transcribe() on torch (its default threads), on the same site weights
+    widened to float32, greedy with its default temperature fallback."""
+    import torch
+    import whisper
+
+    from ..io.safetensors import load_safetensors
+    tensors = load_safetensors(folder / "model.safetensors.index.json")
+    state = {k: torch.from_numpy(tensors[k].numpy().astype(np.float32)) for k in tensors.keys()}
+    vocab, width = state["decoder.token_embedding.weight"].shape
+    dims = whisper.model.ModelDimensions(
+        n_mels=state["encoder.conv1.weight"].shape[1], n_audio_ctx=state["encoder.positional_embedding"].shape[0],
+        n_audio_state=state["encoder.conv1.weight"].shape[0], n_audio_head=state["encoder.conv1.weight"].shape[0] // 64,
+        n_audio_layer=len({k.split(".")[2] for k in state if k.startswith("encoder.blocks.")}), n_vocab=vocab,
+        n_text_ctx=state["decoder.positional_embedding"].shape[0], n_text_state=width, n_text_head=width // 64,
+        n_text_layer=len({k.split(".")[2] for k in state if k.startswith("decoder.blocks.")}))
+    model = whisper.model.Whisper(dims).eval()
+    model.load_state_dict(state)
+    runs = []
+    for _ in range(repeat + 1):
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            result = whisper.transcribe(model, audio, fp16=False, language="en" if english else None)
+        runs.append((time.perf_counter() - t0, result["text"]))
+    total = statistics.median(s for s, _ in runs[1:])
+    return {"seconds": round(total, 3), "real_time_factor": round(total / (audio.size / 16000), 4),
+            "threads": torch.get_num_threads(), "text": runs[-1][1]}
+
+
+def bench_whisper(devices, models=MODELS, audio_path=None, repeat: int = 1, reference: bool = True) -> dict:
+    """Per model: ours per backend and openai-whisper on torch, on one audio file."""
+    from ..audio import load_audio
+    from ..tasks import pipeline
+    from .. import registry
+    path = Path(audio_path) if audio_path else sample_path()
+    audio = load_audio(path)
+    out = {"audio": path.name, "audio_s": round(audio.size / 16000, 3), "models": {}}
+    for name in models:
+        row = {}
+        for device in devices:
+            pipe = pipeline("speech-recognition", device=device, model=name)
+            row[device] = run_pipeline(pipe, audio, repeat)
+        if reference:
+            folder = Path(registry.default_location(registry.model(name))).parent
+            ref = run_reference(folder, audio, name.endswith(".en"), repeat)
+            for device in devices:
+                row[device]["vs_torch"] = round(ref["seconds"] / row[device]["seconds"], 2)
+                row[device]["same_text_as_torch"] = row[device]["text"] == ref["text"]
+            row["torch"] = ref
+        out["models"][name] = row
+    return out
+
+
+def profile_model(pipe, audio: np.ndarray) -> list[str]:
+    """The time per kernel of one encoder pass over the audio's first window and of one eager
+    decode step (engine.bench.profile), as table lines."""
+    from ..audio import log_mel_spectrogram, pad_or_trim
+    from ..dtypes import int64
+    from ..tensor import tensor
+    from . import format_profile, profile
+    model = pipe.model
+    mel = log_mel_spectrogram(pad_or_trim(audio), model.config.n_mels)
+    lines = format_profile(profile(model, None, pipe.device, repeat=1, forward=lambda: model.encode(mel).numpy()),
+                           "encoder")
+    features = model.encode(mel)
+    cache, cross = model.new_cache(), model.cross_attention(features)
+    ids, positions = tensor([[440]], dtype=int64, device=pipe.device), tensor([3], dtype=int64, device=pipe.device)
+    step = profile(model, None, pipe.device, repeat=3,
+                   forward=lambda: model.decoder(ids, positions, cache, cross, window=64).numpy())
+    return lines + format_profile(step, "decode step (eager)")
+
+
+def format_whisper(result: dict) -> str:
+    lines = [f"speech recognition of {result['audio']} ({result['audio_s']} s), greedy; real-time factor = "
+             f"seconds / audio seconds (lower is faster)",
+             f"{'model':>16} {'backend':>8} {'seconds':>8} {'RTF':>7} {'encoder':>8} {'decoder':>8} {'tokens':>6} "
+             f"{'tok/s':>6} {'vs torch':>8} same text"]
+    for name, row in result["models"].items():
+        for device, r in row.items():
+            if device == "torch":
+                lines.append(f"{name:>16} {'torch':>8} {r['seconds']:8.2f} {r['real_time_factor']:7.3f} "
+                             f"{'':>8} {'':>8} {'':>6} {'':>6} {'1.00':>8} ({r['threads']} threads)")
+                continue
+            lines.append(f"{name:>16} {device:>8} {r['seconds']:8.2f} {r['real_time_factor']:7.3f} "
+                         f"{r['encode_s']:8.2f} {r['decode_s']:8.2f} {r['tokens']:6d} {r['decode_tok_s']:6.1f} "
+                         f"{r.get('vs_torch', ''):>8} {r.get('same_text_as_torch', '')}")
+    return "\n".join(lines)
