@@ -56,7 +56,8 @@ def gguf_fields(data: bytes) -> list[tuple[int, int, str]]:
 
     def string(role: str) -> None:
         nonlocal pos
-        pos += take(8, role)
+        length = take(8, role)            # (not `pos += take(...)`: that adds to pos as it was before take moved it)
+        pos += length
         if pos > len(data):
             raise ValueError("past the end")
 
