@@ -41,7 +41,8 @@ FLOATS = ("start", "end", "avg_logprob", "no_speech_prob", "compression_ratio", 
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory):
     folder = tmp_path_factory.mktemp("speech")
-    return {"en": load_audio(speak(ENGLISH, folder / "en.wav")),
+    en = load_audio(speak(ENGLISH, folder / "en.wav"))
+    return {"en": en, "silence": np.zeros(5 * 16000, np.float32),
             "fr": load_audio(speak(FRENCH, folder / "fr.wav", voice="fr")),
             "long": load_audio(speak(LONG, folder / "long.wav"))}
 
@@ -73,11 +74,14 @@ def assert_same_transcript(got, expected):
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
 
 
-@pytest.mark.parametrize("clip", ["en", "long"])
+@pytest.mark.parametrize("clip", ["en", "long", "silence"])
 def test_tiny_en_transcript_equals_the_reference(clips, clip):
     got = ours("tiny.en", clips[clip], temperature=0.0)
     expected = reference("tiny.en", clips[clip], temperature=0.0)
     assert_same_transcript(got, expected)
+    if clip == "silence":                       # no speech: the window is skipped
+        assert got["segments"] == [] and got["text"] == ""
+        return
     assert got["text"].strip()
     segments = got["segments"]
     assert all(s["start"] < s["end"] for s in segments if s["text"])
@@ -211,3 +215,25 @@ def test_text_encodes_as_tiktoken(which, multilingual, n_vocab):
         assert ours.encode(" " + text.strip()) == theirs.encode(" " + text.strip()), text
         ids = theirs.encode(text)
         assert ours.decode(ids) == theirs.decode(ids)
+
+
+def test_temperature_fallback_is_seeded_and_ends_at_the_last_temperature(clips):
+    """A compression ratio above 0 always "fails": every window is decoded at each temperature in
+    turn and kept at the last; sampling is repeatable with its seed."""
+    options = {"temperature": (0.0, 0.5, 1.0), "compression_ratio_threshold": 0.0, "seed": 3, "sample_len": 32}
+    first = ours("tiny.en", clips["en"], **options)
+    assert first["segments"] and all(s["temperature"] == 1.0 for s in first["segments"])
+    assert ours("tiny.en", clips["en"], **options) == first
+
+
+def test_best_of_keeps_the_most_likely_sample(clips):
+    model = openai_model("tiny.en")
+    mel = reference_mel(clips["en"], model)[:, :3000]
+    tokenizer = speech_tokenizer("tiny.en", model)
+    session = TorchSession(model)
+    session.set_audio(TorchWhisper(model).encode(mel))
+    one = decode(session, tokenizer, DecodingOptions(temperature=0.8, seed=5, sample_len=32))
+    best = decode(session, tokenizer, DecodingOptions(temperature=0.8, seed=5, best_of=4, sample_len=32))
+    again = decode(session, tokenizer, DecodingOptions(temperature=0.8, seed=5, sample_len=32))
+    assert again.tokens == one.tokens                 # the same seed, the same first sample
+    assert best.sum_logprob / len(best.tokens) >= one.sum_logprob / len(one.tokens)
