@@ -279,6 +279,11 @@ class DecodingOptions:
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t <= 100:
             raise InputError(f"temperature must be a number in [0, 100], got {t!r}")
+        if self.sample_len is not None and (isinstance(self.sample_len, bool) or not isinstance(self.sample_len, int)
+                                            or self.sample_len < 1):
+            raise InputError(f"sample_len must be an integer >= 1, got {self.sample_len!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
+            raise InputError(f"seed must be an integer >= 0 or None, got {self.seed!r}")
         if self.best_of is not None:
             if isinstance(self.best_of, bool) or not isinstance(self.best_of, int) or self.best_of < 1:
                 raise InputError(f"best_of must be an integer >= 1, got {self.best_of!r}")
@@ -367,7 +372,7 @@ def decode(session, tokenizer: SpeechTokenizer, options: DecodingOptions = Decod
     """Decode the window whose audio the session holds (session.set_audio) with `options`:
     greedy at temperature 0, else `best_of` samples (one after the other, each reusing the
     initial tokens) ranked by sum_logprob / length. `cancel()` returning True stops before the
-    next token (the result then holds the tokens so far, its `cancelled` attribute set)."""
+    next token (the result then holds the tokens so far, and cancelled=True)."""
     s = tokenizer.specials
     options.check(s)
     language, language_probs = options.language, None
@@ -384,12 +389,19 @@ def decode(session, tokenizer: SpeechTokenizer, options: DecodingOptions = Decod
                          f"decoder's {n_text_ctx} positions")
 
     filters = []
-    if options.suppress_blank:
+    if options.suppress_blank:                   # " " and <|endoftext|> never first
         blank = tokenizer.blank_tokens()
-        filters.append(lambda logits, sampled, last: logits.__setitem__(blank, -np.inf) if not sampled else None)
+
+        def suppress_blank(logits, sampled, last_timestamp):
+            if not sampled:
+                logits[blank] = -np.inf
+        filters.append(suppress_blank)
     if options.suppress_tokens:
         suppressed = tokenizer.suppress_tokens(options.suppress_tokens)
-        filters.append(lambda logits, sampled, last: logits.__setitem__(suppressed, -np.inf))
+
+        def suppress_tokens(logits, sampled, last_timestamp):
+            logits[suppressed] = -np.inf
+        filters.append(suppress_tokens)
     if not options.without_timestamps:
         index = None
         if options.max_initial_timestamp:
@@ -425,17 +437,20 @@ def _sample(session, logits, initial, filters, temperature, rng, sample_len, n_t
     total = np.float32(0.0)
     last_timestamp = None                        # the last sampled timestamp token
     begin = s.timestamp_begin
-    for _ in range(sample_len):
+    for step in range(sample_len):
         if cancel is not None and cancel():
             return sampled, float(total), True
+        if step:
+            logits = session.feed([sampled[-1]], rows=(-1,))[0]
         logits = np.array(logits, np.float32)    # a copy: the filters write into it
         for f in filters:
             f(logits, sampled, last_timestamp)
         if temperature == 0:
             token = int(np.argmax(logits))
-        else:
+        else:                                    # softmax(logits / T), by its cumulative sum
             p = np.exp(log_softmax(logits.astype(np.float64) / temperature))
-            token = int(rng.choice(len(p), p=p / p.sum()))
+            cumulative = np.cumsum(p)
+            token = min(int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right")), len(p) - 1)
         total = np.float32(total + log_softmax(logits)[token])
         if token == s.eot:
             break
@@ -444,5 +459,4 @@ def _sample(session, logits, initial, filters, temperature, rng, sample_len, n_t
             last_timestamp = token
         if len(initial) + len(sampled) > n_text_ctx:
             break
-        logits = session.feed([token], rows=(-1,))[0]
     return sampled, float(total), False
