@@ -61,6 +61,11 @@ class SpeechRecognition(Pipeline):
             self._session = DecoderSession(model)
         return self._session
 
+    def to(self, device: str):
+        super().to(device)
+        self._session = None                    # its buffers lived on the other backend
+        return self
+
     def load(self, audio, sampling_rate: int = SAMPLE_RATE) -> np.ndarray:
         """float32 mono samples at 16 kHz of a path, the bytes of a file, or an array of samples
         at `sampling_rate`."""

@@ -10,7 +10,7 @@ import engine
 from engine.audio import load_audio
 from engine.errors import EngineError, InputError
 from tests.audio.clips import speak
-from tests.helpers import need_import
+from tests.helpers import need, need_import
 from tests.speech.reference import built_weights, openai_model
 from tests.speech.test_decoding import ENGLISH, FRENCH, LONG
 
@@ -91,3 +91,16 @@ def test_bad_audio(tiny, tmp_path):
         tiny(3.5)
     with pytest.raises(EngineError, match="missing.wav"):
         tiny(str(tmp_path / "missing.wav"))
+
+
+def test_moved_to_another_backend_gives_the_same_tokens(tiny, clips):
+    from engine.device import unavailable_reason
+    other = "simd"
+    need(unavailable_reason(other) is None, f"the simd backend: {unavailable_reason(other)}")
+    before = tiny(clips["en"], temperature=0.0)
+    try:
+        tiny.to(other)
+        after = tiny(clips["en"], temperature=0.0)
+    finally:
+        tiny.to("numpy")
+    assert [s["tokens"] for s in after["segments"]] == [s["tokens"] for s in before["segments"]]
