@@ -15,6 +15,7 @@ from tests.audio.clips import speak
 from tests.speech.reference import built_weights
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow                  # a Whisper model per command
 
 
 def run(*args):

@@ -20,6 +20,7 @@ from tests.speech.reference import (
 
 torch = need_import("torch")
 whisper = need_import("whisper", "openai-whisper (pip install --no-deps openai-whisper)")
+pytestmark = pytest.mark.slow                  # Whisper models on torch and ours: seconds per test
 
 ENGLISH = "The quick brown fox jumps over the lazy dog. It was a sunny day in the park."
 FRENCH = "Bonjour à tous. Aujourd'hui, nous allons parler de la cuisine française et du bon pain."

@@ -16,6 +16,7 @@ from tests.speech.test_decoding import ENGLISH, FRENCH, LONG
 
 torch = need_import("torch")
 whisper = need_import("whisper", "openai-whisper (pip install --no-deps openai-whisper)")
+pytestmark = pytest.mark.slow                  # Whisper models on torch and ours: seconds per test
 
 
 @pytest.fixture(scope="module")

@@ -34,6 +34,7 @@ def test_hand_written_srt_and_vtt():
     assert json.loads(write(RESULT, "json")) == RESULT
 
 
+@pytest.mark.slow                               # the first import of whisper (torch) takes seconds
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_formats_equal_openai_writers(fmt):
     utils = need_import("whisper.utils", "openai-whisper (pip install --no-deps openai-whisper)")
@@ -43,6 +44,7 @@ def test_formats_equal_openai_writers(fmt):
     assert write(RESULT, fmt) == out.getvalue()
 
 
+@pytest.mark.slow
 def test_timestamps_as_openai():
     utils = need_import("whisper.utils", "openai-whisper (pip install --no-deps openai-whisper)")
     for seconds in (0, 0.02, 0.0015, 1.2345, 59.9996, 61, 3599.9999, 3600, 86400 + 0.5):
