@@ -6,7 +6,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
-import pytest
 
 from engine.speech import SpecialTokens, SpeechTokenizer, transcribe
 
