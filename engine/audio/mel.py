@@ -113,7 +113,11 @@ def log_mel_spectrogram(audio, n_mels: int = 80, padding: int = 0) -> np.ndarray
     half = N_FFT // 2
     padded = np.pad(audio, [(0, 0)] * (audio.ndim - 1) + [(half, half)], mode="reflect")
     frames = audio.shape[-1] // HOP_LENGTH                      # the reference's last frame dropped
-    windows = np.lib.stride_tricks.sliding_window_view(padded, N_FFT, axis=-1)[..., :frames * HOP_LENGTH:HOP_LENGTH, :]
+    # one window every HOP_LENGTH samples, as a strided view: a view of every sample's window
+    # (sliding_window_view) declares N_FFT times the audio's bytes, past wasm32's 2 GiB after ~55 s
+    step = padded.strides[-1]
+    windows = np.lib.stride_tricks.as_strided(padded, padded.shape[:-1] + (frames, N_FFT),
+                                              padded.strides[:-1] + (HOP_LENGTH * step, step), writeable=False)
     spectrum = np.fft.rfft(windows * _hann(N_FFT), axis=-1)   # (..., frames, 201) complex64
     power = spectrum.real ** 2 + spectrum.imag ** 2
     mel = np.swapaxes(power @ mel_filters(n_mels).T, -1, -2)  # (..., n_mels, frames)
