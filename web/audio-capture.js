@@ -30,10 +30,10 @@ function mono(audioBuffer) {
   return out;
 }
 
-// A chosen or dropped file -> {kind: "wav", bytes, name} or {kind: "pcm", samples, rate, name}.
-// Rejects, naming the file, when it is empty or the browser cannot decode it as audio.
-async function readFile(file) {
-  const name = file.name || "the file";
+// A chosen or dropped file (or a fetched Blob and its name) -> {kind: "wav", bytes, name} or
+// {kind: "pcm", samples, rate, name}. Rejects, naming the file, when it is empty or the browser
+// cannot decode it as audio.
+async function readFile(file, name = file.name || "the file") {
   if (!file.size) throw new Error(`${name}: the file is empty`);
   const buffer = await file.arrayBuffer();
   if (isWav(buffer)) return { kind: "wav", bytes: new Uint8Array(buffer), name };

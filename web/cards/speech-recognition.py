@@ -30,7 +30,7 @@ def start(card):
     client, document = card.client, js.document
     # run: counts transcriptions up, so that a cancelled one's late segments are not shown
     state = {"busy": False, "recorder": None, "run": 0, "model": None, "models": [], "titles": {},
-             "cancelled": False}
+             "cancelled": False, "samples_shown": False}
     segments = by_id("speech-segments")
 
     def capture():
@@ -162,12 +162,13 @@ def start(card):
         if result.get("notice"):
             card.error(result["notice"])
 
-    async def from_file(file):
+    async def from_file(file, name):
+        """A chosen, dropped or fetched file (a Blob) and its name."""
         if state["busy"] or state["recorder"] is not None:
             return
-        by_id("speech-source").textContent = file.name
+        by_id("speech-source").textContent = name
         try:
-            audio = await capture().readFile(file)
+            audio = await capture().readFile(file, name)
         except Exception as e:
             clear_result()
             card.error(message(e))
@@ -231,7 +232,6 @@ def start(card):
             return
 
         async def switch():
-            set_busy(True)
             try:
                 await card.load()
                 await use_model(by_id("speech-model").value)
@@ -240,12 +240,13 @@ def start(card):
                 card.error("The model could not be loaded: " + message(e))
             finally:
                 set_busy(False)
+        set_busy(True)                               # at once: the select is busy from the change on
         asyncio.create_task(switch())
 
     def on_file(event):
         files = event.target.files
         if files.length:
-            asyncio.create_task(from_file(files.item(0)))
+            asyncio.create_task(from_file(files.item(0), files.item(0).name))
         event.target.value = ""                      # choosing the same file again fires change
 
     def on_drop(event):
@@ -253,7 +254,43 @@ def start(card):
         by_id("speech-drop").classList.remove("over")
         files = event.dataTransfer.files
         if files.length:
-            asyncio.create_task(from_file(files.item(0)))
+            asyncio.create_task(from_file(files.item(0), files.item(0).name))
+
+    async def from_sample(file, title):
+        if state["busy"] or state["recorder"] is not None:
+            return
+        try:
+            response = await js.fetch(f"samples/speech/{file}")
+            if not response.ok:
+                raise ValueError(f"{file}: HTTP {response.status}")
+            blob = await response.blob()
+        except Exception as e:
+            card.error(message(e))
+            return
+        await from_file(blob, title)
+
+    async def show_samples():
+        """The site's sample recordings (samples/speech/samples.json), as buttons."""
+        try:
+            samples = to_py(await (await js.fetch("samples/speech/samples.json")).json())
+        except Exception:
+            return                                    # a site built without them
+        box = by_id("speech-samples")
+        box.textContent = "Try a sample: "
+        for sample in samples:
+            button = document.createElement("button")
+            button.type = "button"
+            button.dataset.sample = sample["file"]
+            button.setAttribute("data-testid", "speech-sample")
+            button.textContent = sample["title"]
+            button.addEventListener("click", create_proxy(
+                lambda e, file=sample["file"], title=sample["title"]: _run(from_sample(file, title))))
+            box.appendChild(button)
+
+    def on_open():
+        if not state["samples_shown"]:
+            state["samples_shown"] = True
+            _run(show_samples())
 
     def on_drag(event):
         event.preventDefault()
@@ -271,3 +308,4 @@ def start(card):
     by_id("speech-cancel").addEventListener("click", create_proxy(lambda e: _run(cancel())))
     by_id("speech-model").addEventListener("change", create_proxy(on_model))
     card.on("ready", show_models)
+    card.on("open", on_open)
