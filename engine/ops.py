@@ -26,6 +26,9 @@ result with the composite's exact semantics; callers check dtypes first):
 - "layer_norm" (x, [weight], [bias], normalized_dims, eps, has_weight, has_bias);
 - "rms_norm" (x, [weight], normalized_dims, eps, has_weight);
 - "linear" (x, weight, [bias]): x @ weight.T + bias, all float32;
+- "linear_f16w" (x, weight, [bias]): the same with a float16 weight (x and bias float32),
+  widened exactly inside the kernel: the float32 product of the widened weight, up to
+  summation order;
 - "conv2d" (x, weight, [bias], stride, pads, dilation, groups, activation): unpadded
   NCHW x, pads ((top, bottom), (left, right)) of zeros, all float32, then the activation
   named as in nn.functional.CONV_ACTIVATIONS ("none", "relu", "relu6", ...);

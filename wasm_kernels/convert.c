@@ -1,9 +1,7 @@
 /* Data movement: half-type conversions, bit-exact with NumPy (float16) and engine.dtypes
  * (bfloat16); rows written in place (index_copy_f32, a KV cache); and the library's identity
  * (ABI version, build features). */
-#include "common.h"
-
-typedef uint32_t v4u __attribute__((vector_size(16)));
+#include "half.h"
 
 static inline v4u widen4(const uint16_t *p, size_t count) {
     v4u v = {0, 0, 0, 0};
@@ -24,20 +22,15 @@ static inline void store_bits(float *p, v4u bits, size_t count) {
     for (size_t i = 0; i < count; ++i) p[i] = v[i];
 }
 
-/* float16 bits -> float32: normal numbers rebias the exponent, subnormals are
- * mantissa * 2^-24 (exact in float32), infinities and NaN keep their payload. */
-static inline v4u half_to_float_bits(v4u h) {
-    v4u sign = (h & 0x8000u) << 16, exponent = h & 0x7c00u, mantissa = h & 0x03ffu;
-    v4u normal = ((h & 0x7fffu) + 0x1c000u) << 13;
-    v4u special = 0x7f800000u | (mantissa << 13);
-    v4u subnormal = (v4u)(__builtin_convertvector((v4i)mantissa, v4f) * splat(5.9604644775390625e-8f));
-    v4u is_zero_exp = (v4u)(exponent == 0u), is_max_exp = (v4u)(exponent == 0x7c00u);
-    v4u bits = (subnormal & is_zero_exp) | (special & is_max_exp) | (normal & ~(is_zero_exp | is_max_exp));
-    return bits | sign;
-}
-
 EXPORT void f16_to_f32(size_t count, const uint16_t *src, float *dst) {
-    for (size_t i = 0; i < count; i += 4) {
+    size_t i = 0;
+    for (; i + 8 <= count; i += 8) {
+        v4f lo, hi;
+        widen8(load8h(src + i), &lo, &hi);
+        store4(dst + i, lo);
+        store4(dst + i + 4, hi);
+    }
+    for (; i < count; i += 4) {
         size_t n = count - i < 4 ? count - i : 4;
         store_bits(dst + i, half_to_float_bits(widen4(src + i, n)), n);
     }

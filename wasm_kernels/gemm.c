@@ -9,8 +9,23 @@
  *   - B with contiguous rows: the tile reads B in place (only a ragged last panel is packed);
  *   - B with contiguous columns (a transposed weight, as in linear layers) and A with
  *     contiguous rows: dot products along k.
+ * A float16 B (gemm_f16w_f32: a linear layer's weight kept in float16) is widened while it is
+ * packed, so the register tile runs as for float32; its thin products are dot products that
+ * widen the weight rows 8 at a time as they stream them (half.h).
  */
 #include "gemm.h"
+#include "half.h"
+
+/* natively, the float16 weight rows are prefetched this many elements ahead (measured: a
+ * 51865 x 512 head from L3 ~1.3x faster with, unstable without; WebAssembly has no prefetch) */
+#ifndef PREFETCH_AHEAD
+#define PREFETCH_AHEAD 256
+#endif
+#if PREFETCH_AHEAD && !defined(__wasm__)
+#define PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PREFETCH(p) ((void)0)
+#endif
 
 #define SMALL_M_DIRECT 16          /* rows of A up to which B is read in place */
 #define SMALL_M_DOT 4              /* rows of A up to which the dot-product path runs */
@@ -62,6 +77,46 @@ static void pack_b(size_t kc, size_t nc, const float *b, ptrdiff_t rs, ptrdiff_t
         for (; p < kc; ++p, bp += NR)
             for (size_t c = 0; c < NR; ++c)
                 bp[c] = c < nr ? src[(ptrdiff_t)p * rs + (ptrdiff_t)c * cs] : 0.0f;
+    }
+}
+
+/* pack_b for float16 B: the same panels, widened to float32 */
+static void pack_b_half(size_t kc, size_t nc, const uint16_t *b, ptrdiff_t rs, ptrdiff_t cs, float *bp) {
+    for (size_t j0 = 0; j0 < nc; j0 += NR) {
+        size_t nr = min_size(NR, nc - j0);
+        const uint16_t *src = b + (ptrdiff_t)j0 * cs;
+        size_t p = 0;
+        if (nr == NR && rs == 1) {                     /* columns contiguous (a weight's rows): 8 x 8 blocks */
+            for (; p + 8 <= kc; p += 8, bp += 8 * NR) {
+                for (size_t h = 0; h < NR; h += 4) {
+                    v4f l0, l1, l2, l3, h0, h1, h2, h3;
+                    widen8(load8h(src + (ptrdiff_t)(h + 0) * cs + (ptrdiff_t)p), &l0, &h0);
+                    widen8(load8h(src + (ptrdiff_t)(h + 1) * cs + (ptrdiff_t)p), &l1, &h1);
+                    widen8(load8h(src + (ptrdiff_t)(h + 2) * cs + (ptrdiff_t)p), &l2, &h2);
+                    widen8(load8h(src + (ptrdiff_t)(h + 3) * cs + (ptrdiff_t)p), &l3, &h3);
+                    TRANSPOSE4(l0, l1, l2, l3);
+                    TRANSPOSE4(h0, h1, h2, h3);
+                    store4(bp + h, l0);
+                    store4(bp + NR + h, l1);
+                    store4(bp + 2 * NR + h, l2);
+                    store4(bp + 3 * NR + h, l3);
+                    store4(bp + 4 * NR + h, h0);
+                    store4(bp + 5 * NR + h, h1);
+                    store4(bp + 6 * NR + h, h2);
+                    store4(bp + 7 * NR + h, h3);
+                }
+            }
+        } else if (nr == NR && cs == 1) {              /* rows contiguous: 8 at a time */
+            for (; p < kc; ++p, bp += NR) {
+                v4f lo, hi;
+                widen8(load8h(src + (ptrdiff_t)p * rs), &lo, &hi);
+                store4(bp, lo);
+                store4(bp + 4, hi);
+            }
+        }
+        for (; p < kc; ++p, bp += NR)
+            for (size_t c = 0; c < NR; ++c)
+                bp[c] = c < nr ? half_to_float(src[(ptrdiff_t)p * rs + (ptrdiff_t)c * cs]) : 0.0f;
     }
 }
 
@@ -177,11 +232,79 @@ static inline void dot_rows(size_t rows, size_t n, size_t k, const float *a, ptr
     }
 }
 
+/* Dot products of one or two rows of A (x0, x1) with 4 float16 rows of B^T (w0..w3), each
+ * widened 8 elements at a time, once for both rows of A. The sums are named variables, the 4
+ * weight rows unrolled: kept in an array, GCC stores them to memory at every step. */
+#define HALF_STEP(s, t, widen)                                                      \
+    do {                                                                            \
+        v4f lo_, hi_;                                                               \
+        widen;                                                                      \
+        s = madd(xb, hi_, madd(xa, lo_, s));                                        \
+        if (two) t = madd(yb, hi_, madd(ya, lo_, t));                               \
+    } while (0)
+
+static inline void dot4_half(int two, size_t k, const float *x0, const float *x1, const uint16_t *w0,
+                             const uint16_t *w1, const uint16_t *w2, const uint16_t *w3, v4f *r0, v4f *r1) {
+    v4f s0 = splat(0.0f), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0, t2 = s0, t3 = s0;
+    size_t p = 0;
+    for (; p + 8 <= k; p += 8) {
+        v4f xa = load4(x0 + p), xb = load4(x0 + p + 4);
+        v4f ya = two ? load4(x1 + p) : xa, yb = two ? load4(x1 + p + 4) : xb;
+        PREFETCH(w0 + p + PREFETCH_AHEAD);
+        HALF_STEP(s0, t0, widen8(load8h(w0 + p), &lo_, &hi_));
+        HALF_STEP(s1, t1, widen8(load8h(w1 + p), &lo_, &hi_));
+        HALF_STEP(s2, t2, widen8(load8h(w2 + p), &lo_, &hi_));
+        HALF_STEP(s3, t3, widen8(load8h(w3 + p), &lo_, &hi_));
+    }
+    size_t tail = k - p;
+    if (tail) {                                          /* zeros past k on both sides: 0 * 0 */
+        v4f xa = gather4(x0 + p, 1, tail), xb = gather4(x0 + p + 4, 1, tail > 4 ? tail - 4 : 0);
+        v4f ya = gather4(x1 + p, 1, tail), yb = gather4(x1 + p + 4, 1, tail > 4 ? tail - 4 : 0);
+        HALF_STEP(s0, t0, widen_tail(w0 + p, tail, &lo_, &hi_));
+        HALF_STEP(s1, t1, widen_tail(w1 + p, tail, &lo_, &hi_));
+        HALF_STEP(s2, t2, widen_tail(w2 + p, tail, &lo_, &hi_));
+        HALF_STEP(s3, t3, widen_tail(w3 + p, tail, &lo_, &hi_));
+    }
+    *r0 = (v4f){hsum4(s0), hsum4(s1), hsum4(s2), hsum4(s3)};
+    *r1 = (v4f){hsum4(t0), hsum4(t1), hsum4(t2), hsum4(t3)};
+}
+
+/* dot_rows for a float16 B with contiguous columns (a weight's rows): `rows` (1 or 2) rows of A
+ * against 4 weight rows at a time. */
+static void dot_rows_half(size_t rows, size_t n, size_t k, const float *a, ptrdiff_t a_row, matrix b,
+                          float *c, ptrdiff_t c_row, const epilogue *ep, size_t i) {
+    const float *a0 = a, *a1 = rows > 1 ? a + a_row : a;
+    for (size_t j = 0; j < n; j += 4) {
+        size_t cols = min_size(4, n - j);
+        const uint16_t *w0 = b.half + (ptrdiff_t)j * b.col;
+        const uint16_t *w1 = cols > 1 ? w0 + b.col : w0, *w2 = cols > 2 ? w1 + b.col : w0;
+        const uint16_t *w3 = cols > 3 ? w2 + b.col : w0;
+        v4f r0, r1;
+        if (rows > 1) dot4_half(1, k, a0, a1, w0, w1, w2, w3, &r0, &r1);
+        else dot4_half(0, k, a0, a0, w0, w1, w2, w3, &r0, &r1);
+        for (size_t r = 0; r < rows; ++r) {
+            v4f v = r ? r1 : r0, unused = splat(0.0f);
+            if (ep) finish_row(&v, &unused, ep, i + r, j, cols);
+            float *cr = c + (ptrdiff_t)r * c_row + (ptrdiff_t)j;
+            for (size_t q = 0; q < cols; ++q) cr[q] = v[q];
+            if (ep && ep->act && !cheap_act(ep->act)) activate_span(cols, cr, ep->act, cr);
+        }
+    }
+}
+
 void gemm_run(size_t m, size_t n, size_t k, matrix a, matrix b, float *c, ptrdiff_t c_row,
               const epilogue *ep, float *scratch) {
     if (m == 0 || n == 0) return;
     if (ep && !ep->bias && !ep->act) ep = 0;
-    if (m <= SMALL_M_DOT && a.col == 1 && b.row == 1 && k >= 4) {
+    if (b.half && m <= SMALL_M_DOT && a.col == 1 && b.row == 1) {
+        size_t i = 0;
+        for (; i + 2 <= m; i += 2)
+            dot_rows_half(2, n, k, a.p + (ptrdiff_t)i * a.row, a.row, b, c + (ptrdiff_t)i * c_row, c_row, ep, i);
+        if (i < m)
+            dot_rows_half(1, n, k, a.p + (ptrdiff_t)i * a.row, a.row, b, c + (ptrdiff_t)i * c_row, c_row, ep, i);
+        return;
+    }
+    if (!b.half && m <= SMALL_M_DOT && a.col == 1 && b.row == 1 && k >= 4) {
         size_t i = 0;                                    /* constant row counts: specialised */
         for (; i + 2 <= m; i += 2)
             dot_rows(2, n, k, a.p + (ptrdiff_t)i * a.row, a.row, b, c + (ptrdiff_t)i * c_row, c_row, ep, i);
@@ -189,16 +312,17 @@ void gemm_run(size_t m, size_t n, size_t k, matrix a, matrix b, float *c, ptrdif
             dot_rows(1, n, k, a.p + (ptrdiff_t)i * a.row, a.row, b, c + (ptrdiff_t)i * c_row, c_row, ep, i);
         return;
     }
-    int packed = !(m <= SMALL_M_DIRECT && b.col == 1);
+    int packed = b.half || !(m <= SMALL_M_DIRECT && b.col == 1);
     float *bp = scratch, *ap = scratch + (size_t)KC * NC;
     for (size_t jc = 0; jc < n; jc += NC) {
         size_t nc = min_size(NC, n - jc);
         size_t pc = 0;
         do {                                             /* k == 0 still runs once: C = epilogue(0) */
             size_t kc = min_size(KC, k - pc);
-            const float *bsrc = b.p + (ptrdiff_t)pc * b.row + (ptrdiff_t)jc * b.col;
+            const float *bsrc = b.half ? 0 : b.p + (ptrdiff_t)pc * b.row + (ptrdiff_t)jc * b.col;
             size_t ragged = nc % NR;
-            if (packed) pack_b(kc, nc, bsrc, b.row, b.col, bp);
+            if (b.half) pack_b_half(kc, nc, b.half + (ptrdiff_t)pc * b.row + (ptrdiff_t)jc * b.col, b.row, b.col, bp);
+            else if (packed) pack_b(kc, nc, bsrc, b.row, b.col, bp);
             else if (ragged) pack_b(kc, ragged, bsrc + (ptrdiff_t)(nc - ragged), b.row, 1, bp);
             for (size_t ic = 0; ic < m; ic += MC) {
                 size_t mc = min_size(MC, m - ic);
@@ -224,8 +348,26 @@ EXPORT size_t gemm_f32(size_t batch, size_t m, size_t n, size_t k,
     if (scratch_size < GEMM_SCRATCH) return GEMM_SCRATCH;
     epilogue ep = {bias, bias_row, bias_col, act};
     for (size_t q = 0; q < batch; ++q) {
-        matrix ma = {a + (ptrdiff_t)q * a_batch, a_row, a_col};
-        matrix mb = {b + (ptrdiff_t)q * b_batch, b_row, b_col};
+        matrix ma = {a + (ptrdiff_t)q * a_batch, a_row, a_col, 0};
+        matrix mb = {b + (ptrdiff_t)q * b_batch, b_row, b_col, 0};
+        gemm_run(m, n, k, ma, mb, c + (ptrdiff_t)q * c_batch, c_row, &ep, scratch);
+    }
+    return 0;
+}
+
+/* gemm_f32 with B in float16 (a linear layer's weight kept as its checkpoint stores it), widened
+ * exactly: the same products as gemm_f32 on B cast to float32, up to summation order. */
+EXPORT size_t gemm_f16w_f32(size_t batch, size_t m, size_t n, size_t k,
+                            const float *a, ptrdiff_t a_batch, ptrdiff_t a_row, ptrdiff_t a_col,
+                            const uint16_t *b, ptrdiff_t b_batch, ptrdiff_t b_row, ptrdiff_t b_col,
+                            float *c, ptrdiff_t c_batch, ptrdiff_t c_row,
+                            const float *bias, ptrdiff_t bias_row, ptrdiff_t bias_col, int act,
+                            float *scratch, size_t scratch_size) {
+    if (scratch_size < GEMM_SCRATCH) return GEMM_SCRATCH;
+    epilogue ep = {bias, bias_row, bias_col, act};
+    for (size_t q = 0; q < batch; ++q) {
+        matrix ma = {a + (ptrdiff_t)q * a_batch, a_row, a_col, 0};
+        matrix mb = {0, b_row, b_col, b + (ptrdiff_t)q * b_batch};
         gemm_run(m, n, k, ma, mb, c + (ptrdiff_t)q * c_batch, c_row, &ep, scratch);
     }
     return 0;

@@ -13,10 +13,12 @@
 #define NC 512
 #define GEMM_SCRATCH ((size_t)KC * NC + (size_t)MC * KC)   /* floats */
 
-/* a strided matrix view: element (i, j) at p[i * row + j * col], strides in elements */
+/* a strided matrix view: element (i, j) at p[i * row + j * col], strides in elements; float16
+ * elements at half[...] instead when half is set (B only: a linear layer's float16 weight) */
 typedef struct {
     const float *p;
     ptrdiff_t row, col;
+    const uint16_t *half;
 } matrix;
 
 /* what happens to a finished tile: + bias[i * bias_row + j * bias_col], then activation */

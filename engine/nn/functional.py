@@ -59,11 +59,27 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     shape, weight_shape = input.shape, weight.shape
     if len(weight_shape) == 2 and shape and shape[-1] == weight_shape[1] and \
             (bias is None or bias.shape == weight_shape[:1]):
-        fused = _fused_f32("linear", [input, weight] if bias is None else [input, weight, bias])
+        if weight.dtype is dtypes.float16 and input.dtype is dtypes.float32:   # a checkpoint's float16 weight
+            fused = _linear_f16_weight(input, weight, bias)
+        else:
+            fused = _fused_f32("linear", [input, weight] if bias is None else [input, weight, bias])
         if fused is not None:
             return fused
     out = matmul(input, weight.T)                     # (..., in) @ (in, out) -> (..., out)
     return out if bias is None else add(out, bias)
+
+
+def _linear_f16_weight(input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:  # noqa: A002
+    """float32 x times a float16 weight widened inside the backend's kernel (never a float32 copy
+    of the weight); None where the backend has no such kernel (the composite widens, then multiplies)."""
+    backend = input._backend
+    if "linear_f16w" not in backend.fused or weight._backend is not backend:
+        return None
+    if bias is not None:
+        if bias._backend is not backend:
+            return None
+        bias = cast(bias, dtypes.float32)
+    return run_fused("linear_f16w", [input, weight] if bias is None else [input, weight, bias])
 
 
 def _linear_quantized(input: Tensor, weight: QuantizedTensor, bias: Tensor | None) -> Tensor:  # noqa: A002

@@ -2,7 +2,8 @@
 with the tolerances of the native tests, and the MNIST CNN on simd vs numpy. Evaluates to a
 JSON string: {"flavour", "errors": {check: worst error / tolerance (<= 1 passes)}, ...}.
 With SCRIPT_ARG == "bench" it times GEMM instead (engine.bench.ops.bench_gemm); with "bench-quant",
-linear_q against the float32 GEMM on the same shapes (quant_bench)."""
+linear_q against the float32 GEMM on the same shapes (quant_bench); with "bench-f16", F.linear's
+kernel with a float16 weight against the float32 weight (linear_f16_bench)."""
 import json
 import sys
 
@@ -39,6 +40,57 @@ def gemm_checks(rng, errors):
                 errors[f"gemm {m}x{k}x{n} {name} {layout}"] = worst(out, expected, tol)
     a, b = rng.standard_normal((2, 1, 5, 6), dtype=np.float32), rng.standard_normal((1, 3, 6, 7), dtype=np.float32)
     errors["gemm batched"] = worst(K.gemm(a, b), np.matmul(a, b), 1e-5 * np.matmul(np.abs(a), np.abs(b)))
+
+
+def half_weight(rng, n, k):
+    """a float16 weight with subnormals and signed zeros among its normal numbers"""
+    w = (rng.standard_normal((n, k)) * 0.05).astype(np.float16)
+    w.flat[::7] = (rng.standard_normal(w.size)[::7] * 3e-6).astype(np.float16)
+    w.flat[::11] = 0
+    w.flat[::13] = -0.0
+    return w
+
+
+def linear_f16_checks(rng, errors):
+    """gemm_f16w_f32 (a float16 weight widened in the kernel): the dot products (1-4 rows) and the
+    packed GEMM; inf and NaN weights give what the widened weight gives"""
+    for m in (1, 2, 3, 5, 17, 64, 300):
+        for k, n in ((7, 5), (13, 9), (257, 130), (512, 515)):
+            x, w = rng.standard_normal((m, k), dtype=np.float32), half_weight(rng, n, k)
+            bias = rng.standard_normal(n, dtype=np.float32) if m % 2 else None
+            expected, tol = gemm_reference(x, w.astype(np.float32).T, bias)
+            out = K.linear(x, w, bias, out=np.full((m, n), np.nan, np.float32))
+            errors[f"linear f16 weight {m}x{k} by {n}x{k}"] = worst(out, expected, tol)
+    for m in (1, 5):
+        x, w = rng.standard_normal((m, 45), dtype=np.float32), half_weight(rng, 21, 45)
+        w[0, 3], w[10, 0], w[20, 44] = np.inf, -np.inf, np.nan
+        with np.errstate(invalid="ignore"):
+            expected = x.astype(np.float64) @ w.astype(np.float64).T
+        out = K.linear(x, w)
+        same = np.array_equal(out[:, [0, 10, 20]], expected[:, [0, 10, 20]], equal_nan=True)
+        errors[f"linear f16 weight inf/nan {m} rows"] = 0.0 if same else float("inf")
+
+
+def linear_f16_bench(repeat: int = 10) -> list:
+    """milliseconds of F.linear's kernel with a float16 weight against the same weight in float32
+    (best of `repeat`): a decode step's output head and an encoder's MLP"""
+    import time
+    rng, rows = np.random.default_rng(3), []
+    for m, k, n in ((1, 512, 51865), (1, 512, 2048), (1500, 512, 2048)):
+        x, w16 = rng.standard_normal((m, k), dtype=np.float32), half_weight(rng, n, k)
+        w32, out = w16.astype(np.float32), np.empty((m, n), np.float32)
+        times = {}
+        for name, w in (("f32", w32), ("f16", w16), ("f32 again", w32), ("f16 again", w16)):
+            best = float("inf")
+            for _ in range(repeat if m == 1 else 2):
+                start = time.perf_counter()
+                K.linear(x, w, out=out)
+                best = min(best, time.perf_counter() - start)
+            times[name.split()[0]] = min(times.get(name.split()[0], best), best)
+        rows.append({"shape": [m, k, n], "f32_ms": times["f32"] * 1e3, "f16_ms": times["f16"] * 1e3,
+                     "f16_weight_GBps": w16.nbytes / times["f16"] / 1e9, "f32_weight_GBps": w32.nbytes / times["f32"] / 1e9,
+                     "f16_GFLOPs": 2 * m * k * n / times["f16"] / 1e9, "f32_GFLOPs": 2 * m * k * n / times["f32"] / 1e9})
+    return rows
 
 
 def conv_checks(rng, errors):
@@ -241,11 +293,15 @@ def main(arg: str) -> str:
         from engine.bench.ops import bench_gemm
         result["gemm"] = bench_gemm(repeat=5, device="simd")
         return json.dumps(result)
+    if arg == "bench-f16":
+        result["linear_f16"] = linear_f16_bench()
+        return json.dumps(result)
     if arg == "bench-quant":
         result["linear_q"] = quant_bench()
         return json.dumps(result)
     rng, errors = np.random.default_rng(7), {}
     gemm_checks(rng, errors)
+    linear_f16_checks(rng, errors)
     conv_checks(rng, errors)
     rowwise_checks(rng, errors)
     transformer_checks(rng, errors)

@@ -86,7 +86,7 @@ def _rms_norm(x, *params, normalized_dims, eps, has_weight):
     return C.rms_norm(x, math.prod(x.shape[x.ndim - normalized_dims:]), params[0] if has_weight else None, eps)
 
 
-def _linear(x, weight, *bias):                      # x (..., K) @ weight (N, K).T + bias (N,)
+def _linear(x, weight, *bias):      # x (..., K) @ weight (N, K).T + bias (N,); weight float32 or float16
     if x.ndim == 2:
         return C.linear(x, weight, bias[0] if bias else None)
     out = C.linear(x.reshape(math.prod(x.shape[:-1]), x.shape[-1]), weight, bias[0] if bias else None)
@@ -129,7 +129,7 @@ def _hardtanh(x, *, min_val, max_val):
 
 FUSED = {**quantized.KERNELS,                    # linear_q, embedding_q (engine.ops)
          "mul_add": _mul_add, "hardtanh": _hardtanh, "softmax": _softmax, "layer_norm": _layer_norm,
-         "rms_norm": _rms_norm, "linear": _linear, "conv2d": _conv2d_bias, "gelu": _gelu, "silu": _silu,
+         "rms_norm": _rms_norm, "linear": _linear, "linear_f16w": _linear, "conv2d": _conv2d_bias, "gelu": _gelu, "silu": _silu,
          "silu_mul": C.silu_mul, "rope": C.rope, "attention": _attention, "add_layer_norm": _add_layer_norm}
 
 

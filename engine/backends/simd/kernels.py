@@ -126,22 +126,37 @@ def gemm(a, b, bias=None, activation: str = "none", out=None) -> np.ndarray:
     return y
 
 
-def linear(x, weight, bias=None) -> np.ndarray:
-    """x (M, K) @ weight (N, K).T + bias (N,): weight read through its strides, never copied."""
-    x, weight = _elements(x), _elements(weight)
+def linear(x, weight, bias=None, out=None) -> np.ndarray:
+    """x (M, K) @ weight (N, K).T + bias (N,): weight read through its strides, never copied.
+    A float16 weight (as checkpoints store it) is widened inside the kernel, exactly: the
+    result is that of the float32 weight, up to summation order, at half the weight traffic."""
+    x = _elements(x)
+    half = type(weight) is np.ndarray and weight.dtype == _F16
+    weight = _half_elements(weight) if half else _elements(weight)
     if x.ndim != 2 or weight.ndim != 2 or x.shape[1] != weight.shape[1]:
         raise ValueError(f"linear: shapes {x.shape} and {weight.shape} do not multiply")
-    row_stride, column_stride = _strides(weight)
+    row_stride, column_stride = weight.strides[0] // weight.itemsize, weight.strides[1] // weight.itemsize
     return _gemm_2d(x, _strides(x), weight, (column_stride, row_stride), x.shape[0], weight.shape[0],
-                    x.shape[1], bias, "none", None)
+                    x.shape[1], bias, "none", out, "gemm_f16w_f32" if half else "gemm_f32")
 
 
-def _gemm_2d(a, a_strides, b, b_strides, m: int, n: int, k: int, bias, activation: str, out) -> np.ndarray:
+_F16 = np.dtype(np.float16)
+
+
+def _half_elements(a: np.ndarray) -> np.ndarray:
+    """a float16 array with strides in whole elements (a copy only when they are not)"""
+    if a.flags.c_contiguous or all(s % 2 == 0 for s in a.strides):
+        return a
+    return np.ascontiguousarray(a)
+
+
+def _gemm_2d(a, a_strides, b, b_strides, m: int, n: int, k: int, bias, activation: str, out,
+             kernel: str = "gemm_f32") -> np.ndarray:
     """One (M, K) @ (K, N) product, a and b given with their element strides (b's may be a
     transpose's): the whole call in one ctypes call and no temporary array."""
     y = _output((m, n), out)
-    call_with_scratch(library.get().gemm_f32, 1, m, n, k, address_of(a), 0, *a_strides, address_of(b), 0,
-                       *b_strides, address_of(y), m * n, n, *_bias_arguments(bias, m, n), _activation(activation))
+    call_with_scratch(getattr(library.get(), kernel), 1, m, n, k, address_of(a), 0, *a_strides, address_of(b), 0,
+                      *b_strides, address_of(y), m * n, n, *_bias_arguments(bias, m, n), _activation(activation))
     return y
 
 

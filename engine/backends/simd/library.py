@@ -20,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-ABI = 5                                  # ENGINE_KERNELS_ABI in wasm_kernels/common.h
+ABI = 6                                  # ENGINE_KERNELS_ABI in wasm_kernels/common.h
 PYODIDE_PATH = "/lib/engine_kernels.so"
 FLAVOURS = {"simd": "engine_kernels.simd.wasm", "relaxed": "engine_kernels.relaxed.wasm"}
 SOURCES = Path(__file__).resolve().parents[3] / "wasm_kernels"
@@ -32,6 +32,8 @@ POINTER, FLOAT = _ptr, _float
 SIGNATURES = {
     "gemm_f32": (_size, [_size, _size, _size, _size, _ptr, _ssize, _ssize, _ssize, _ptr, _ssize, _ssize, _ssize,
                          _ptr, _ssize, _ssize, _ptr, _ssize, _ssize, _int, _ptr, _size]),
+    "gemm_f16w_f32": (_size, [_size, _size, _size, _size, _ptr, _ssize, _ssize, _ssize, _ptr, _ssize, _ssize, _ssize,
+                              _ptr, _ssize, _ssize, _ptr, _ssize, _ssize, _int, _ptr, _size]),
     "im2col_f32": (None, [_size, _size, _size, _ptr, _size, _size, _size, _size, _size, _size, _size, _size,
                           _size, _size, _ptr]),
     "conv2d_f32": (_size, [_size, _size, _size, _size, _ptr, _size, _size, _size, _ptr, _size, _size, _size,
@@ -60,7 +62,7 @@ SIGNATURES = {
 }
 # exports whose last two arguments are a scratch buffer and its size in floats: they return 0,
 # or the size they need (and then write nothing)
-SCRATCH = frozenset({"gemm_f32", "conv2d_f32", "depthwise_conv2d_f32", "attention_f32", "linear_q_f32"})
+SCRATCH = frozenset({"gemm_f32", "gemm_f16w_f32", "conv2d_f32", "depthwise_conv2d_f32", "attention_f32", "linear_q_f32"})
 
 
 # On wasm32 every integer and pointer argument is one 32-bit word, which is what ctypes

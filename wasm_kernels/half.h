@@ -1,0 +1,78 @@
+/* float16 -> float32, shared by the conversions (convert.c) and the GEMM's float16 weights
+ * (gemm.c): every path gives NumPy's float16 cast bit for bit. */
+#ifndef ENGINE_KERNELS_HALF_H
+#define ENGINE_KERNELS_HALF_H
+
+#include "common.h"
+
+typedef uint32_t v4u __attribute__((vector_size(16)));
+typedef int16_t v8h __attribute__((vector_size(16)));
+typedef int16_t v8h_u __attribute__((vector_size(16), aligned(2), may_alias));
+
+/* float16 bits -> float32: normal numbers rebias the exponent, subnormals are
+ * mantissa * 2^-24 (exact in float32), infinities and NaN keep their payload. */
+static inline v4u half_to_float_bits(v4u h) {
+    v4u sign = (h & 0x8000u) << 16, exponent = h & 0x7c00u, mantissa = h & 0x03ffu;
+    v4u normal = ((h & 0x7fffu) + 0x1c000u) << 13;
+    v4u special = 0x7f800000u | (mantissa << 13);
+    v4u subnormal = (v4u)(__builtin_convertvector((v4i)mantissa, v4f) * splat(5.9604644775390625e-8f));
+    v4u is_zero_exp = (v4u)(exponent == 0u), is_max_exp = (v4u)(exponent == 0x7c00u);
+    v4u bits = (subnormal & is_zero_exp) | (special & is_max_exp) | (normal & ~(is_zero_exp | is_max_exp));
+    return bits | sign;
+}
+
+static inline float half_to_float(uint16_t h) {
+    v4u v = {h, 0, 0, 0};
+    return ((v4f)half_to_float_bits(v))[0];
+}
+
+static inline v8h load8h(const uint16_t *p) { return *(const v8h_u *)p; }
+
+/* some of the 8 halves is zero, subnormal, infinite or NaN: exponent 0 or 31. With e the
+ * exponent bits, e + 0x400 is 0x400 or 0x8000 (negative) for those, 0x800..0x7c00 otherwise. */
+static inline int any_special8(v8h h) {
+    typedef uint16_t v8uh __attribute__((vector_size(16)));
+    v8uh e = ((v8uh)h & (uint16_t)0x7c00) + (uint16_t)0x400;   /* unsigned: the wrap is defined */
+    v8h special = (v8h)e <= (int16_t)0x400;
+#if defined(__wasm_simd128__)
+    return __builtin_wasm_any_true_v128((__attribute__((vector_size(16))) signed char)special);
+#elif defined(__SSE2__)
+    return __builtin_ia32_pmovmskb128((__attribute__((vector_size(16))) char)special);
+#else
+    typedef int64_t v2l __attribute__((vector_size(16)));
+    v2l s = (v2l)special;
+    return (s[0] | s[1]) != 0;
+#endif
+}
+
+/* 4 normal halves, each in the top 16 bits of a lane -> float32, integers only: an arithmetic
+ * shift by 3 puts the mantissa and exponent in place (sign copies below bit 31 masked off),
+ * then the exponent is rebiased by 127 - 15. */
+static inline v4f normal4(v8h high_halves) {
+    v4i x = (v4i)high_halves >> 3;
+    return (v4f)((x & (int32_t)0x8fffe000) + 0x38000000);
+}
+
+/* 8 halves -> two float32 vectors; exact for every input (a branch to the general path
+ * when any is not a normal number) */
+static inline void widen8(v8h h, v4f *lo, v4f *hi) {
+    v8h zero = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (__builtin_expect(!any_special8(h), 1)) {       /* interleaved with zeros: each half << 16 */
+        *lo = normal4(__builtin_shufflevector(zero, h, 0, 8, 1, 9, 2, 10, 3, 11));
+        *hi = normal4(__builtin_shufflevector(zero, h, 4, 12, 5, 13, 6, 14, 7, 15));
+    } else {
+        *lo = (v4f)half_to_float_bits((v4u)__builtin_shufflevector(h, zero, 0, 8, 1, 9, 2, 10, 3, 11));
+        *hi = (v4f)half_to_float_bits((v4u)__builtin_shufflevector(h, zero, 4, 12, 5, 13, 6, 14, 7, 15));
+    }
+}
+
+/* `count` (< 8) halves -> two float32 vectors, zeros past count */
+static inline void widen_tail(const uint16_t *p, size_t count, v4f *lo, v4f *hi) {
+    v4u u = {0, 0, 0, 0}, w = {0, 0, 0, 0};
+    for (size_t i = 0; i < count && i < 4; ++i) u[i] = p[i];
+    for (size_t i = 4; i < count; ++i) w[i - 4] = p[i];
+    *lo = (v4f)half_to_float_bits(u);
+    *hi = (v4f)half_to_float_bits(w);
+}
+
+#endif
