@@ -70,11 +70,11 @@ class Weights:
 class AsFloat32:
     """A checkpoint's tensors by name with half-precision ones widened to float32 as they are
     read (a site stores them in float16; the model computes in float32), less the `ignored`
-    names. Row tables (embeddings served by rows) stay as they are: they widen the rows they
-    gather."""
+    names; the `keep` names come as stored (weights a backend multiplies in float16). Row tables
+    (embeddings served by rows) stay as they are: they widen the rows they gather."""
 
-    def __init__(self, tensors, ignored=()):
-        self.tensors, self.ignored = tensors, frozenset(ignored)
+    def __init__(self, tensors, ignored=(), keep=()):
+        self.tensors, self.ignored, self.keep = tensors, frozenset(ignored), frozenset(keep)
         self.name = getattr(tensors, "name", None)
 
     def __contains__(self, name):
@@ -85,6 +85,6 @@ class AsFloat32:
 
     def __getitem__(self, name):
         t = self.tensors[name]
-        if isinstance(t, Tensor) and t.dtype in (dtypes.float16, dtypes.bfloat16):
+        if isinstance(t, Tensor) and t.dtype in (dtypes.float16, dtypes.bfloat16) and name not in self.keep:
             return t.float()
         return t

@@ -42,6 +42,7 @@ import engine.nn as nn
 import engine.nn.functional as F
 from engine import registry
 from engine.errors import InputError, InvalidHeader
+from engine.device import get_backend
 from engine.weights import AsFloat32
 
 HEAD_DIM = 64                                   # every Whisper size: heads = width / 64
@@ -225,13 +226,35 @@ class TextDecoder(nn.Module):
 
 class Whisper(nn.Module):
     """mel (n_mels, 3000) -> `encode` -> audio features (1, 1500, C); the decoder reads them as
-    each block's cross-attention K/V (`cross_attention`), computed once per window."""
+    each block's cross-attention K/V (`cross_attention`), computed once per window.
 
-    def __init__(self, config: Config = Config()):
+    half: the projections' weights and the token embedding (which is also the output head) are
+    held in float16, as the checkpoint stores them, for a backend whose GEMM widens them as it
+    reads (simd's linear_f16w): half the memory and half the bytes a decode step reads, with the
+    products of float32 weights (widening a float16 is exact)."""
+
+    def __init__(self, config: Config = Config(), half: bool = False):
         super().__init__()
         self.config = config
         self.encoder = AudioEncoder(config)
         self.decoder = TextDecoder(config)
+        if half:
+            for name in self.half_weights():
+                *path, attr = name.split(".")
+                module = self
+                for part in path:
+                    module = module._modules[part]
+                setattr(module, attr, self.param(*getattr(module, attr).shape, dtype=engine.float16))
+
+    def half_weights(self) -> list[str]:
+        """The weights `half` keeps in float16: every Linear's, and the token embedding."""
+        names = ["decoder.token_embedding.weight"]
+        for side in ("encoder", "decoder"):
+            for i, _ in enumerate(getattr(self, side).blocks):
+                names += [f"{side}.blocks.{i}.{a}.{p}.weight" for a in ("attn", "cross_attn")
+                          if side == "decoder" or a == "attn" for p in ("query", "key", "value", "out")]
+                names += [f"{side}.blocks.{i}.mlp.{j}.weight" for j in (0, 2)]
+        return names
 
     @property
     def is_multilingual(self) -> bool:
@@ -392,11 +415,19 @@ def from_ctranslate2(tensors):
 
 def load(weights, device: str | None = None) -> Whisper:
     """Whisper from tensors named as OpenAI's checkpoint (the site's safetensors, or a mapping), or
-    a location (engine.load_safetensors opens it). Weights stored in float16 compute in float32."""
+    a location (engine.load_safetensors opens it). Weights stored in float16 stay so where the
+    backend multiplies them (Whisper's `half`), and are widened to float32 elsewhere."""
     tensors = engine.load_safetensors(weights) if isinstance(weights, (str, os.PathLike)) else weights
     config = Config.from_tensors(tensors, file=getattr(tensors, "name", None))
-    model = Whisper(config)
-    model.load_state_dict(AsFloat32(tensors))
+    half = "linear_f16w" in get_backend(device).fused
+    model = Whisper(config, half=half)
+    info = getattr(tensors, "info", None)                        # the dtype from the header, no data read
+    stored = {n for n in model.half_weights() if n in tensors and
+              (info(n) if info else tensors[n]).dtype is engine.float16} if half else ()
+    if half and len(stored) < len(model.half_weights()):       # a float32 checkpoint: float32 weights
+        model = Whisper(config)
+        stored = ()
+    model.load_state_dict(AsFloat32(tensors, keep=stored))
     return model.to(device) if device else model
 
 
