@@ -34,7 +34,7 @@ class EngineClient {
   }
 
   receive(message) {
-    if (message.type === "piece") {                 // a piece of a chat answer, before its reply
+    if (message.type === "piece") {                 // a piece of a streaming call (chat, speech), before its reply
       const waiter = this.pending.get(message.id);
       if (waiter && waiter.onPiece) waiter.onPiece(message.text);
       return;

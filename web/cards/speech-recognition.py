@@ -110,17 +110,34 @@ def start(card):
             by_id("speech-progress").hidden = True
         model_changed(name)
 
-    async def transcribe(audio):
-        if state["busy"]:
-            return
-        if client.snapshot().status != "ready":
-            card.error("the engine is still starting; try again in a moment")
-            return
+    def begin(source):
+        """A transcription starts (called in the event's own handler, so the card is busy from the
+        click or drop on): False when one is running or the microphone records."""
+        if state["busy"] or state["recorder"] is not None:
+            return False
         card.error(None)
         clear_result()
         state["run"] += 1
-        run, state["cancelled"] = state["run"], False
+        state["cancelled"] = False
+        by_id("speech-source").textContent = source
+        segments.dataset.state = "working"
         set_busy(True)
+        return True
+
+    def end(outcome, error=None):
+        """It ended: "done" (a transcript, or cancelled) or "error" (the card's error says why)."""
+        if error is not None:
+            card.error(error)
+        segments.classList.remove("streaming")
+        set_busy(False)
+        segments.dataset.state = outcome
+
+    async def transcribe(audio):
+        """Transcribe what begin() announced: the audio from audio-capture.js."""
+        if client.snapshot().status != "ready":
+            end("error", "the engine is still starting; try again in a moment")
+            return
+        run = state["run"]
         segments.classList.add("streaming")
         seconds = capture().duration(audio)
         by_id("speech-duration").textContent = f"{seconds:.2f}" if seconds else "…"
@@ -134,19 +151,16 @@ def start(card):
             await load()
             if state["cancelled"]:
                 segments.classList.add("stopped")       # cancelled while the model loaded
+                end("done")
                 return
             reply = await capture().transcribe(client, audio, json.dumps(options()), proxy)
             result = to_py(reply)
         except Exception as e:
-            card.error(message(e))
+            end("error", message(e))
             return
         finally:
             if hasattr(proxy, "destroy"):
                 proxy.destroy()
-            segments.classList.remove("streaming")
-            set_busy(False)
-        if run != state["run"]:
-            return
         segments.innerHTML = ""                          # the final segments, as the worker kept them
         for segment in result["segments"]:
             add_segment(segment)
@@ -159,49 +173,51 @@ def start(card):
         by_id("speech-rtf").textContent = f"{result['rtf']:.3f}"
         by_id("speech-backend").textContent = result["device"]
         card.follow_device(reply)
-        if result.get("notice"):
-            card.error(result["notice"])
+        end("done", result.get("notice"))
 
     async def from_file(file, name):
-        """A chosen, dropped or fetched file (a Blob) and its name."""
-        if state["busy"] or state["recorder"] is not None:
-            return
-        by_id("speech-source").textContent = name
+        """A chosen, dropped or fetched file (a Blob) and its name, once begin() has run."""
         try:
             audio = await capture().readFile(file, name)
         except Exception as e:
-            clear_result()
-            card.error(message(e))
+            end("error", message(e))
             return
         await transcribe(audio)
+
+    def take_file(file, name):
+        if begin(name):
+            _run(from_file(file, name))
 
     async def record(event=None):
         if state["busy"] or state["recorder"] is not None:
             return
         card.error(None)
         by_id("speech-record").disabled = True
+        by_id("speech-input").disabled = True
         try:
             state["recorder"] = await capture().record(by_id("speech-level"), by_id("speech-recorded"))
         except Exception as e:
-            by_id("speech-record").disabled = False
+            by_id("speech-record").disabled = by_id("speech-input").disabled = False
             card.error(message(e))
             return
         by_id("speech-source").textContent = "recording…"
         by_id("speech-record").classList.add("recording")
         by_id("speech-stop-recording").disabled = False
-        by_id("speech-input").disabled = True
 
-    async def stop_recording(event=None):
+    async def from_recorder(recorder):
+        audio = await recorder.stop()
+        by_id("speech-source").textContent = f"the recording ({capture().duration(audio):.1f} s)"
+        await transcribe(audio)
+
+    def stop_recording(event=None):
         recorder = state["recorder"]
         if recorder is None:
             return
-        by_id("speech-stop-recording").disabled = True
-        audio = await recorder.stop()
         state["recorder"] = None
+        by_id("speech-stop-recording").disabled = True
         by_id("speech-record").classList.remove("recording")
-        by_id("speech-input").disabled = False
-        by_id("speech-source").textContent = f"the recording ({capture().duration(audio):.1f} s)"
-        await transcribe(audio)
+        if begin("the recording"):
+            _run(from_recorder(recorder))
 
     async def cancel(event=None):
         if state["busy"]:
@@ -246,7 +262,7 @@ def start(card):
     def on_file(event):
         files = event.target.files
         if files.length:
-            asyncio.create_task(from_file(files.item(0), files.item(0).name))
+            take_file(files.item(0), files.item(0).name)
         event.target.value = ""                      # choosing the same file again fires change
 
     def on_drop(event):
@@ -254,20 +270,22 @@ def start(card):
         by_id("speech-drop").classList.remove("over")
         files = event.dataTransfer.files
         if files.length:
-            asyncio.create_task(from_file(files.item(0), files.item(0).name))
+            take_file(files.item(0), files.item(0).name)
 
     async def from_sample(file, title):
-        if state["busy"] or state["recorder"] is not None:
-            return
         try:
             response = await js.fetch(f"samples/speech/{file}")
             if not response.ok:
                 raise ValueError(f"{file}: HTTP {response.status}")
             blob = await response.blob()
         except Exception as e:
-            card.error(message(e))
+            end("error", message(e))
             return
         await from_file(blob, title)
+
+    def on_sample(file, title):
+        if begin(title):
+            _run(from_sample(file, title))
 
     async def show_samples():
         """The site's sample recordings (samples/speech/samples.json), as buttons."""
@@ -284,7 +302,7 @@ def start(card):
             button.setAttribute("data-testid", "speech-sample")
             button.textContent = sample["title"]
             button.addEventListener("click", create_proxy(
-                lambda e, file=sample["file"], title=sample["title"]: _run(from_sample(file, title))))
+                lambda e, file=sample["file"], title=sample["title"]: on_sample(file, title)))
             box.appendChild(button)
 
     def on_open():
@@ -304,7 +322,7 @@ def start(card):
         by_id("speech-drop").addEventListener(kind, create_proxy(on_drag))
     by_id("speech-drop").addEventListener("drop", create_proxy(on_drop))
     by_id("speech-record").addEventListener("click", create_proxy(lambda e: _run(record())))
-    by_id("speech-stop-recording").addEventListener("click", create_proxy(lambda e: _run(stop_recording())))
+    by_id("speech-stop-recording").addEventListener("click", create_proxy(stop_recording))
     by_id("speech-cancel").addEventListener("click", create_proxy(lambda e: _run(cancel())))
     by_id("speech-model").addEventListener("change", create_proxy(on_model))
     card.on("ready", show_models)

@@ -1,0 +1,223 @@
+"""The Speech card in headless Chromium, used like a person: a WAV file dropped on the card gives,
+segment by segment as it decodes, the transcript the native pipeline gives for the same file; a
+file the browser decodes (FLAC) and the microphone (Chromium's fake capture device playing a
+spoken clip) give transcripts too; a file that is not audio, or a WAV cut short, is a clear error
+on the card, which keeps working; Cancel ends a long transcription, keeping what came.
+
+The clips are espeak-ng's speech (tests/audio/clips.py); the model is whisper-tiny.en, the small
+one, chosen in the card's model select."""
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+
+from tests.audio.clips import sox, speak
+from tests.web.conftest import BASE_ARGS, CHROMIUM, Session
+
+MODEL = "whisper-tiny.en"
+TASK = "speech-recognition"
+SEGMENTS = "[data-testid=speech-segment]"
+LIST = "[data-testid=speech-segments]"
+ERROR = "[data-testid=speech-error]"
+WORDS = "The quick brown fox jumps over the lazy dog. Then it runs into the forest to find some water."
+MICROPHONE_WORDS = "Good morning. Please call me back when you have a minute."
+# ~80 s of sentences that do not repeat (repeated text sends Whisper into its temperature fallback)
+STORY = ("Once upon a time there was a small village at the edge of a great forest. Every morning the baker "
+         "opened his shop and sold fresh bread to the farmers. One day a traveller arrived with a heavy bag and "
+         "asked for a room for the night. The innkeeper gave him a warm meal and a bed near the fire. In the "
+         "morning the traveller opened his bag and showed the children a collection of old maps. He told them "
+         "about mountains covered in snow and rivers that ran all the way to the sea. The children listened "
+         "carefully and asked many questions about the places he had seen. Before he left, he gave each of them "
+         "a small wooden boat. Years later, one of those children became a sailor and travelled around the "
+         "world. She crossed three oceans, visited islands where nobody spoke her language, and learned to "
+         "read the weather in the colour of the clouds. In a harbour far to the south she bought a notebook and "
+         "began to draw her own maps, with every coast and every lighthouse she had passed. When she grew old "
+         "she came back to the village and opened a school for young sailors beside the bakery. On the wall of "
+         "the classroom hung the first map she had ever seen, the one the stranger had shown her so long ago.")
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("speech")
+    fox = speak(WORDS, folder / "fox.wav")
+    sox(fox, folder / "fox.flac")
+    long = speak(STORY, folder / "long.wav")          # three of Whisper's 30 s windows: Cancel has work to stop
+    return {"fox": fox, "flac": folder / "fox.flac", "long": long, "microphone": speak(MICROPHONE_WORDS, folder / "mic.wav")}
+
+
+@pytest.fixture(scope="module")
+def native(clips, site) -> dict:
+    """The native pipeline's transcript of the WAV clip (the same file the page gets), from the
+    weights the page gets, on the reference backend."""
+    import engine
+    return engine.pipeline(TASK, model=MODEL, weights=site / "models" / MODEL)(str(clips["fox"]))
+
+
+def segments_of(result) -> list[tuple]:
+    return [(round(s["start"], 2), round(s["end"], 2), s["text"].strip()) for s in result["segments"]]
+
+
+def shown_segments(page) -> list[tuple]:
+    return [tuple(row) for row in page.evaluate(
+        f"""() => [...document.querySelectorAll('{SEGMENTS}')].map((li) =>
+            [Math.round(Number(li.dataset.start) * 100) / 100, Math.round(Number(li.dataset.end) * 100) / 100,
+             li.querySelector('.text').textContent])""")]
+
+
+def count_segments(page) -> None:
+    """Record each segment the worker streams, before its reply (window.pieces)."""
+    page.evaluate("""() => { const capture = window.audioCapture;
+        window.pieces = [];
+        if (capture.counted) return;
+        const transcribe = capture.transcribe;
+        capture.counted = true;
+        capture.transcribe = (client, audio, options, onSegment) => transcribe(client, audio, options,
+            (text) => { window.pieces.push(JSON.parse(text)); onSegment(text); }); }""")
+
+
+def use_model(s: Session, page, name: str = MODEL) -> None:
+    """Choose the model in the card's select and wait until the worker serves the task with it."""
+    page.wait_for_selector("[data-testid=speech-model-choice]:not([hidden])")
+    page.select_option("[data-testid=speech-model]", name)
+    page.wait_for_function("!document.querySelector('[data-testid=speech-model]').disabled", timeout=300_000)
+    assert page.is_hidden("#speech-progress") and page.is_hidden(ERROR)
+    assert s.run(f"from engine.tasks import state\nstate.loaded({TASK!r}).entry.name") == name
+    assert page.is_disabled("[data-testid=speech-task]")           # an English-only model: no translate
+
+
+def drop(page, path: Path, name: str | None = None, mime: str = "audio/wav") -> None:
+    """Drop a file on the card, as a drag from the desktop does."""
+    data = base64.b64encode(Path(path).read_bytes()).decode()
+    transfer = page.evaluate_handle("""([data, name, type]) => {
+        const bytes = Uint8Array.from(atob(data), (c) => c.charCodeAt(0));
+        const transfer = new DataTransfer();
+        transfer.items.add(new File([bytes], name, { type }));
+        return transfer; }""", [data, name or Path(path).name, mime])
+    page.dispatch_event("#speech-drop", "drop", {"dataTransfer": transfer})
+
+
+def finished(page, timeout: float = 300_000) -> str | None:
+    """Wait until the transcription that the last click or drop started ends (the card marks it
+    "working" in the event's own handler); the card's error, or None."""
+    page.wait_for_function(f"['done', 'error'].includes(document.querySelector('{LIST}').dataset.state)",
+                           timeout=timeout)
+    assert page.is_disabled("[data-testid=speech-cancel]")
+    if page.get_attribute(LIST, "data-state") == "done":
+        assert page.is_hidden(ERROR)
+        return None
+    return page.text_content(ERROR)
+
+
+def test_a_dropped_file_gives_the_native_transcript(dev_server, session_factory, clips, native):
+    s = session_factory(dev_server.url)
+    page = s.open("index.html#speech")
+    use_model(s, page)
+
+    # not audio: the browser cannot decode it, and says so naming the file
+    page.set_input_files("[data-testid=speech-input]", files=[{"name": "notes.txt", "mimeType": "text/plain",
+                                                               "buffer": b"these are not sounds\n" * 50}])
+    assert "notes.txt: this browser cannot decode the file as audio" in finished(page, 60_000)
+    # a WAV cut short: the engine's own reader says what is wrong, as natively
+    from engine.audio import load_audio
+    from engine.errors import AudioError
+    cut = clips["fox"].with_name("cut.wav")
+    cut.write_bytes(clips["fox"].read_bytes()[:2000])
+    with pytest.raises(AudioError) as expected:
+        load_audio(cut.read_bytes(), name="cut.wav")
+    drop(page, cut)
+    error = finished(page, 60_000)
+    assert error == str(expected.value) and "cut.wav" in error, error
+    assert page.locator(SEGMENTS).count() == 0
+
+    # the card keeps working: a WAV dropped gives the native transcript, streamed segment by segment
+    count_segments(page)
+    drop(page, clips["fox"])
+    assert finished(page) is None
+    assert page.get_attribute(LIST, "data-text") == native["text"]
+    assert shown_segments(page) == segments_of(native) != []
+    assert segments_of({"segments": page.evaluate("window.pieces")}) == segments_of(native)
+    assert page.text_content("[data-testid=speech-language]") == native["language"] == "en"
+    seconds, duration = (float(page.text_content(f"[data-testid=speech-{k}]")) for k in ("time", "duration"))
+    assert abs(duration - Path(clips["fox"]).stat().st_size / 32000) < 0.01          # 16 kHz 16-bit mono
+    assert float(page.text_content("[data-testid=speech-rtf]")) == pytest.approx(seconds / duration, rel=0.01,
+                                                                                  abs=1e-3)
+    assert page.text_content("[data-testid=speech-backend]") == "simd"
+    print(f"\ntiny.en in Chromium on simd: {duration:.2f} s of audio in {seconds:.2f} s "
+          f"(real-time factor {seconds / duration:.3f})")
+
+    # a FLAC file goes through the browser's decoder, then the engine's resampler: the same words
+    page.set_input_files("[data-testid=speech-input]", str(clips["flac"]))
+    assert finished(page) is None
+    assert page.get_attribute(LIST, "data-text").strip() == native["text"].strip()
+
+    # Cancel during a long transcription: it ends early, and what came stays
+    count_segments(page)
+    drop(page, clips["long"])
+    page.wait_for_function("window.pieces.length >= 1", timeout=300_000)
+    page.click("[data-testid=speech-cancel]")
+    assert finished(page) is None
+    assert "stopped" in page.get_attribute(LIST, "class")
+    kept = shown_segments(page)
+    assert 1 <= len(kept) and kept[-1][1] <= 30, kept              # the first window's segments; no more
+    assert s.console_errors == []
+
+
+def test_a_french_sample_with_the_multilingual_model(dev_server, session_factory, site):
+    """The card's sample buttons, with the registry's first model (base, 99 languages): the
+    language is detected, and the transcript is the native one of the same file."""
+    import json
+
+    import engine
+    samples = json.loads((site / "samples" / "speech" / "samples.json").read_text())
+    french = next(sample for sample in samples if sample["voice"] == "fr")
+    native = engine.pipeline(TASK, model="whisper-base", weights=site / "models" / "whisper-base")(
+        str(site / "samples" / "speech" / french["file"]))
+    s = session_factory(dev_server.url)
+    page = s.open("index.html#speech")
+    assert page.input_value("[data-testid=speech-model]") == "whisper-base"
+    assert page.is_enabled("[data-testid=speech-task]") and page.is_enabled("[data-testid=speech-language-select]")
+    page.click(f"[data-testid=speech-sample][data-sample='{french['file']}']")
+    assert finished(page) is None
+    assert page.text_content("[data-testid=speech-language]") == native["language"] == "fr"
+    assert page.get_attribute(LIST, "data-text") == native["text"]
+    assert shown_segments(page) == segments_of(native)
+    assert page.text_content("[data-testid=speech-source]") == french["title"]
+    assert s.console_errors == []
+
+
+@pytest.fixture(scope="module")
+def browser_with_microphone(playwright_driver, clips):
+    """Chromium whose microphone is a fake capture device playing the spoken clip (in a loop)."""
+    need_file = clips["microphone"]
+    b = playwright_driver.chromium.launch(executable_path=CHROMIUM, args=BASE_ARGS + [
+        "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream",
+        f"--use-file-for-fake-audio-capture={need_file}"])
+    yield b
+    b.close()
+
+
+def test_the_microphone_records_and_is_transcribed(dev_server, browser_with_microphone):
+    s = Session(browser_with_microphone, dev_server.url)
+    try:
+        s.context.grant_permissions(["microphone"])
+        page = s.open("index.html#speech")
+        use_model(s, page)
+        page.click("[data-testid=speech-record]")
+        page.wait_for_function("parseFloat(document.querySelector('[data-testid=speech-recorded]').textContent) >= 5",
+                               timeout=60_000)
+        assert page.is_disabled("[data-testid=speech-record]") and page.is_enabled("[data-testid=speech-stop-recording]")
+        page.click("[data-testid=speech-stop-recording]")
+        assert finished(page) is None
+        peak = float(page.get_attribute("[data-testid=speech-level]", "data-peak"))
+        assert peak > 0.3, peak                                     # the meter moved with the voice
+        text = page.get_attribute(LIST, "data-text")
+        assert text.strip() and page.locator(SEGMENTS).count() >= 1, text
+        duration = float(page.text_content("[data-testid=speech-duration]"))
+        assert 5 <= duration < 15, duration
+        assert page.is_enabled("[data-testid=speech-record]")       # ready for the next recording
+        assert s.console_errors == []
+        print(f"\nthe microphone ({duration:.1f} s): {text!r}")
+    finally:
+        s.close()
