@@ -180,44 +180,6 @@ def test_empty_audio_is_an_input_error():
                    session=TorchSession(model))
 
 
-def test_on_segment_streams_and_cancel_stops(clips):
-    model = openai_model("tiny.en")
-    tokenizer = speech_tokenizer("tiny.en", model)
-    seen = []
-    full = transcribe(TorchWhisper(model), tokenizer, mel=reference_mel(clips["long"], model),
-                      session=TorchSession(model), temperature=0.0, on_segment=seen.append)
-    assert seen == full["segments"]
-    stop = {"after": 1}
-    part = transcribe(TorchWhisper(model), tokenizer, mel=reference_mel(clips["long"], model),
-                      session=TorchSession(model), temperature=0.0,
-                      on_segment=lambda s: stop.__setitem__("after", 0), cancel=lambda: stop["after"] == 0)
-    assert part["cancelled"] is True
-    assert 0 < len(part["segments"]) < len(full["segments"])
-    assert part["segments"] == full["segments"][:len(part["segments"])]
-
-
-@pytest.mark.parametrize("which, multilingual, n_vocab", [("tiny.en", False, 51864), ("base", True, 51865)])
-def test_text_encodes_as_tiktoken(which, multilingual, n_vocab):
-    """Prompts are encoded with the checkpoint's tokenizer.json; base's lacks the merge "Ġ t",
-    which SpeechTokenizer.from_json restores, so that ids equal OpenAI's tiktoken encoding."""
-    import json
-    from types import SimpleNamespace
-
-    from whisper.tokenizer import get_tokenizer
-
-    from engine.speech import SpeechTokenizer
-    from engine.speech.decoding import restore_merges
-    from tests.speech.reference import processor_file
-    data = processor_file(which, "tokenizer.json")
-    assert restore_merges(json.loads(data)) == (1 if which == "base" else 0)
-    ours = SpeechTokenizer.from_json(data, SimpleNamespace(n_vocab=n_vocab))
-    theirs = get_tokenizer(multilingual, num_languages=99)
-    for text in (ENGLISH, FRENCH, LONG, " A talk about bread. Tea time, the tall tree!", " Über die Brücke, 東京タワー"):
-        assert ours.encode(" " + text.strip()) == theirs.encode(" " + text.strip()), text
-        ids = theirs.encode(text)
-        assert ours.decode(ids) == theirs.decode(ids)
-
-
 def test_temperature_fallback_is_seeded_and_ends_at_the_last_temperature(clips):
     """A compression ratio above 0 always "fails": every window is decoded at each temperature in
     turn and kept at the last; sampling is repeatable with its seed."""

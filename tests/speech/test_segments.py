@@ -85,3 +85,26 @@ def test_no_prompt_without_condition_and_initial_prompt_first():
     assert result["text"] == " w400"
     assert [(s["start"], s["end"]) for s in result["segments"]] == [(0.0, 1.0)]
 
+
+
+def test_cancel_stops_before_the_next_token_and_keeps_the_segments_so_far():
+    script = {0: [ts(0), 400, ts(1), ts(1), 401, ts(2)], 3000: [ts(0), 402, 403, ts(1)]}
+    mel = np.zeros((80, 4000 + 3000), np.float32)
+    mel[0] = np.arange(mel.shape[1])
+    fake = Scripted(script)
+    full = transcribe(fake, TOKENIZER, mel=mel, session=fake, temperature=0.0)
+    assert len(full["segments"]) == 3 and "cancelled" not in full
+    stop = {"now": False}
+    fake = Scripted(script)
+    part = transcribe(fake, TOKENIZER, mel=mel, session=fake, temperature=0.0,
+                      on_segment=lambda segment: stop.__setitem__("now", True), cancel=lambda: stop["now"])
+    assert part["cancelled"] is True
+    assert part["segments"] == full["segments"][:2]            # the first window's, then no more
+    steps = {"left": 3}
+
+    def cancel():
+        steps["left"] -= 1
+        return steps["left"] < 0
+    fake = Scripted(script)
+    early = transcribe(fake, TOKENIZER, mel=mel, session=fake, temperature=0.0, cancel=cancel)
+    assert early["cancelled"] is True and early["segments"] == [] and early["text"] == ""
