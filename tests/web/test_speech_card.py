@@ -184,6 +184,8 @@ def test_a_french_sample_with_the_multilingual_model(dev_server, session_factory
     assert page.get_attribute(LIST, "data-text") == native["text"]
     assert shown_segments(page) == segments_of(native)
     assert page.text_content("[data-testid=speech-source]") == french["title"]
+    page.set_viewport_size({"width": 390, "height": 844})               # a phone: one column, nothing wider
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
     assert s.console_errors == []
 
 
