@@ -106,8 +106,12 @@ def transcribe(model, tokenizer: SpeechTokenizer, audio=None, *, mel: np.ndarray
             features_seek = (at, size)
 
     if language is None:
-        if specials.multilingual:           # on the first 30 s of the padded log-mel, as the reference
-            set_audio(0, N_FRAMES)
+        if specials.multilingual:
+            # on the first window as it is decoded, so one encoder pass serves both (the reference
+            # detects on the first 30 s of the padded audio's log-mel, a second encoder pass for a
+            # clip shorter than 30 s, whose padding is then the log-mel of silence, not zeros: the
+            # language's probabilities can differ in the last digits)
+            set_audio(0, min(N_FRAMES, content_frames))
             language, _ = detect_language(session, specials)
         else:
             language = "en"

@@ -42,6 +42,8 @@ class SpeechRecognition(Pipeline):
 
     def __init__(self, entry, device: str | None = None, weights=None, **defaults):
         from ..speech import SpeechTokenizer
+        from ..device import best_for_quantized
+        device = device or best_for_quantized()         # simd multiplies the float16 weights as stored
         super().__init__(entry, device, weights)
         self.model = self.build(device)
         try:
