@@ -29,6 +29,7 @@
 
 #define SMALL_M_DIRECT 16          /* rows of A up to which B is read in place */
 #define SMALL_M_DOT 4              /* rows of A up to which the dot-product path runs */
+#define SMALL_M_DOT_HALF 4         /* the same for a float16 B (3-4 rows: as fast as packing, measured) */
 
 static inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
@@ -243,7 +244,7 @@ static inline void dot_rows(size_t rows, size_t n, size_t k, const float *a, ptr
         if (two) t = madd(yb, hi_, madd(ya, lo_, t));                               \
     } while (0)
 
-static inline void dot4_half(int two, size_t k, const float *x0, const float *x1, const uint16_t *w0,
+static inline __attribute__((always_inline)) void dot4_half(int two, size_t k, const float *x0, const float *x1, const uint16_t *w0,
                              const uint16_t *w1, const uint16_t *w2, const uint16_t *w3, v4f *r0, v4f *r1) {
     v4f s0 = splat(0.0f), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0, t2 = s0, t3 = s0;
     size_t p = 0;
@@ -296,7 +297,7 @@ void gemm_run(size_t m, size_t n, size_t k, matrix a, matrix b, float *c, ptrdif
               const epilogue *ep, float *scratch) {
     if (m == 0 || n == 0) return;
     if (ep && !ep->bias && !ep->act) ep = 0;
-    if (b.half && m <= SMALL_M_DOT && a.col == 1 && b.row == 1) {
+    if (b.half && m <= SMALL_M_DOT_HALF && a.col == 1 && b.row == 1) {
         size_t i = 0;
         for (; i + 2 <= m; i += 2)
             dot_rows_half(2, n, k, a.p + (ptrdiff_t)i * a.row, a.row, b, c + (ptrdiff_t)i * c_row, c_row, ep, i);

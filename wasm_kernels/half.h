@@ -29,19 +29,20 @@ static inline float half_to_float(uint16_t h) {
 static inline v8h load8h(const uint16_t *p) { return *(const v8h_u *)p; }
 
 /* some of the 8 halves is zero, subnormal, infinite or NaN: exponent 0 or 31. With e the
- * exponent bits, e + 0x400 is 0x400 or 0x8000 (negative) for those, 0x800..0x7c00 otherwise. */
+ * exponent bits, e + 0x400 is 0x400 or 0x8000 (negative) for those, 0x800..0x7c00 otherwise:
+ * one signed comparison marks the normal ones. */
 static inline int any_special8(v8h h) {
     typedef uint16_t v8uh __attribute__((vector_size(16)));
     v8uh e = ((v8uh)h & (uint16_t)0x7c00) + (uint16_t)0x400;   /* unsigned: the wrap is defined */
-    v8h special = (v8h)e <= (int16_t)0x400;
+    v8h normal = (v8h)e > (int16_t)0x400;
 #if defined(__wasm_simd128__)
-    return __builtin_wasm_any_true_v128((__attribute__((vector_size(16))) signed char)special);
+    return !__builtin_wasm_all_true_i16x8(normal);
 #elif defined(__SSE2__)
-    return __builtin_ia32_pmovmskb128((__attribute__((vector_size(16))) char)special);
+    return __builtin_ia32_pmovmskb128((__attribute__((vector_size(16))) char)normal) != 0xffff;
 #else
     typedef int64_t v2l __attribute__((vector_size(16)));
-    v2l s = (v2l)special;
-    return (s[0] | s[1]) != 0;
+    v2l s = (v2l)normal;
+    return (s[0] & s[1]) != -1;
 #endif
 }
 
@@ -55,7 +56,7 @@ static inline v4f normal4(v8h high_halves) {
 
 /* 8 halves -> two float32 vectors; exact for every input (a branch to the general path
  * when any is not a normal number) */
-static inline void widen8(v8h h, v4f *lo, v4f *hi) {
+static inline __attribute__((always_inline)) void widen8(v8h h, v4f *lo, v4f *hi) {
     v8h zero = {0, 0, 0, 0, 0, 0, 0, 0};
     if (__builtin_expect(!any_special8(h), 1)) {       /* interleaved with zeros: each half << 16 */
         *lo = normal4(__builtin_shufflevector(zero, h, 0, 8, 1, 9, 2, 10, 3, 11));
