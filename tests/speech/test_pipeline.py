@@ -11,8 +11,9 @@ from engine.audio import load_audio
 from engine.errors import EngineError, InputError
 from tests.audio.clips import speak
 from tests.helpers import need, need_import
-from tests.speech.reference import built_weights, openai_model
+from tests.speech.reference import openai_model
 from tests.speech.test_decoding import ENGLISH, FRENCH, LONG
+from tests.whisper_files import built_weights
 
 torch = need_import("torch")
 whisper = need_import("whisper", "openai-whisper (pip install --no-deps openai-whisper)")
