@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -73,3 +74,20 @@ def test_bad_input_exits_2_with_one_line(setup, tmp_path):
     one_line_error(run(bad, "--model", "tiny.en", "--weights", weights), "bad.wav")
     one_line_error(run(clip, "--model", "tiny.en", "--weights", weights, "--language", "fr"), "language")
     one_line_error(run(clip, "--model", "small"), "whisper-small")
+
+
+def test_bench_whisper(setup, tmp_path):
+    """`bench whisper` on the built tiny.en (ENGINE_DIST: the folder built_weights wrote), without
+    the torch reference: a row per backend, and the same text as the pipeline."""
+    folder, weights, clip, result = setup
+    env = {**os.environ, "ENGINE_DIST": str(Path(weights).parents[2])}
+    r = subprocess.run([sys.executable, "-m", "engine", "bench", "whisper", "--models", "whisper-tiny.en",
+                        "--device", "simd", "--audio", str(clip), "--no-reference", "--json"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600, env=env, check=False)
+    assert r.returncode == 0, r.stderr
+    row = json.loads(r.stdout)["models"]["whisper-tiny.en"]["simd"]
+    assert row["text"] == result["text"] and row["tokens"] == sum(len(s["tokens"]) for s in result["segments"])
+    assert row["real_time_factor"] > 0 and row["encode_s"] > 0 and row["windows"] == 1 and row["graphs"]
+    bad = subprocess.run([sys.executable, "-m", "engine", "bench", "mnist", "--audio", str(clip)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert bad.returncode == 2 and "options of bench whisper" in bad.stderr
