@@ -177,6 +177,7 @@ COMMANDS = {
 
 # --- the page's worker: segments stream to the page as they are decoded ----------------------------
 _stop = {"requested": False}
+_last: dict = {"result": None}         # the last transcript, for speech_transcript's downloads
 YIELD_EVERY_S = 0.1                    # how often the decoding lets the worker take a Cancel
 
 
@@ -247,6 +248,7 @@ async def transcribe_audio(audio, rate=None, options=None, on_segment=None) -> s
         samples = _page_audio(audio, rate, str(options.get("name") or "the audio"))
         result = pipe(samples, language=options.get("language") or None, task=options.get("task") or "transcribe",
                       on_segment=segment, cancel=_cancel_check())     # samples at 16 kHz: as natively
+        _last["result"] = result
         seconds = time.perf_counter() - started
         memory = max(memory, state.heap_bytes())
         notice = state.notice(pipe)
@@ -256,6 +258,15 @@ async def transcribe_audio(audio, rate=None, options=None, on_segment=None) -> s
                        "cancelled": bool(result.get("cancelled")), "seconds": round(seconds, 4),
                        "duration": round(duration, 4), "rtf": round(seconds / duration, 4) if duration else 0.0,
                        "device": state.current["device"], "model": pipe.entry.name, "heap_bytes": memory, **notice})
+
+
+def speech_transcript(format: str = "txt") -> str:
+    """The last transcript as a file's text: txt, json, srt or vtt (engine.speech.write, as
+    `python -m engine transcribe --format` writes it): {"format", "text"}."""
+    from ..speech import write
+    if _last["result"] is None:
+        raise InputError("there is no transcript yet: transcribe something first")
+    return json.dumps({"format": format, "text": write(_last["result"], str(format))})
 
 
 def transcribe_stop() -> str:
@@ -289,4 +300,4 @@ async def speech_model(name, on_progress=None) -> str:
     return json.dumps({"model": entry.name, "device": state.current["pipelines"][TASK].device})
 
 
-WORKER = (transcribe_audio, transcribe_stop, speech_model)
+WORKER = (transcribe_audio, transcribe_stop, speech_transcript, speech_model)

@@ -1,11 +1,13 @@
 """The Speech card in headless Chromium, used like a person: a WAV file dropped on the card gives,
-segment by segment as it decodes, the transcript the native pipeline gives for the same file; a
-file the browser decodes (FLAC) and the microphone (Chromium's fake capture device playing a
-spoken clip) give transcripts too; a file that is not audio, or a WAV cut short, is a clear error
-on the card, which keeps working; Cancel ends a long transcription, keeping what came.
+segment by segment as it decodes, the transcript the native pipeline gives for the same file, and
+downloads it as text, SRT and WebVTT as the command line writes them; a file the browser decodes
+(FLAC) and the microphone (Chromium's fake capture device playing a spoken clip) give transcripts
+too; a file that is not audio, or a WAV cut short, is a clear error on the card, which keeps
+working; Cancel ends a long transcription, keeping what came; a sample button runs the
+multilingual model, which detects the language.
 
 The clips are espeak-ng's speech (tests/audio/clips.py); the model is whisper-tiny.en, the small
-one, chosen in the card's model select."""
+one, chosen in the card's model select, except for the sample."""
 from __future__ import annotations
 
 import base64
@@ -146,6 +148,13 @@ def test_a_dropped_file_gives_the_native_transcript(dev_server, session_factory,
     assert page.text_content("[data-testid=speech-backend]") == "simd"
     print(f"\ntiny.en in Chromium on simd: {duration:.2f} s of audio in {seconds:.2f} s "
           f"(real-time factor {seconds / duration:.3f})")
+    # the transcript downloads as the command line writes it
+    from engine.speech import write
+    for fmt in ("txt", "srt", "vtt"):
+        with page.expect_download() as download:
+            page.click(f"[data-testid=speech-download-{fmt}]")
+        assert download.value.suggested_filename == f"fox.{fmt}"
+        assert Path(download.value.path()).read_text(encoding="utf-8") == write(native, fmt), fmt
 
     # a FLAC file goes through the browser's decoder, then the engine's resampler: the same words
     page.set_input_files("[data-testid=speech-input]", str(clips["flac"]))
@@ -164,26 +173,31 @@ def test_a_dropped_file_gives_the_native_transcript(dev_server, session_factory,
     assert s.console_errors == []
 
 
-def test_a_french_sample_with_the_multilingual_model(dev_server, session_factory, site):
+def test_a_sample_with_the_multilingual_model(dev_server, session_factory, site):
     """The card's sample buttons, with the registry's first model (base, 99 languages): the
-    language is detected, and the transcript is the native one of the same file."""
+    language is detected, and the transcript is the native one of the same file. (The English
+    sample: base decodes it greedily; the French one, robotic, sends base into its temperature
+    fallback, openai-whisper's too, which takes minutes here.)"""
     import json
 
     import engine
     samples = json.loads((site / "samples" / "speech" / "samples.json").read_text())
-    french = next(sample for sample in samples if sample["voice"] == "fr")
+    sample = next(sample for sample in samples if sample["voice"].startswith("en"))
     native = engine.pipeline(TASK, model="whisper-base", weights=site / "models" / "whisper-base")(
-        str(site / "samples" / "speech" / french["file"]))
+        str(site / "samples" / "speech" / sample["file"]))
     s = session_factory(dev_server.url)
     page = s.open("index.html#speech")
     assert page.input_value("[data-testid=speech-model]") == "whisper-base"
     assert page.is_enabled("[data-testid=speech-task]") and page.is_enabled("[data-testid=speech-language-select]")
-    page.click(f"[data-testid=speech-sample][data-sample='{french['file']}']")
+    page.click(f"[data-testid=speech-sample][data-sample='{sample['file']}']")
     assert finished(page) is None
-    assert page.text_content("[data-testid=speech-language]") == native["language"] == "fr"
+    assert page.text_content("[data-testid=speech-language]") == native["language"] == "en"
     assert page.get_attribute(LIST, "data-text") == native["text"]
     assert shown_segments(page) == segments_of(native)
-    assert page.text_content("[data-testid=speech-source]") == french["title"]
+    assert page.text_content("[data-testid=speech-source]") == sample["title"]
+    seconds, duration = (float(page.text_content(f"[data-testid=speech-{k}]")) for k in ("time", "duration"))
+    print(f"\nbase in Chromium on simd: {duration:.2f} s of audio in {seconds:.2f} s "
+          f"(real-time factor {seconds / duration:.3f})")
     page.set_viewport_size({"width": 390, "height": 844})               # a phone: one column, nothing wider
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     assert s.console_errors == []

@@ -12,7 +12,7 @@ import asyncio
 import json
 
 import js
-from bridge import by_id, error_text, to_js, to_py, without_prefix
+from bridge import by_id, error_text, items, to_js, to_py, without_prefix
 from pyscript.ffi import create_proxy
 
 
@@ -30,7 +30,7 @@ def start(card):
     client, document = card.client, js.document
     # run: counts transcriptions up, so that a cancelled one's late segments are not shown
     state = {"busy": False, "recorder": None, "run": 0, "model": None, "models": [], "titles": {},
-             "cancelled": False, "samples_shown": False}
+             "cancelled": False, "samples_shown": False, "stem": "transcript", "download": None}
     segments = by_id("speech-segments")
 
     def capture():
@@ -120,9 +120,35 @@ def start(card):
         state["run"] += 1
         state["cancelled"] = False
         by_id("speech-source").textContent = source
+        state["stem"] = source.rsplit(".", 1)[0] if "." in source[-5:] else source
         segments.dataset.state = "working"
         set_busy(True)
+        downloads(False)
         return True
+
+    def downloads(enabled):
+        for button in items(document.querySelectorAll(".speech-downloads button")):
+            button.disabled = not enabled
+
+    async def download(event):
+        """The last transcript as a file (the worker writes it as the command line does)."""
+        fmt = event.target.dataset.format
+        try:
+            reply = to_py(await client.python("speech_transcript", fmt))
+        except Exception as e:
+            card.error(message(e))
+            return
+        kinds = {"txt": "text/plain", "srt": "application/x-subrip", "vtt": "text/vtt"}
+        blob = js.Blob.new(to_js([reply["text"]]), to_js({"type": kinds[fmt] + ";charset=utf-8"}))
+        if state["download"] is not None:
+            js.URL.revokeObjectURL(state["download"])
+        state["download"] = js.URL.createObjectURL(blob)
+        link = document.createElement("a")
+        link.href = state["download"]
+        link.download = f"{state['stem']}.{fmt}"
+        document.body.appendChild(link)
+        link.click()
+        link.remove()
 
     def end(outcome, error=None):
         """It ended: "done" (a transcript, or cancelled) or "error" (the card's error says why)."""
@@ -174,6 +200,7 @@ def start(card):
         by_id("speech-backend").textContent = result["device"]
         card.follow_device(reply)
         end("done", result.get("notice"))
+        downloads(True)
 
     async def from_file(file, name):
         """A chosen, dropped or fetched file (a Blob) and its name, once begin() has run."""
@@ -217,6 +244,7 @@ def start(card):
         by_id("speech-stop-recording").disabled = True
         by_id("speech-record").classList.remove("recording")
         if begin("the recording"):
+            state["stem"] = "recording"
             _run(from_recorder(recorder))
 
     async def cancel(event=None):
@@ -285,6 +313,7 @@ def start(card):
 
     def on_sample(file, title):
         if begin(title):
+            state["stem"] = file.rsplit(".", 1)[0]
             _run(from_sample(file, title))
 
     async def show_samples():
@@ -325,5 +354,7 @@ def start(card):
     by_id("speech-stop-recording").addEventListener("click", create_proxy(stop_recording))
     by_id("speech-cancel").addEventListener("click", create_proxy(lambda e: _run(cancel())))
     by_id("speech-model").addEventListener("change", create_proxy(on_model))
+    for button in items(document.querySelectorAll(".speech-downloads button")):
+        button.addEventListener("click", create_proxy(lambda e: _run(download(e))))
     card.on("ready", show_models)
     card.on("open", on_open)
