@@ -207,7 +207,8 @@ def test_a_task_module_cannot_take_a_name_already_taken(plugin, tmp_path):
 # the entry points the page (web/app.py, web/cards/, web/bench.js) calls by name
 PAGE_COMMANDS = {"devices", "tasks", "set_device", "run", "predict_digit", "classify_image", "embed_texts", "chat",
                  "chat_stop", "chat_reset", "chat_defaults", "bench_digit", "bench_image", "bench_text", "bench_gemm",
-                 "bench_ops", "bench_qlinear", "bench_llm"}
+                 "bench_ops", "bench_qlinear", "bench_llm", "transcribe_audio", "transcribe_stop", "speech_transcript",
+                 "speech_model"}
 
 
 def test_the_worker_exports_every_command_of_the_page_and_imports_no_task_s_heavy_parts():
@@ -227,7 +228,8 @@ def test_the_worker_exports_every_command_of_the_page_and_imports_no_task_s_heav
     out = json.loads(r.stdout)
     assert PAGE_COMMANDS <= set(out["exports"]) and len(out["exports"]) == len(set(out["exports"]))
     assert out["callable"]
-    assert out["tasks"] == ["digit_classification", "image_classification", "sentence_embedding", "text_generation"]
+    assert out["tasks"] == ["digit_classification", "image_classification", "sentence_embedding", "speech_recognition",
+                            "text_generation"]
     assert out["loaded"] == [], out["loaded"]
 
 
