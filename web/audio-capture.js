@@ -144,11 +144,18 @@ class Recorder {
       })();
     }
     await this.stopped;
+    return this.snapshot();
+  }
+
+  // The recording so far as {kind: "pcm", samples, rate, name} (it goes on recording).
+  snapshot() {
     const samples = new Float32Array(this.frames);
     let at = 0;
     for (const chunk of this.chunks) { samples.set(chunk, at); at += chunk.length; }
     return { kind: "pcm", samples, rate: this.rate, name: "the recording" };
   }
+
+  get seconds() { return this.rate ? this.frames / this.rate : 0; }
 }
 
 async function record(meter, clock) {

@@ -176,7 +176,9 @@ COMMANDS = {
 
 
 # --- the page's worker: segments stream to the page as they are decoded ----------------------------
-_stop = {"requested": False}
+# calls: transcriptions begun; stopped: transcribe_stop stops every one begun by then (the one
+# decoding and those waiting for it), never one begun after it (Stop, then at once a new recording)
+_stop = {"calls": 0, "stopped": 0}
 _last: dict = {"result": None}         # the last transcript, for speech_transcript's downloads
 YIELD_EVERY_S = 0.1                    # how often the decoding lets the worker take a Cancel
 
@@ -195,8 +197,9 @@ def _page_audio(audio, rate, name: str) -> np.ndarray:
     return load_audio(np.frombuffer(bytes(data), np.float32), orig_sr=int(rate), name=name)
 
 
-def _cancel_check():
-    """cancel() for the decoding loop: True once transcribe_stop has come. Every YIELD_EVERY_S it
+def _cancel_check(call: int):
+    """cancel() for the decoding loop of transcription number `call`: True once a transcribe_stop
+    has come after it began. Every YIELD_EVERY_S it
     lets the worker take its other messages, through JavaScript Promise Integration (natively,
     nothing else can arrive meanwhile)."""
     import asyncio
@@ -204,7 +207,7 @@ def _cancel_check():
     try:
         from pyodide.ffi import can_run_sync, run_sync
     except ImportError:
-        return lambda: _stop["requested"]
+        return lambda: _stop["stopped"] >= call
     last = [time.perf_counter()]
 
     def cancel() -> bool:
@@ -212,7 +215,7 @@ def _cancel_check():
         if now - last[0] >= YIELD_EVERY_S and can_run_sync():
             run_sync(asyncio.ensure_future(asyncio.sleep(0)))
             last[0] = time.perf_counter()
-        return _stop["requested"]
+        return _stop["stopped"] >= call
     return cancel
 
 
@@ -231,7 +234,8 @@ async def transcribe_audio(audio, rate=None, options=None, on_segment=None) -> s
     decoding), "duration" (seconds of audio), "rtf" (seconds / duration), "device", "model",
     "heap_bytes"}."""
     from . import state
-    _stop["requested"] = False
+    _stop["calls"] += 1
+    call = _stop["calls"]
     pipe = state.loaded(TASK)
     options = dict(state.from_json(options) or {})
     unknown = set(options) - {"task", "language", "name"}
@@ -247,7 +251,7 @@ async def transcribe_audio(audio, rate=None, options=None, on_segment=None) -> s
         started = time.perf_counter()
         samples = _page_audio(audio, rate, str(options.get("name") or "the audio"))
         result = pipe(samples, language=options.get("language") or None, task=options.get("task") or "transcribe",
-                      on_segment=segment, cancel=_cancel_check())     # samples at 16 kHz: as natively
+                      on_segment=segment, cancel=_cancel_check(call))     # samples at 16 kHz: as natively
         _last["result"] = result
         seconds = time.perf_counter() - started
         memory = max(memory, state.heap_bytes())
@@ -270,10 +274,10 @@ def speech_transcript(format: str = "txt") -> str:
 
 
 def transcribe_stop() -> str:
-    """Stop the transcription in progress before its next token (no lock: it runs while the
-    decoding lets the worker take messages)."""
+    """Stop the transcriptions begun so far (the one decoding, and any waiting for it) before
+    their next token (no lock: it runs while the decoding lets the worker take messages)."""
     from . import state
-    _stop["requested"] = True
+    _stop["stopped"] = _stop["calls"]
     return json.dumps({"stopped": TASK in state.current["pipelines"]})
 
 

@@ -16,6 +16,9 @@ from bridge import by_id, error_text, items, to_js, to_py, without_prefix
 from pyscript.ffi import create_proxy
 
 
+DRAFT_EVERY_S = 3                   # live dictation: how often the recording so far is transcribed
+
+
 def clock(seconds):
     """mm:ss.xx"""
     minutes = int(seconds // 60)
@@ -30,7 +33,7 @@ def start(card):
     client, document = card.client, js.document
     # run: counts transcriptions up, so that a cancelled one's late segments are not shown
     state = {"busy": False, "recorder": None, "run": 0, "model": None, "models": [], "titles": {},
-             "cancelled": False, "samples_shown": False, "stem": "transcript", "download": None}
+             "cancelled": False, "samples_shown": False, "stem": "transcript", "download": None, "draft": False}
     segments = by_id("speech-segments")
 
     def capture():
@@ -68,6 +71,7 @@ def start(card):
         segments.innerHTML = ""
         segments.removeAttribute("data-text")
         segments.classList.remove("stopped")
+        segments.classList.remove("draft")
         for name in ("language", "time", "duration", "rtf", "backend"):
             by_id(f"speech-{name}").textContent = "–"
 
@@ -230,6 +234,32 @@ def start(card):
         by_id("speech-source").textContent = "recording…"
         by_id("speech-record").classList.add("recording")
         by_id("speech-stop-recording").disabled = False
+        _run(dictate(state["recorder"]))
+
+    async def dictate(recorder):
+        """Live dictation: while the microphone records, the recording so far is transcribed every
+        few seconds and shown as a draft, which the next one replaces as more audio comes. Stop
+        transcribes the whole recording, so the final transcript is the one the same audio gives
+        as a file."""
+        while state["recorder"] is recorder:
+            await asyncio.sleep(DRAFT_EVERY_S)
+            if state["recorder"] is not recorder or recorder.seconds < 1:
+                continue
+            state["draft"] = True
+            try:
+                await load()
+                reply = await capture().transcribe(client, recorder.snapshot(), json.dumps(options()), None)
+            except Exception:
+                continue                                 # a draft says nothing: the final transcription will
+            finally:
+                state["draft"] = False
+            if state["recorder"] is not recorder:
+                continue                                 # stopped meanwhile: the final transcript is coming
+            result = to_py(reply)
+            segments.innerHTML = ""
+            for segment in result["segments"]:
+                add_segment(segment)
+            segments.classList.add("draft")
 
     async def from_recorder(recorder):
         audio = await recorder.stop()
@@ -241,6 +271,8 @@ def start(card):
         if recorder is None:
             return
         state["recorder"] = None
+        if state["draft"]:
+            client.python("transcribe_stop")              # the draft in progress ends; the final one follows it
         by_id("speech-stop-recording").disabled = True
         by_id("speech-record").classList.remove("recording")
         if begin("the recording"):
