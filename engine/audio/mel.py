@@ -118,10 +118,17 @@ def log_mel_spectrogram(audio, n_mels: int = 80, padding: int = 0) -> np.ndarray
     step = padded.strides[-1]
     windows = np.lib.stride_tricks.as_strided(padded, padded.shape[:-1] + (frames, N_FFT),
                                               padded.strides[:-1] + (HOP_LENGTH * step, step), writeable=False)
-    spectrum = np.fft.rfft(windows * _hann(N_FFT), axis=-1)   # (..., frames, 201) complex64
-    power = spectrum.real ** 2 + spectrum.imag ** 2
-    mel = np.swapaxes(power @ mel_filters(n_mels).T, -1, -2)  # (..., n_mels, frames)
-    log_spec = np.log10(np.maximum(mel, np.float32(1e-10)))
+    window, filters = _hann(N_FFT), mel_filters(n_mels).T
+    mel = np.empty(audio.shape[:-1] + (n_mels, frames), np.float32)      # (..., n_mels, frames)
+    # N_FRAMES (30 s) frames at a time: the spectrum of 5 minutes at once would take ~200 MB of a
+    # page's heap (windows, complex spectrum, power), a window's worth takes ~10 MB
+    for start in range(0, frames, N_FRAMES):
+        spectrum = np.fft.rfft(windows[..., start:start + N_FRAMES, :] * window, axis=-1)   # (..., f, 201) complex64
+        power = spectrum.real ** 2 + spectrum.imag ** 2
+        mel[..., start:start + N_FRAMES] = np.swapaxes(power @ filters, -1, -2)
+    log_spec = np.log10(np.maximum(mel, np.float32(1e-10), out=mel), out=mel)
     if log_spec.size:
-        log_spec = np.maximum(log_spec, log_spec.max() - np.float32(8.0))
-    return (log_spec + np.float32(4.0)) / np.float32(4.0)
+        np.maximum(log_spec, log_spec.max() - np.float32(8.0), out=log_spec)
+    log_spec += np.float32(4.0)
+    log_spec /= np.float32(4.0)
+    return log_spec

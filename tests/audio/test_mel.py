@@ -79,6 +79,17 @@ def test_noise_matches_whisper(reference, scale):
     np.testing.assert_allclose(log_mel_spectrogram(batch), reference_mel(reference, batch), rtol=0, atol=TOLERANCE)
 
 
+def test_audio_over_several_windows_matches_whisper(reference):
+    """65 s of speech-like noise with silence: the spectrum is taken 30 s of frames at a time
+    (a page's heap), so the chunk edges and the one maximum over all of it are checked here."""
+    rng = np.random.default_rng(8)
+    audio = (rng.standard_normal(16000 * 65 + 77) * np.repeat(rng.random(65 * 4 + 1), 4000)[:16000 * 65 + 77]
+             ).astype(np.float32)
+    audio[16000 * 29:16000 * 31] = 0                         # silence across the first chunk's edge
+    np.testing.assert_allclose(log_mel_spectrogram(audio, padding=N_SAMPLES),
+                               reference_mel(reference, audio, padding=N_SAMPLES), rtol=0, atol=TOLERANCE)
+
+
 def test_pad_or_trim(reference):
     x = np.arange(24, dtype=np.float32).reshape(2, 12)
     for length in (5, 12, 20):
