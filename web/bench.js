@@ -121,7 +121,8 @@ async function main() {
 // (?speech=simd,webgpu; 1: simd) transcribes the site's 28 s speech sample: real-time factor, the
 // encoder's and the decoder's seconds, tokens/s and the worker's heap (engine/bench/speech.py, as
 // `python -m engine bench whisper`), shown in its card. ?speech_seconds=300: the sample repeated to 5
-// minutes (the heap a long recording takes); ?speech_profile=1: the time per kernel too.
+// minutes (the heap a long recording takes); ?speech_repeat=0: one run, not one untimed then one timed;
+// ?speech_profile=1: the time per kernel too.
 async function benchSpeech(client, results) {
   const devices = devicesFor("speech", ["simd"]);
   const models = (params.get("speech_models") || "whisper-tiny.en,whisper-base").split(",");
@@ -143,7 +144,8 @@ async function benchSpeech(client, results) {
       await client.python("speech_model", model);
       const loadMs = round(performance.now() - t);
       cardStatus.textContent = `running ${model} on ${device}`;
-      const r = results.speech[model][device] = { load_ms: loadMs, ...(await client.python("bench_speech", audio, 1, params.get("speech_profile") === "1",
+      const r = results.speech[model][device] = { load_ms: loadMs, ...(await client.python("bench_speech", audio, params.has("speech_repeat") ? Number(params.get("speech_repeat")) : 1,
+                                                         params.get("speech_profile") === "1",
                                                          Number(params.get("speech_seconds")) || 0)) };
       lines.push(`${model.padEnd(16)} ${device.padEnd(8)} ${r.seconds.toFixed(2).padStart(8)} ` +
                  `${r.real_time_factor.toFixed(3).padStart(7)} ${r.encode_s.toFixed(2).padStart(8)} ` +
