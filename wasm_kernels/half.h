@@ -28,15 +28,37 @@ static inline float half_to_float(uint16_t h) {
 
 static inline v8h load8h(const uint16_t *p) { return *(const v8h_u *)p; }
 
-/* some of the 8 halves is zero, subnormal, infinite or NaN: exponent 0 or 31. With e the
- * exponent bits, e + 0x400 is 0x400 or 0x8000 (negative) for those, 0x800..0x7c00 otherwise:
- * one signed comparison marks the normal ones. */
-static inline int any_special8(v8h h) {
+/* lanes of 8 halves that hold a normal number (all ones) or a zero, subnormal, infinity or
+ * NaN (zero): exponent 0 or 31. With e the exponent bits, e + 0x400 is 0x400 or 0x8000
+ * (negative) for those, 0x800..0x7c00 otherwise: one signed comparison marks the normal ones. */
+static inline v8h normal_lanes8(v8h h) {
     typedef uint16_t v8uh __attribute__((vector_size(16)));
     v8uh e = ((v8uh)h & (uint16_t)0x7c00) + (uint16_t)0x400;   /* unsigned: the wrap is defined */
-    v8h normal = (v8h)e > (int16_t)0x400;
+    return (v8h)e > (int16_t)0x400;
+}
+
+/* e + 0x400 of normal_lanes8 for 4 blocks of 8 halves, their lanewise minimum: above 0x400 in
+ * every lane when all 32 halves are normal (any_special32) */
+static inline v8h min8(v8h a, v8h b) {
+#if defined(__clang__)
+    return __builtin_elementwise_min(a, b);
+#elif defined(__SSE2__)
+    return __builtin_ia32_pminsw128(a, b);
+#else
+    v8h less = a < b;
+    return (a & less) | (b & ~less);
+#endif
+}
+
+static inline v8h biased_exponent8(v8h h) {
+    typedef uint16_t v8uh __attribute__((vector_size(16)));
+    return (v8h)(((v8uh)h & (uint16_t)0x7c00) + (uint16_t)0x400);
+}
+
+/* some lane of a normal_lanes8 mask (or of several, and-ed) is zero */
+static inline int any_zero_lane8(v8h normal) {
 #if defined(__wasm_simd128__)
-    return !__builtin_wasm_all_true_i16x8(normal);
+    return __builtin_wasm_bitmask_i8x16((__attribute__((vector_size(16))) signed char)normal) != 0xffff;
 #elif defined(__SSE2__)
     return __builtin_ia32_pmovmskb128((__attribute__((vector_size(16))) char)normal) != 0xffff;
 #else
@@ -45,6 +67,15 @@ static inline int any_special8(v8h h) {
     return (s[0] & s[1]) != -1;
 #endif
 }
+
+/* some of the 4 x 8 halves is zero, subnormal, infinite or NaN: one comparison for the 4 */
+static inline int any_special32(v8h h0, v8h h1, v8h h2, v8h h3) {
+    v8h e = min8(min8(biased_exponent8(h0), biased_exponent8(h1)), min8(biased_exponent8(h2), biased_exponent8(h3)));
+    return any_zero_lane8(e > (int16_t)0x400);
+}
+
+/* some of the 8 halves is zero, subnormal, infinite or NaN */
+static inline int any_special8(v8h h) { return any_zero_lane8(normal_lanes8(h)); }
 
 /* 4 normal halves, each in the top 16 bits of a lane -> float32, integers only: an arithmetic
  * shift by 3 puts the mantissa and exponent in place (sign copies below bit 31 masked off),
@@ -65,6 +96,18 @@ static inline __attribute__((always_inline)) void widen8(v8h h, v4f *lo, v4f *hi
         *lo = (v4f)half_to_float_bits((v4u)__builtin_shufflevector(h, zero, 0, 8, 1, 9, 2, 10, 3, 11));
         *hi = (v4f)half_to_float_bits((v4u)__builtin_shufflevector(h, zero, 4, 12, 5, 13, 6, 14, 7, 15));
     }
+}
+
+/* 8 normal halves (or zeros) -> two float32 vectors holding each value times 2^-112, integers
+ * only: the half's magnitude shifted left by 13 is a float32 with exponent e (not e + 112), so
+ * the rebias is left to the other operand (pre-multiplied by 2^112). Built in 16-bit lanes: the
+ * low words take the mantissa's low 3 bits (h << 13), the high words sign | 000 | exponent |
+ * mantissa's top 7 (h >> 3 arithmetic, the sign copies masked); one interleave per 4 values. */
+static inline __attribute__((always_inline)) void widen8_scaled(v8h h, v4f *lo, v4f *hi) {
+    typedef uint16_t v8uh __attribute__((vector_size(16)));
+    v8h low = (v8h)((v8uh)h << 13), high = (h >> 3) & (int16_t)0x8fff;
+    *lo = (v4f)__builtin_shufflevector(low, high, 0, 8, 1, 9, 2, 10, 3, 11);
+    *hi = (v4f)__builtin_shufflevector(low, high, 4, 12, 5, 13, 6, 14, 7, 15);
 }
 
 /* `count` (< 8) halves -> two float32 vectors, zeros past count */

@@ -70,6 +70,21 @@ def test_inf_and_nan_weights(rng, m):
                          f"{m} rows")
 
 
+def test_large_and_nan_rows(rng):
+    """1-4 rows are multiplied as x * 2^112 against w * 2^-112: rows near 2^16, where that copy
+    would overflow (the unscaled path), and a NaN"""
+    k, n = 40, 9
+    w = half_weight(rng, n, k)
+    for big in (6e4, 65535.0, 65536.0, 3e38):
+        x = rng.standard_normal((3, k)).astype(np.float32)
+        x[0, 5], x[2, 17] = big, -big
+        expected, tolerance = reference(x, w)
+        assert_within(K.linear(x, w, out=nan_like((3, n))), expected, tolerance, f"|x| up to {big}")
+    x[1, 3] = np.nan
+    out = K.linear(x, w, out=nan_like((3, n)))
+    assert np.isnan(out[1]).all() and np.isfinite(out[[0, 2]]).all()
+
+
 def test_strided_weight_and_rows(rng):
     """a weight view with a row stride (every other row of a stacked weight) and a transposed one"""
     x = rng.standard_normal((3, 40), dtype=np.float32)

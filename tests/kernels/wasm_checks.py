@@ -81,7 +81,7 @@ def linear_f16_bench(repeat: int = 10) -> list:
         for _ in range(200):
             K.linear(rows_of_x, w)
             K.linear(rows_of_x, w.astype(np.float32))
-    for m, k, n in ((1, 512, 51865), (1, 512, 2048), (1500, 512, 2048)):
+    for m, k, n in ((1, 512, 51865), (1, 512, 2048), (1, 2048, 512), (2, 512, 2048), (1500, 512, 2048)):
         # as a trained weight: a few zeros and subnormals (~0.1%: blocks with one take the slow path)
         x, w16 = rng.standard_normal((m, k), dtype=np.float32), (rng.standard_normal((n, k)) * 0.05).astype(np.float16)
         w32, out = w16.astype(np.float32), np.empty((m, n), np.float32)
