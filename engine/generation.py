@@ -140,7 +140,7 @@ class Generator:
     Attention reads a window of the cache: its first W positions, W the smallest power of two
     (>= 64) that holds them all, so a step costs what the conversation needs, not the capacity.
     Decode steps (one token) are captured once per window as engine.graph graphs and replayed
-    (`use_graphs`; where the backend cannot replay, they run eagerly). The cache allocates
+    (`use_graphs`, then `steps`; where the backend cannot replay, they run eagerly). The cache allocates
     `first_rows` positions at first and doubles as the conversation grows (engine.nn.KVCache
     .reserve); a growth drops the captured graphs, which held the old tensors."""
 
@@ -151,7 +151,7 @@ class Generator:
     def __init__(self, model, tokenizer, capacity: int = 2048, eos_ids=(), use_graphs: bool = True):
         self.tokenizer = tokenizer
         self.eos_ids = {int(i) for i in eos_ids}
-        self.use_graphs = use_graphs
+        self.steps = graph.StepGraphs(use_graphs)   # window -> the captured decode step
         self.stats: dict = {}
         self._cancelled = False
         self.bind(model, capacity)
@@ -160,12 +160,12 @@ class Generator:
         """Use `model` (say, moved to another backend) with a new, empty cache."""
         self.model = model
         self.cache = model.new_cache(capacity or self.cache.capacity, allocate=self.first_rows)
-        self._graphs: dict = {}                     # window -> the captured decode step
+        self.steps.clear()
 
     @property
     def captured(self) -> bool:
         """Whether decode steps are being replayed from captured graphs (engine.graph)."""
-        return self.use_graphs and bool(self._graphs)
+        return self.steps.captured
 
     def cancel(self) -> None:
         """Stop the running generation before its next token (from a callback or another thread)."""
@@ -185,33 +185,17 @@ class Generator:
         """Feed ids at the cache's next positions; the logits (V,) after the last of them."""
         device, start = self.cache.device, self.cache.length
         if self.cache.reserve(start + len(ids)):
-            self._graphs.clear()                    # captured over the tensors just replaced
+            self.steps.clear()                      # captured over the tensors just replaced
         window = self._window(start + len(ids))
-        if len(ids) == 1 and self.use_graphs:
-            logits = self._step(ids[0], start, window)
+        if len(ids) == 1 and self.steps.enabled:
+            logits = self.steps.run(window, lambda i, p: self.model(i, p, self.cache, last_only=True, window=window),
+                                    ([[ids[0]]], [start]), device)   # (1, 1, V)
         else:
             x = tensor([ids], dtype=int64, device=device)                                # (1, T)
             positions = arange(start, start + len(ids), device=device)                  # (T,)
             logits = self.model(x, positions, self.cache, last_only=True, window=window)  # (1, 1, V)
         self.cache.append(ids)
         return logits.numpy()[0, -1]
-
-    def _step(self, token: int, position: int, window: int):
-        """One decode step through the window's graph (captured on first use)."""
-        step = self._graphs.get(window)
-        if step is not None:
-            return step.replay([[token]], [position])
-        device = self.cache.device
-        ids = tensor([[token]], dtype=int64, device=device)         # (1, 1): the graph's inputs
-        positions = tensor([position], dtype=int64, device=device)  # (1,)
-        try:
-            step, logits = graph.capture(lambda i, p: self.model(i, p, self.cache, last_only=True, window=window),
-                                         ids, positions)
-        except graph.GraphError:                    # this backend runs eagerly
-            self.use_graphs = False
-            return self.model(ids, positions, self.cache, last_only=True, window=window)
-        self._graphs[window] = step
-        return logits
 
     def _prefill(self, prompt: list[int]) -> np.ndarray:
         held = self.cache.tokens

@@ -48,8 +48,9 @@ import functools
 
 import numpy as np
 
+from .dtypes import int64
 from .errors import EngineError, InputError
-from .tensor import Tensor
+from .tensor import Tensor, tensor
 
 
 class GraphError(EngineError):
@@ -193,3 +194,40 @@ def capture(fn, *inputs: Tensor) -> tuple[Graph, object]:
     finally:
         del backend.run, backend.run_fused, backend.copy_out      # the class's methods again
     return Graph(backend, list(inputs), recorder, outputs, dispatches), outputs
+
+
+class StepGraphs:
+    """One captured graph per key (a decode step per attention window), captured on the key's
+    first call and replayed after. Its inputs are int64 arrays (a step's token ids and
+    positions); where the backend cannot capture, the function runs eagerly from then on
+    (`enabled` False). engine.generation and engine.speech.decoder step through one of these."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self.graphs: dict = {}
+
+    @property
+    def captured(self) -> bool:
+        """Whether steps are being replayed from captured graphs."""
+        return self.enabled and bool(self.graphs)
+
+    def clear(self) -> None:
+        """Forget the graphs (they hold tensors that were just replaced)."""
+        self.graphs.clear()
+
+    def run(self, key, fn, values, device):
+        """fn(*inputs) through the key's graph, the inputs int64 tensors of `values` on `device`."""
+        step = self.graphs.get(key)
+        if step is not None:
+            return step.replay(*values)
+        inputs = [tensor(v, dtype=int64, device=device) for v in values]     # the graph's inputs
+        if not self.enabled:
+            return fn(*inputs)
+        try:
+            step, out = capture(fn, *inputs)
+        except GraphError:                          # this backend runs eagerly
+            self.enabled = False
+            return fn(*inputs)
+        self.graphs[key] = step
+        return out
+

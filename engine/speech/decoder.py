@@ -31,10 +31,9 @@ class DecoderSession:
 
     def __init__(self, model, use_graphs: bool = True):
         self.model = model
-        self.use_graphs = use_graphs
         self.cache = model.new_cache()
         self.cross = model.new_cross()
-        self._graphs: dict = {}                     # window -> the captured decode step
+        self.steps = graph.StepGraphs(use_graphs)   # window -> the captured decode step
         self.has_audio = False
 
     @property
@@ -49,7 +48,7 @@ class DecoderSession:
     @property
     def captured(self) -> bool:
         """Whether decode steps replay from captured graphs."""
-        return self.use_graphs and bool(self._graphs)
+        return self.steps.captured
 
     def set_audio(self, features) -> None:
         """Start a window: the audio features' cross-attention K/V into the session's buffers,
@@ -88,34 +87,16 @@ class DecoderSession:
                 raise InputError(f"row {r} is outside the {n} tokens fed")
             picked.append(int(r) % n)
         window = self._window(start + n)
-        if n == 1 and self.use_graphs:
-            logits = self._step(tokens[0], start, window).numpy()[0]        # (1, vocab)
+        device = self.cache.device
+        if n == 1 and self.steps.enabled:
+            logits = self.steps.run(window, lambda i, p: self.model.decoder(i, p, self.cache, self.cross, window=window),
+                                    ([tokens], [start]), device).numpy()[0]   # (1, vocab)
             logits = logits[[0] * len(picked)]
         else:
-            device = self.cache.device
             x = tensor([tokens], dtype=int64, device=device)                 # (1, T)
             positions = arange(start, start + n, device=device)             # (T,)
             index = tensor(picked, dtype=int64, device=device)              # (R,)
             logits = self.model.decoder(x, positions, self.cache, self.cross, rows=index,
                                         window=window).numpy()[0]           # (R, vocab)
         self.cache.append(tokens)
-        return logits
-
-    def _step(self, token: int, position: int, window: int):
-        """One decode step through the window's graph (captured on first use)."""
-        step = self._graphs.get(window)
-        if step is not None:
-            return step.replay([[token]], [position])
-        device = self.cache.device
-        ids = tensor([[token]], dtype=int64, device=device)                 # (1, 1): the graph's inputs
-        positions = tensor([position], dtype=int64, device=device)          # (1,)
-
-        def run(i, p):
-            return self.model.decoder(i, p, self.cache, self.cross, window=window)
-        try:
-            step, logits = graph.capture(run, ids, positions)
-        except graph.GraphError:                    # this backend runs eagerly
-            self.use_graphs = False
-            return run(ids, positions)
-        self._graphs[window] = step
         return logits

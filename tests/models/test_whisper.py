@@ -67,7 +67,7 @@ def test_tiny_random_matches_openai(tiny_reference, device):
     np.testing.assert_allclose(first, logits[[0, 3]], rtol=1e-4, atol=1e-4)
     for i, token in enumerate(tokens[4:], 4):                        # decode steps (captured, replayed)
         np.testing.assert_allclose(session.feed([token])[0], logits[i], rtol=1e-4, atol=1e-4)
-    assert session.captured or device == "webgpu" or not session.use_graphs
+    assert session.captured or device == "webgpu" or not session.steps.enabled
     session.rewind(3)                                                # the same window again from the prompt
     np.testing.assert_allclose(session.feed(tokens[3:6], rows=(-1,))[0], logits[5], rtol=1e-4, atol=1e-4)
 
@@ -86,7 +86,7 @@ def test_session_keeps_its_buffers_across_windows(tiny_reference):
         session.feed([50258, 50359])
         got = [session.feed([t])[0] for t in (400, 401)]
         np.testing.assert_allclose(np.stack(got), want[2:], rtol=1e-4, atol=1e-4)
-    assert len(session._graphs) == 1
+    assert len(session.steps.graphs) == 1
 
 
 def test_session_and_encoder_errors(tiny_reference):
@@ -137,7 +137,7 @@ def mel(tmp_path_factory):
 
 def real(folder):
     tensors = engine.load_safetensors(folder / "model.safetensors.index.json")
-    return {k: tensors[k].numpy().astype(np.float32) for k in tensors.keys()}
+    return {k: tensors[k].numpy().astype(np.float32) for k in tensors}
 
 
 @pytest.mark.slow

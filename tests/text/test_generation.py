@@ -129,7 +129,7 @@ def test_prefix_reuse_gives_the_tokens_of_a_fresh_cache(tmp_path, tokenizer):
     second = first + answer + [7, 8, 9]
     again = list(reused.tokens(second, config))
     assert reused.stats["reused_tokens"] == len(first) + len(answer) - 1
-    assert reused._graphs                                   # the decode steps were replayed
+    assert reused.steps.graphs                                   # the decode steps were replayed
     assert again == list(Generator(model, tokenizer, 48, set(), use_graphs=False).tokens(second, config))
 
 
@@ -158,7 +158,7 @@ def test_a_cache_that_grows_gives_the_tokens_and_logits_of_a_preallocated_one(tm
     assert grown.cache.allocated == whole.cache.allocated == 64           # 56 positions
     assert len(ids) == 50 and ids == expected_ids
     np.testing.assert_allclose(logits, expected_logits, atol=1e-5, rtol=0)
-    assert grown._graphs and grown.use_graphs == whole.use_graphs
+    assert grown.steps.graphs and grown.steps.enabled == whole.steps.enabled
 
 
 def test_kv_cache_reserve_doubles_up_to_the_capacity_and_keeps_the_rows():
