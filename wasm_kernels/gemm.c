@@ -271,50 +271,50 @@ static inline __attribute__((always_inline)) void dot4_half(int two, size_t k, c
 }
 
 /* dot4_half with the rows of A also given times 2^112 (z0, z1): a block of 8 normal halves is
- * widened to w * 2^-112 (widen8_scaled, 2 ops fewer per 4 than widen8) and multiplied by them,
+ * widened to w * 2^-112 (widen8_scaled: 5 ops per 8 against widen8's 8) and multiplied by them,
  * x * 2^112 * w * 2^-112 being exactly x * w; a block holding a zero, subnormal, inf or NaN is
  * widened exactly and multiplied by the rows themselves (a subnormal's w * 2^-112 would be a
  * float32 denormal, ~45x slower to multiply on x86). Two blocks of the 4 weight rows are
  * checked together, one branch per 64 halves (in V8 one per 8 cost ~30% of the time, one per
  * 32 ~20%); when one of them is not all normal, each 4 blocks (GROUP8), then each block alone. */
-#define FAST_STEP(s, t, h)                                                          \
-    do {                                                                            \
-        v4f lo_, hi_;                                                               \
-        widen8_scaled(h, &lo_, &hi_);                                               \
-        s = madd(xb, hi_, madd(xa, lo_, s));                                        \
-        if (two) t = madd(yb, hi_, madd(ya, lo_, t));                               \
+#define FAST_STEP(s, t, h)                                                           \
+    do {                                                                             \
+        v4f lo_, hi_;                                                                \
+        widen8_scaled(h, &lo_, &hi_);                                                \
+        s = madd(xb, hi_, madd(xa, lo_, s));                                         \
+        if (two) t = madd(yb, hi_, madd(ya, lo_, t));                                \
     } while (0)
-#define SCALED_STEP(s, t, h, at)                                                      \
-    do {                                                                            \
-        v4f lo_, hi_;                                                               \
-        v8h h_ = h;                                                                 \
-        if (!any_special8(h_)) {                                                    \
-            widen8_scaled(h_, &lo_, &hi_);                                          \
-            s = madd(xb, hi_, madd(xa, lo_, s));                                    \
-            if (two) t = madd(yb, hi_, madd(ya, lo_, t));                           \
-        } else {                                                                    \
-            widen8(h_, &lo_, &hi_);                                                 \
-            s = madd(load4(x0 + (at) + 4), hi_, madd(load4(x0 + (at)), lo_, s));   \
+#define SCALED_STEP(s, t, h, at)                                                     \
+    do {                                                                             \
+        v4f lo_, hi_;                                                                \
+        v8h h_ = h;                                                                  \
+        if (!any_special8(h_)) {                                                     \
+            widen8_scaled(h_, &lo_, &hi_);                                           \
+            s = madd(xb, hi_, madd(xa, lo_, s));                                     \
+            if (two) t = madd(yb, hi_, madd(ya, lo_, t));                            \
+        } else {                                                                     \
+            widen8(h_, &lo_, &hi_);                                                  \
+            s = madd(load4(x0 + (at) + 4), hi_, madd(load4(x0 + (at)), lo_, s));     \
             if (two) t = madd(load4(x1 + (at) + 4), hi_, madd(load4(x1 + (at)), lo_, t)); \
-        }                                                                           \
+        }                                                                            \
     } while (0)
 
-#define GROUP8(p)                                                                   \
-    do {                                                                            \
-        v4f xa = load4(z0 + p), xb = load4(z0 + p + 4);                             \
-        v4f ya = two ? load4(z1 + p) : xa, yb = two ? load4(z1 + p + 4) : xb;       \
-        v8h h0 = load8h(w0 + p), h1 = load8h(w1 + p), h2 = load8h(w2 + p), h3 = load8h(w3 + p); \
-        if (__builtin_expect(!any_special32(h0, h1, h2, h3), 1)) {                  \
-            FAST_STEP(s0, t0, h0);                                                  \
-            FAST_STEP(s1, t1, h1);                                                  \
-            FAST_STEP(s2, t2, h2);                                                  \
-            FAST_STEP(s3, t3, h3);                                                  \
-        } else {                                                                    \
-            SCALED_STEP(s0, t0, h0, p);                                                \
-            SCALED_STEP(s1, t1, h1, p);                                                \
-            SCALED_STEP(s2, t2, h2, p);                                                \
-            SCALED_STEP(s3, t3, h3, p);                                                \
-        }                                                                           \
+#define GROUP8(at)                                                                   \
+    do {                                                                             \
+        v4f xa = load4(z0 + (at)), xb = load4(z0 + (at) + 4);                        \
+        v4f ya = two ? load4(z1 + (at)) : xa, yb = two ? load4(z1 + (at) + 4) : xb;  \
+        v8h h0 = load8h(w0 + (at)), h1 = load8h(w1 + (at)), h2 = load8h(w2 + (at)), h3 = load8h(w3 + (at)); \
+        if (__builtin_expect(!any_special32(h0, h1, h2, h3), 1)) {                   \
+            FAST_STEP(s0, t0, h0);                                                   \
+            FAST_STEP(s1, t1, h1);                                                   \
+            FAST_STEP(s2, t2, h2);                                                   \
+            FAST_STEP(s3, t3, h3);                                                   \
+        } else {                                                                     \
+            SCALED_STEP(s0, t0, h0, at);                                             \
+            SCALED_STEP(s1, t1, h1, at);                                             \
+            SCALED_STEP(s2, t2, h2, at);                                             \
+            SCALED_STEP(s3, t3, h3, at);                                             \
+        }                                                                            \
     } while (0)
 
 static inline __attribute__((always_inline)) void dot4_half_scaled(int two, size_t k, const float *x0, const float *x1,
@@ -326,8 +326,7 @@ static inline __attribute__((always_inline)) void dot4_half_scaled(int two, size
         PREFETCH(w0 + p + PREFETCH_AHEAD);
         v8h h0 = load8h(w0 + p), h1 = load8h(w1 + p), h2 = load8h(w2 + p), h3 = load8h(w3 + p);
         v8h g0 = load8h(w0 + p + 8), g1 = load8h(w1 + p + 8), g2 = load8h(w2 + p + 8), g3 = load8h(w3 + p + 8);
-        v8h e = min8(min8(min8(biased_exponent8(h0), biased_exponent8(h1)), min8(biased_exponent8(h2), biased_exponent8(h3))),
-                     min8(min8(biased_exponent8(g0), biased_exponent8(g1)), min8(biased_exponent8(g2), biased_exponent8(g3))));
+        v8h e = min8(min_biased_exponent32(h0, h1, h2, h3), min_biased_exponent32(g0, g1, g2, g3));
         if (__builtin_expect(!any_zero_lane8(e > (int16_t)0x400), 1)) {
             {
                 v4f xa = load4(z0 + p), xb = load4(z0 + p + 4);

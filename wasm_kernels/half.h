@@ -68,10 +68,13 @@ static inline int any_zero_lane8(v8h normal) {
 #endif
 }
 
+static inline v8h min_biased_exponent32(v8h h0, v8h h1, v8h h2, v8h h3) {
+    return min8(min8(biased_exponent8(h0), biased_exponent8(h1)), min8(biased_exponent8(h2), biased_exponent8(h3)));
+}
+
 /* some of the 4 x 8 halves is zero, subnormal, infinite or NaN: one comparison for the 4 */
 static inline int any_special32(v8h h0, v8h h1, v8h h2, v8h h3) {
-    v8h e = min8(min8(biased_exponent8(h0), biased_exponent8(h1)), min8(biased_exponent8(h2), biased_exponent8(h3)));
-    return any_zero_lane8(e > (int16_t)0x400);
+    return any_zero_lane8(min_biased_exponent32(h0, h1, h2, h3) > (int16_t)0x400);
 }
 
 /* some of the 8 halves is zero, subnormal, infinite or NaN */
