@@ -110,6 +110,7 @@ async def bench_speech(audio, repeat: int = 1, profile: bool = False, seconds: f
             from ..bench.speech import profile_model
             result["profile"] = profile_model(pipe, samples)
     return json.dumps({**result, "model": pipe.entry.name, "heap_bytes": max(before, state.heap_bytes()),
+                       "heap_before_bytes": before,
                        "device": state.current["device"]})
 
 
