@@ -3,7 +3,8 @@
  * ROWS x S tile of scratch.
  *
  * Per (batch, KV head): K^T is packed once into scratch (k-major, S padded to 8 with zeros;
- * V too when its rows are not contiguous or Dv is not a multiple of 4), then every query head
+ * V too when its columns are not contiguous, its rows are apart (for 8 query rows or more) or Dv
+ * is not a multiple of 4), then every query head
  * that shares it (grouped-query attention: head h reads KV head h / (heads / kv_heads)) runs
  * over it in tiles of ROWS query rows (the rows of all those heads together, so that decoding
  * one token with grouped heads still fills a tile):
@@ -209,7 +210,12 @@ EXPORT size_t attention_f32(size_t batch, size_t heads, size_t kv_heads, size_t 
                             ptrdiff_t ms_s, int causal, float scale, float *out, float *scratch,
                             size_t scratch_size) {
     size_t sp = round_up(s, 8);
-    int pack_values = vs_d != 1 || dv % 4 != 0;
+    /* V packed when its columns are not dense, or when its rows are apart (heads interleaved, as
+     * in a fused q/k/v projection's output) and enough query rows read it: every tile streams
+     * all S rows, which a row stride of kilobytes spreads over one page each (3x slower in wasm
+     * for Whisper's encoder, 1500 rows) */
+    size_t reads = kv_heads ? heads / kv_heads * l : 0;
+    int pack_values = vs_d != 1 || dv % 4 != 0 || (vs_s != (ptrdiff_t)dv && reads >= 2 * ROWS);
     size_t dvp = pack_values ? round_up(dv, 4) : dv;
     size_t need = d * sp + 2 * ROWS * sp + d * ROWS + ROWS * sp + (pack_values ? s * dvp : 0);
     if (scratch_size < need) return need;
