@@ -140,13 +140,13 @@ static float softmax_row(size_t s, float *row, size_t i, const float *mrow, int 
     }
     v4f s4 = splat(0.0f), mv = splat(m);
     for (j = 0; j + 4 <= s; j += 4) {
-        v4f e = exp4(load4(row + j) - mv);
+        v4f e = flush4(exp4(load4(row + j) - mv));        /* read Dv times by P V: no subnormals */
         store4(row + j, e);
         s4 += e;
     }
     float sum = hsum4(s4);
     for (; j < s; ++j) {
-        float e = exp4(splat(row[j] - m))[0];
+        float e = flush4(exp4(splat(row[j] - m)))[0];
         row[j] = e;
         sum += e;
     }
