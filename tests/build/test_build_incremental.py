@@ -17,7 +17,7 @@ from buildtools.steps import STATE_NAME, BuildError
 
 ROOT = Path(__file__).resolve().parents[2]
 WEIGHTS = [f"weights/{name}" for name in engine.registry.models()]      # one step per registered model
-STEPS = ["pyodide", "pyscript", "micropython", "engine", "bytecode", *WEIGHTS, "kernels", "samples", "web",
+STEPS = ["pyodide", "pyscript", "micropython", "engine", "bytecode", *WEIGHTS, "kernels", "samples", "speech-samples", "web",
          "build-info", "registry", "compress", "service-worker"]
 
 
@@ -45,6 +45,7 @@ def built_project(tmp_path_factory, cache):
     for folder in ("buildtools", "engine", "models"):
         shutil.copytree(ROOT / folder, tmp_path / folder, ignore=ignore)
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    shutil.copytree(ROOT / "samples" / "speech", tmp_path / "samples" / "speech")
     web = tmp_path / "web"
     (web / "js").mkdir(parents=True)
     (web / "index.html").write_text("<!doctype html><title>t</title>\n")

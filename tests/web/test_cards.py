@@ -89,7 +89,8 @@ def test_the_opened_card_is_the_only_one_painted_before_the_pages_python_runs(de
     assert shown(page) == ["sentences"] and page.evaluate("document.getElementById('opening-card') !== null")
     page.wait_for_function("window.engineClient && window.engineClient.tasksWanted")
     assert page.evaluate("window.engineClient.tasksWanted") == ["sentence-embedding", "digit-classification",
-                                                                "image-classification", "text-generation"]
+                                                                "image-classification", "text-generation",
+                                                                "speech-recognition"]
     s.wait_ready()
     wait_shown(page, "sentences")
     assert page.evaluate("document.getElementById('opening-card')") is None
@@ -133,15 +134,17 @@ def test_back_and_forward_and_the_keyboard(dev_server, session_factory):
 
     # arrows move between the tabs (wrapping), Home and End to the ends; Space or Enter opens one;
     # the selected tab is the one Tab reaches (the others: tabindex -1)
-    assert page.eval_on_selector_all("[role=tab]", "els => els.map(e => e.tabIndex)") == [-1, -1, 0, -1]
+    assert page.eval_on_selector_all("[role=tab]", "els => els.map(e => e.tabIndex)") == [-1, -1, 0, -1, -1]
     page.focus("#tab-sentences")
     focused = "() => document.activeElement.dataset.tab"
     page.keyboard.press("ArrowRight")
     assert page.evaluate(focused) == "chat"
     page.keyboard.press("ArrowRight")
+    assert page.evaluate(focused) == "speech"
+    page.keyboard.press("ArrowRight")
     assert page.evaluate(focused) == "digit"
-    page.keyboard.press("ArrowLeft")
-    page.keyboard.press("ArrowLeft")
+    for _ in range(3):
+        page.keyboard.press("ArrowLeft")
     assert page.evaluate(focused) == "sentences"
     page.keyboard.press("Home")
     assert page.evaluate(focused) == "digit"
