@@ -52,9 +52,9 @@ def best_available() -> str:
 
 
 def best_for_quantized() -> str:
-    """Where a model with GGML-quantized (or float16) weights runs when no device is named: simd,
-    whose kernels multiply the blocks (or the halves) as they are and whose decode steps replay as
-    captured graphs, when it is available; else the default. (NumPy's reference kernels dequantize every weight for every
+    """Where a model with GGML-quantized weights runs when no device is named: simd, whose kernels
+    multiply the blocks as they are and whose decode steps replay as captured graphs, when it is
+    available; else the default (in the browser, Whisper's float16 weights too). (NumPy's reference kernels dequantize every weight for every
     product: SmolLM2 decodes ~30x slower there. webgpu is picked only when asked for: its chat
     speed on a real GPU has not been measured yet.)"""
     return "simd" if unavailable_reason("simd") is None else _default

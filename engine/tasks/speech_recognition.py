@@ -43,7 +43,10 @@ class SpeechRecognition(Pipeline):
     def __init__(self, entry, device: str | None = None, weights=None, **defaults):
         from ..speech import SpeechTokenizer
         from ..device import best_for_quantized
-        device = device or best_for_quantized()         # simd multiplies the float16 weights as stored
+        from ..registry import in_browser
+        # in Pyodide simd (NumPy has no BLAS there; simd multiplies the float16 weights as stored);
+        # natively NumPy's BLAS on every core beats simd's one thread (python -m engine bench whisper)
+        device = device or (best_for_quantized() if in_browser() else None)
         super().__init__(entry, device, weights)
         self.model = self.build(device)
         try:
