@@ -288,7 +288,7 @@ static inline __attribute__((always_inline)) void dot4_half(int two, size_t k, c
     do {                                                                             \
         v4f lo_, hi_;                                                                \
         v8h h_ = h;                                                                  \
-        if (!any_special8(h_)) {                                                     \
+        if (scaled_exact(scaled_range8(h_))) {                                       \
             widen8_scaled(h_, &lo_, &hi_);                                           \
             s = madd(xb, hi_, madd(xa, lo_, s));                                     \
             if (two) t = madd(yb, hi_, madd(ya, lo_, t));                            \
@@ -304,7 +304,7 @@ static inline __attribute__((always_inline)) void dot4_half(int two, size_t k, c
         v4f xa = load4(z0 + (at)), xb = load4(z0 + (at) + 4);                        \
         v4f ya = two ? load4(z1 + (at)) : xa, yb = two ? load4(z1 + (at) + 4) : xb;  \
         v8h h0 = load8h(w0 + (at)), h1 = load8h(w1 + (at)), h2 = load8h(w2 + (at)), h3 = load8h(w3 + (at)); \
-        if (__builtin_expect(!any_special32(h0, h1, h2, h3), 1)) {                   \
+        if (__builtin_expect(scaled_exact32(h0, h1, h2, h3), 1)) {                   \
             FAST_STEP(s0, t0, h0);                                                   \
             FAST_STEP(s1, t1, h1);                                                   \
             FAST_STEP(s2, t2, h2);                                                   \
@@ -326,8 +326,11 @@ static inline __attribute__((always_inline)) void dot4_half_scaled(int two, size
         PREFETCH(w0 + p + PREFETCH_AHEAD);
         v8h h0 = load8h(w0 + p), h1 = load8h(w1 + p), h2 = load8h(w2 + p), h3 = load8h(w3 + p);
         v8h g0 = load8h(w0 + p + 8), g1 = load8h(w1 + p + 8), g2 = load8h(w2 + p + 8), g3 = load8h(w3 + p + 8);
-        v8h e = min8(min_biased_exponent32(h0, h1, h2, h3), min_biased_exponent32(g0, g1, g2, g3));
-        if (__builtin_expect(!any_zero_lane8(e > (int16_t)0x400), 1)) {
+        scaled_range e = scaled_merge(scaled_merge(scaled_merge(scaled_range8(h0), scaled_range8(h1)),
+                                                   scaled_merge(scaled_range8(h2), scaled_range8(h3))),
+                                      scaled_merge(scaled_merge(scaled_range8(g0), scaled_range8(g1)),
+                                                   scaled_merge(scaled_range8(g2), scaled_range8(g3))));
+        if (__builtin_expect(scaled_exact(e), 1)) {
             {
                 v4f xa = load4(z0 + p), xb = load4(z0 + p + 4);
                 v4f ya = two ? load4(z1 + p) : xa, yb = two ? load4(z1 + p + 4) : xb;

@@ -80,6 +80,40 @@ static inline int any_special32(v8h h0, v8h h1, v8h h2, v8h h3) {
 /* some of the 8 halves is zero, subnormal, infinite or NaN */
 static inline int any_special8(v8h h) { return any_zero_lane8(normal_lanes8(h)); }
 
+static inline v8h max8(v8h a, v8h b) {
+#if defined(__clang__)
+    return __builtin_elementwise_max(a, b);
+#elif defined(__SSE2__)
+    return __builtin_ia32_pmaxsw128(a, b);
+#else
+    v8h more = a > b;
+    return (a & more) | (b & ~more);
+#endif
+}
+
+/* For the scaled widening (widen8_scaled), where zeros are exact too: the blocks hold no subnormal
+ * (a nonzero half with exponent 0), infinity or NaN. With a = |h|'s 15 bits, a + 0x7fff (wrapping)
+ * is below 0x83ff, as a signed 16-bit number, exactly for subnormals (a zero wraps to 0x7fff, the
+ * top), and a is 0x7c00 or more exactly for inf and NaN: one minimum and one maximum over the
+ * blocks. (The real Whisper weights: ~3% of 8-half blocks hold a zero, which the exponent-only
+ * check of any_special32 sends to the exact path; true subnormals are far rarer.) */
+typedef struct { v8h low, high; } scaled_range;
+static inline scaled_range scaled_range8(v8h h) {
+    typedef uint16_t v8uh __attribute__((vector_size(16)));
+    v8h a = h & (int16_t)0x7fff;
+    return (scaled_range){(v8h)((v8uh)a + (uint16_t)0x7fff), a};
+}
+static inline scaled_range scaled_merge(scaled_range x, scaled_range y) {
+    return (scaled_range){min8(x.low, y.low), max8(x.high, y.high)};
+}
+static inline int scaled_exact(scaled_range r) {
+    return !any_zero_lane8(r.low >= (int16_t)0x83ff) && !any_zero_lane8(r.high < (int16_t)0x7c00);
+}
+static inline int scaled_exact32(v8h h0, v8h h1, v8h h2, v8h h3) {
+    return scaled_exact(scaled_merge(scaled_merge(scaled_range8(h0), scaled_range8(h1)),
+                                     scaled_merge(scaled_range8(h2), scaled_range8(h3))));
+}
+
 /* 4 normal halves, each in the top 16 bits of a lane -> float32, integers only: an arithmetic
  * shift by 3 puts the mantissa and exponent in place (sign copies below bit 31 masked off),
  * then the exponent is rebiased by 127 - 15. */
