@@ -80,22 +80,19 @@ def run_pipeline(pipe, audio: np.ndarray, repeat: int = 1) -> dict:
             "graphs": pipe.session(pipe.model).captured}
 
 
-def run_reference(folder: Path, audio: np.ndarray, english: bool, repeat: int = 1) -> dict:
+def run_reference(folder: Path, config, audio: np.ndarray, english: bool, repeat: int = 1) -> dict:
     """openai-whisper's transcribe() on torch (its default threads), on the same site weights
-    widened to float32, greedy with its default temperature fallback."""
+    widened to float32 (`config`: our model's dimensions, named as openai-whisper's), greedy with
+    its default temperature fallback."""
+    import dataclasses
+
     import torch
     import whisper
 
     from ..io.safetensors import load_safetensors
     tensors = load_safetensors(folder / "model.safetensors.index.json")
-    state = {k: torch.from_numpy(tensors[k].numpy().astype(np.float32)) for k in tensors.keys()}
-    vocab, width = state["decoder.token_embedding.weight"].shape
-    dims = whisper.model.ModelDimensions(
-        n_mels=state["encoder.conv1.weight"].shape[1], n_audio_ctx=state["encoder.positional_embedding"].shape[0],
-        n_audio_state=state["encoder.conv1.weight"].shape[0], n_audio_head=state["encoder.conv1.weight"].shape[0] // 64,
-        n_audio_layer=len({k.split(".")[2] for k in state if k.startswith("encoder.blocks.")}), n_vocab=vocab,
-        n_text_ctx=state["decoder.positional_embedding"].shape[0], n_text_state=width, n_text_head=width // 64,
-        n_text_layer=len({k.split(".")[2] for k in state if k.startswith("decoder.blocks.")}))
+    state = {k: torch.from_numpy(tensors[k].numpy().astype(np.float32)) for k in tensors}
+    dims = whisper.model.ModelDimensions(**dataclasses.asdict(config))
     model = whisper.model.Whisper(dims).eval()
     model.load_state_dict(state)
     runs = []
@@ -111,9 +108,9 @@ def run_reference(folder: Path, audio: np.ndarray, english: bool, repeat: int = 
 
 def bench_whisper(devices, models=MODELS, audio_path=None, repeat: int = 1, reference: bool = True) -> dict:
     """Per model: ours per backend and openai-whisper on torch, on one audio file."""
+    from .. import registry
     from ..audio import load_audio
     from ..tasks import pipeline
-    from .. import registry
     path = Path(audio_path) if audio_path else sample_path()
     audio = load_audio(path)
     out = {"audio": path.name, "audio_s": round(audio.size / 16000, 3), "models": {}}
@@ -124,7 +121,7 @@ def bench_whisper(devices, models=MODELS, audio_path=None, repeat: int = 1, refe
             row[device] = run_pipeline(pipe, audio, repeat)
         if reference:
             folder = Path(registry.default_location(registry.model(name))).parent
-            ref = run_reference(folder, audio, name.endswith(".en"), repeat)
+            ref = run_reference(folder, pipe.model.config, audio, name.endswith(".en"), repeat)
             for device in devices:
                 row[device]["vs_torch"] = round(ref["seconds"] / row[device]["seconds"], 2)
                 row[device]["same_text_as_torch"] = row[device]["text"] == ref["text"]

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..audio import HOP_LENGTH, N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel_spectrogram
 from ..errors import InputError
 from .decoding import (
     DecodingOptions,
@@ -42,10 +43,6 @@ from .decoding import (
     detect_language,
 )
 
-SAMPLE_RATE = 16000
-HOP_LENGTH = 160
-N_FRAMES = 3000                     # frames in a 30-second window
-N_SAMPLES = 480000                  # samples in a 30-second window
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 
 
@@ -68,7 +65,6 @@ def transcribe(model, tokenizer: SpeechTokenizer, audio=None, *, mel: np.ndarray
     if mel is None:
         if audio is None:
             raise InputError("transcribe needs audio (float32 samples at 16 kHz) or its log-mel")
-        from ..audio import log_mel_spectrogram
         audio = np.asarray(audio, np.float32)
         if audio.ndim != 1:
             raise InputError(f"audio must be mono samples, shape (samples,), got shape {audio.shape}")

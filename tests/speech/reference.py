@@ -12,6 +12,7 @@ reference's state dict.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 
@@ -30,19 +31,10 @@ def openai_model(which: str):
     from whisper.model import ModelDimensions, Whisper
 
     from engine.io.ctranslate2 import load_ctranslate2
-    from models.whisper import from_ctranslate2
+    from models.whisper import Config, from_ctranslate2
     tensors = load_ctranslate2(checkpoint(which), name=f"{which}/model.bin")
     state = {name: torch.from_numpy(np.asarray(t.numpy(), np.float32)) for name, t in from_ctranslate2(tensors)}
-    for key in list(state):                             # the key projections have no bias
-        if key.endswith("key.weight"):
-            state[key.replace("weight", "bias")] = None
-    state = {k: v for k, v in state.items() if v is not None}
-    enc = sum(k.startswith("encoder.blocks.") and k.endswith(".attn.query.weight") for k in state)
-    dec = sum(k.startswith("decoder.blocks.") and k.endswith(".attn.query.weight") for k in state)
-    n_vocab, width = state["decoder.token_embedding.weight"].shape
-    dims = ModelDimensions(n_mels=state["encoder.conv1.weight"].shape[1], n_audio_ctx=1500, n_audio_state=width,
-                           n_audio_head=width // 64, n_audio_layer=enc, n_vocab=n_vocab, n_text_ctx=448,
-                           n_text_state=width, n_text_head=width // 64, n_text_layer=dec)
+    dims = ModelDimensions(**dataclasses.asdict(Config.from_tensors(state)))
     model = Whisper(dims)
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert not unexpected and all(k.startswith("encoder.positional_embedding") or k == "alignment_heads"
