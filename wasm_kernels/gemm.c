@@ -454,20 +454,31 @@ void gemm_run(size_t m, size_t n, size_t k, matrix a, matrix b, float *c, ptrdif
     }
 }
 
+/* `batch` products, one gemm_run each; B's float32 pointer or (half) its float16 one */
+static size_t gemm_batched(size_t batch, size_t m, size_t n, size_t k,
+                           const float *a, ptrdiff_t a_batch, ptrdiff_t a_row, ptrdiff_t a_col,
+                           const float *b, const uint16_t *half, ptrdiff_t b_batch, ptrdiff_t b_row, ptrdiff_t b_col,
+                           float *c, ptrdiff_t c_batch, ptrdiff_t c_row,
+                           const float *bias, ptrdiff_t bias_row, ptrdiff_t bias_col, int act,
+                           float *scratch, size_t scratch_size) {
+    if (scratch_size < GEMM_SCRATCH) return GEMM_SCRATCH;
+    epilogue ep = {bias, bias_row, bias_col, act};
+    for (size_t q = 0; q < batch; ++q) {
+        matrix ma = {a + (ptrdiff_t)q * a_batch, a_row, a_col, 0};
+        matrix mb = {half ? 0 : b + (ptrdiff_t)q * b_batch, b_row, b_col, half ? half + (ptrdiff_t)q * b_batch : 0};
+        gemm_run(m, n, k, ma, mb, c + (ptrdiff_t)q * c_batch, c_row, &ep, scratch);
+    }
+    return 0;
+}
+
 EXPORT size_t gemm_f32(size_t batch, size_t m, size_t n, size_t k,
                        const float *a, ptrdiff_t a_batch, ptrdiff_t a_row, ptrdiff_t a_col,
                        const float *b, ptrdiff_t b_batch, ptrdiff_t b_row, ptrdiff_t b_col,
                        float *c, ptrdiff_t c_batch, ptrdiff_t c_row,
                        const float *bias, ptrdiff_t bias_row, ptrdiff_t bias_col, int act,
                        float *scratch, size_t scratch_size) {
-    if (scratch_size < GEMM_SCRATCH) return GEMM_SCRATCH;
-    epilogue ep = {bias, bias_row, bias_col, act};
-    for (size_t q = 0; q < batch; ++q) {
-        matrix ma = {a + (ptrdiff_t)q * a_batch, a_row, a_col, 0};
-        matrix mb = {b + (ptrdiff_t)q * b_batch, b_row, b_col, 0};
-        gemm_run(m, n, k, ma, mb, c + (ptrdiff_t)q * c_batch, c_row, &ep, scratch);
-    }
-    return 0;
+    return gemm_batched(batch, m, n, k, a, a_batch, a_row, a_col, b, 0, b_batch, b_row, b_col, c, c_batch, c_row,
+                        bias, bias_row, bias_col, act, scratch, scratch_size);
 }
 
 /* gemm_f32 with B in float16 (a linear layer's weight kept as its checkpoint stores it), widened
@@ -478,12 +489,6 @@ EXPORT size_t gemm_f16w_f32(size_t batch, size_t m, size_t n, size_t k,
                             float *c, ptrdiff_t c_batch, ptrdiff_t c_row,
                             const float *bias, ptrdiff_t bias_row, ptrdiff_t bias_col, int act,
                             float *scratch, size_t scratch_size) {
-    if (scratch_size < GEMM_SCRATCH) return GEMM_SCRATCH;
-    epilogue ep = {bias, bias_row, bias_col, act};
-    for (size_t q = 0; q < batch; ++q) {
-        matrix ma = {a + (ptrdiff_t)q * a_batch, a_row, a_col, 0};
-        matrix mb = {0, b_row, b_col, b + (ptrdiff_t)q * b_batch};
-        gemm_run(m, n, k, ma, mb, c + (ptrdiff_t)q * c_batch, c_row, &ep, scratch);
-    }
-    return 0;
+    return gemm_batched(batch, m, n, k, a, a_batch, a_row, a_col, 0, b, b_batch, b_row, b_col, c, c_batch, c_row,
+                        bias, bias_row, bias_col, act, scratch, scratch_size);
 }
