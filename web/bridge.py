@@ -46,3 +46,32 @@ def error_text(error):
 def by_id(name):
     """The page's element with this id (None if there is none)."""
     return js.document.getElementById(name)
+
+
+def take_files(input_id, zone_id, take):
+    """take(file, name) with the file chosen in the file input `input_id` or dropped on the
+    element `zone_id`, which has the class "over" while a drag hovers it."""
+    from pyscript.ffi import create_proxy
+    zone = by_id(zone_id)
+
+    def first(files):
+        if files.length:
+            take(files.item(0), files.item(0).name)
+
+    def on_file(event):
+        first(event.target.files)
+        event.target.value = ""                      # choosing the same file again fires change
+
+    def on_drop(event):
+        event.preventDefault()
+        zone.classList.remove("over")
+        first(event.dataTransfer.files)
+
+    def on_drag(event):
+        event.preventDefault()
+        zone.classList.toggle("over", event.type == "dragover")
+
+    by_id(input_id).addEventListener("change", create_proxy(on_file))
+    for kind in ("dragover", "dragleave"):
+        zone.addEventListener(kind, create_proxy(on_drag))
+    zone.addEventListener("drop", create_proxy(on_drop))

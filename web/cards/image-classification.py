@@ -7,7 +7,7 @@ import asyncio
 import html
 
 import js
-from bridge import by_id, error_text, to_js, to_py
+from bridge import by_id, error_text, take_files, to_js, to_py
 from pyscript.ffi import create_proxy
 
 MAX_PIXELS = 64_000_000              # the same limit as natively: refuse before decoding more
@@ -70,23 +70,6 @@ def start(card):
             return
         asyncio.create_task(classify(blob, name))
 
-    def on_file(event):
-        files = event.target.files
-        if files.length:
-            run_classify(files.item(0), files.item(0).name)
-        event.target.value = ""                      # choosing the same file again fires change
-
-    def on_drop(event):
-        event.preventDefault()
-        by_id("image-drop").classList.remove("over")
-        files = event.dataTransfer.files
-        if files.length:
-            run_classify(files.item(0), files.item(0).name)
-
-    def on_drag(event):
-        event.preventDefault()
-        by_id("image-drop").classList.toggle("over", event.type == "dragover")
-
     def on_paste(event):
         files = event.clipboardData.files if event.clipboardData else None
         if card.shown and files and files.length:   # a paste elsewhere (another card) is not for us
@@ -119,9 +102,6 @@ def start(card):
             samples_shown["done"] = True
             asyncio.create_task(show_samples())
 
-    by_id("image-input").addEventListener("change", create_proxy(on_file))
-    for kind in ("dragover", "dragleave"):
-        by_id("image-drop").addEventListener(kind, create_proxy(on_drag))
-    by_id("image-drop").addEventListener("drop", create_proxy(on_drop))
+    take_files("image-input", "image-drop", run_classify)
     document.addEventListener("paste", create_proxy(on_paste))
     card.on("open", on_open)

@@ -12,7 +12,7 @@ import asyncio
 import json
 
 import js
-from bridge import by_id, error_text, items, to_js, to_py, without_prefix
+from bridge import by_id, error_text, items, take_files, to_js, to_py, without_prefix
 from pyscript.ffi import create_proxy
 
 
@@ -319,19 +319,6 @@ def start(card):
         set_busy(True)                               # at once: the select is busy from the change on
         asyncio.create_task(switch())
 
-    def on_file(event):
-        files = event.target.files
-        if files.length:
-            take_file(files.item(0), files.item(0).name)
-        event.target.value = ""                      # choosing the same file again fires change
-
-    def on_drop(event):
-        event.preventDefault()
-        by_id("speech-drop").classList.remove("over")
-        files = event.dataTransfer.files
-        if files.length:
-            take_file(files.item(0), files.item(0).name)
-
     async def from_sample(file, title):
         try:
             response = await js.fetch(f"samples/speech/{file}")
@@ -371,17 +358,10 @@ def start(card):
             state["samples_shown"] = True
             _run(show_samples())
 
-    def on_drag(event):
-        event.preventDefault()
-        by_id("speech-drop").classList.toggle("over", event.type == "dragover")
-
     def _run(coroutine):
         asyncio.create_task(coroutine)
 
-    by_id("speech-input").addEventListener("change", create_proxy(on_file))
-    for kind in ("dragover", "dragleave"):
-        by_id("speech-drop").addEventListener(kind, create_proxy(on_drag))
-    by_id("speech-drop").addEventListener("drop", create_proxy(on_drop))
+    take_files("speech-input", "speech-drop", take_file)
     by_id("speech-record").addEventListener("click", create_proxy(lambda e: _run(record())))
     by_id("speech-stop-recording").addEventListener("click", create_proxy(stop_recording))
     by_id("speech-cancel").addEventListener("click", create_proxy(lambda e: _run(cancel())))
