@@ -18,7 +18,6 @@ from buildtools import convert, site
 from buildtools.steps import BuildError
 from engine import registry
 from engine.errors import WeightsError
-from tests.helpers import need
 from tests.io.ctranslate2_writer import model_bin
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -196,12 +195,8 @@ def test_build_only_the_named_models(tmp_path, monkeypatch):
 def test_the_whisper_entries_from_their_packages(name, count, width):
     """The registry's two Whisper checkpoints (one model file, ENTRIES), base from its two packages:
     each site tensor is its model.bin variable, or the slice of a fused one, in float16."""
-    from buildtools.fetch import DEFAULT_CACHE
-    model = registry.model(name)
-    try:
-        paths = convert.locate(model, ROOT, DEFAULT_CACHE, True)
-    except BuildError as e:
-        need(False, f"the packages of {name} are not in the download cache ({e})")
+    from tests.whisper_files import located
+    model, paths = located(name.removeprefix("whisper-"))     # fetched into the download cache if missing
     metadata, tensors = convert.read_checkpoint(model, paths)
     site_tensors = dict(tensors)
     assert len(site_tensors) == len(tensors) == count
