@@ -4,7 +4,8 @@
     python wasm_kernels/build.py --wasm --out DIR
 
 As a module (buildtools, the simd backend): `build_native(out_dir)`, `build_wasm(out_dir, relaxed)`,
-`native_library()` (cached by source hash), `read_wasm_interface(path)`. Standard library only.
+`build_wasm_threads(out_dir)` (the threaded flavour for web/kernel-pool.js), `native_library()` (cached by
+source hash), `read_wasm_interface(path)`. Standard library only.
 """
 from __future__ import annotations
 
@@ -18,17 +19,31 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SOURCES = ("gemm.c", "conv.c", "depthwise.c", "norm.c", "attention.c", "convert.c", "quant.c", "quant_small.c",
-           "quant_k.c")
-HEADERS = ("common.h", "gemm.h", "conv.h", "half.h", "quant.h")
+           "quant_k.c", "pool.c")
+HEADERS = ("common.h", "gemm.h", "conv.h", "half.h", "quant.h", "pool.h")
 EXPORTS = ("gemm_f32", "gemm_f16w_f32", "im2col_f32", "conv2d_f32", "depthwise_conv2d_f32", "softmax_f32", "layer_norm_f32",
            "rms_norm_f32", "add_layer_norm_f32", "scale_shift_f32", "clamp_f32", "activation_f32", "rope_f32", "silu_mul_f32", "attention_f32",
            "linear_q_f32", "embedding_q_f32", "index_copy_f32", "f16_to_f32", "bf16_to_f32", "f32_to_bf16", "engine_kernels_abi",
-           "engine_kernels_features")
+           "engine_kernels_features", "engine_threads", "engine_set_threads")
 COMMON_FLAGS = ("-O3", "-std=gnu11", "-fPIC", "-shared", "-fvisibility=hidden", "-fno-math-errno",
                 "-ffreestanding", "-fno-builtin", "-Wall")
-NATIVE_FLAGS = COMMON_FLAGS                     # portable baseline: SSE2 on x86-64, no -march
+# portable baseline (SSE2 on x86-64, no -march), the kernels split on a pthread pool (pool.c)
+NATIVE_FLAGS = COMMON_FLAGS + ("-DENGINE_THREADS", "-pthread")
 WASM_FLAGS = ("--target=wasm32-unknown-emscripten", "-msimd128", "-nostdlib", "-Wl,--no-entry") + COMMON_FLAGS
 WASM_NAMES = {False: "engine_kernels.simd.wasm", True: "engine_kernels.relaxed.wasm"}
+# The threaded flavour: a standalone module (no emscripten, no libc) that every worker of a pool
+# instantiates on one shared memory it imports (web/kernel-pool.js). Each instance has its own
+# __stack_pointer (a global), exported so that a helper's can be pointed at a stack of its own;
+# __heap_base says where free memory begins. --stack-first: an overflow of the caller's stack traps.
+THREADS_NAME = "engine_kernels.threads.wasm"
+THREADS_STACK = 1 << 20
+THREADS_EXPORTS = ("engine_thread_main", "engine_threads_ready", "__heap_base", "__stack_pointer")
+WASM_THREADS_FLAGS = ("--target=wasm32", "-msimd128", "-mrelaxed-simd", "-matomics", "-mbulk-memory",
+                      "-DENGINE_THREADS", "-nostdlib", "-O3", "-std=gnu11", "-fvisibility=hidden",
+                      "-fno-math-errno", "-ffreestanding", "-fno-builtin", "-Wall", "-Wl,--no-entry",
+                      "-Wl,--import-memory", "-Wl,--shared-memory", "-Wl,--max-memory=4294967296",
+                      "-Wl,--stack-first", f"-Wl,-z,stack-size={THREADS_STACK}", "-Wl,--export-dynamic",
+                      "-Wl,--export=__heap_base", "-Wl,--export=__stack_pointer")
 DEFAULT_CACHE = HERE.parent / ".cache" / "native"
 
 
@@ -100,6 +115,18 @@ def build_wasm(out_dir, relaxed: bool) -> Path:
     if missing or calls:
         raise BuildError(f"{out}: missing exports {missing} / unexpected function imports {calls} "
                          "(a libc call slipped in?)")
+    return out
+
+
+def build_wasm_threads(out_dir) -> Path:
+    """The threaded kernels (relaxed SIMD + atomics, ENGINE_THREADS), checked: every export of the
+    other builds, the pool's and the stack's, and nothing imported but the (shared) memory."""
+    out = _compile(find_wasm_compiler(), WASM_THREADS_FLAGS, Path(out_dir) / THREADS_NAME)
+    exports, imports = read_wasm_interface(out)
+    missing = sorted(set(EXPORTS + THREADS_EXPORTS) - set(exports))
+    if missing or imports != [("env", "memory", "memory")]:
+        raise BuildError(f"{out}: missing exports {missing} / imports {imports} (expected only env.memory: "
+                         "a libc call slipped in?)")
     return out
 
 
@@ -177,7 +204,7 @@ def read_wasm_interface(path) -> tuple[dict, list]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--native", action="store_true", help="build the native library (default: both)")
-    ap.add_argument("--wasm", action="store_true", help="build both wasm flavours (default: both)")
+    ap.add_argument("--wasm", action="store_true", help="build the three wasm flavours (default: both)")
     ap.add_argument("--out", default=None, help="output folder (default: .cache/native and build/kernels)")
     args = ap.parse_args(argv)
     both = not (args.native or args.wasm)
@@ -187,6 +214,7 @@ def main(argv=None) -> int:
         if args.wasm or both:
             for relaxed in (False, True):
                 print(build_wasm(args.out or HERE.parent / "build" / "kernels", relaxed))
+            print(build_wasm_threads(args.out or HERE.parent / "build" / "kernels"))
     except BuildError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@
  */
 #include "gemm.h"
 #include "half.h"
+#include "pool.h"
 
 /* natively, the float16 weight rows are prefetched this many elements ahead (measured: a
  * 51865 x 512 head from L3 ~1.3x faster with, unstable without; WebAssembly has no prefetch) */
@@ -454,20 +455,86 @@ void gemm_run(size_t m, size_t n, size_t k, matrix a, matrix b, float *c, ptrdif
     }
 }
 
-/* `batch` products, one gemm_run each; B's float32 pointer or (half) its float16 one */
+/* Threads (pool.h): the batch when it divides evenly among them (or is large), else columns in
+ * whole panels of NR, else rows (never fewer than SMALL_M_DIRECT + 1 a part, so that every part
+ * takes the packed path the whole product would). Every element is then summed exactly as on one
+ * thread: the same bits. Each part has its own GEMM_SCRATCH. */
+#define GEMM_PART_WORK 65536       /* multiply-adds a part at least (measured: see README, Threads) */
+
+enum { SPLIT_BATCH, SPLIT_COLUMNS, SPLIT_ROWS };
+
+typedef struct {
+    size_t batch, m, n, k;
+    const float *a;
+    ptrdiff_t a_batch, a_row, a_col;
+    const float *b;
+    const uint16_t *half;
+    ptrdiff_t b_batch, b_row, b_col;
+    float *c;
+    ptrdiff_t c_batch, c_row;
+    epilogue ep;
+    float *scratch;
+    int split;
+} gemm_job;
+
+static void gemm_part(void *arg, size_t part, size_t parts) {
+    const gemm_job *g = arg;
+    size_t q0 = 0, q1 = g->batch, i0 = 0, i1 = g->m, j0 = 0, j1 = g->n;
+    if (g->split == SPLIT_BATCH) pool_range(g->batch, part, parts, &q0, &q1);
+    else if (g->split == SPLIT_COLUMNS) pool_range_step(g->n, NR, part, parts, &j0, &j1);
+    else pool_range_step(g->m, MR, part, parts, &i0, &i1);
+    if (q0 >= q1 || i0 >= i1 || j0 >= j1) return;
+    epilogue ep = g->ep;
+    if (ep.bias) ep.bias += (ptrdiff_t)i0 * ep.bias_row + (ptrdiff_t)j0 * ep.bias_col;
+    ptrdiff_t b_at = (ptrdiff_t)j0 * g->b_col;
+    for (size_t q = q0; q < q1; ++q) {
+        ptrdiff_t bq = (ptrdiff_t)q * g->b_batch + b_at;
+        matrix ma = {g->a + (ptrdiff_t)q * g->a_batch + (ptrdiff_t)i0 * g->a_row, g->a_row, g->a_col, 0};
+        matrix mb = {g->half ? 0 : g->b + bq, g->b_row, g->b_col, g->half ? g->half + bq : 0};
+        gemm_run(i1 - i0, j1 - j0, g->k, ma, mb, g->c + (ptrdiff_t)q * g->c_batch + (ptrdiff_t)i0 * g->c_row +
+                 (ptrdiff_t)j0, g->c_row, &ep, g->scratch + part * GEMM_SCRATCH);
+    }
+}
+
+/* how many parts, and along which axis */
+static size_t gemm_parts(size_t batch, size_t m, size_t n, size_t k, int *split) {
+    unsigned long long work = (unsigned long long)batch * m * n * (k ? k : 1) / GEMM_PART_WORK;
+    size_t parts = pool_parts(work > (size_t)-1 ? (size_t)-1 : (size_t)work, 1);
+    if (parts <= 1) return 1;
+    size_t panels = (n + NR - 1) / NR, row_parts = m / (SMALL_M_DIRECT + 1);
+    if (batch >= parts && (batch % parts == 0 || batch >= 4 * parts || panels < 2)) {
+        *split = SPLIT_BATCH;
+        return parts;
+    }
+    if (panels >= 2) {
+        *split = SPLIT_COLUMNS;
+        return parts < panels ? parts : panels;
+    }
+    if (batch > 1) {
+        *split = SPLIT_BATCH;
+        return parts < batch ? parts : batch;
+    }
+    if (row_parts >= 2) {
+        *split = SPLIT_ROWS;
+        return parts < row_parts ? parts : row_parts;
+    }
+    return 1;
+}
+
+/* `batch` products, one gemm_run each (split among the threads); B's float32 pointer or (half)
+ * its float16 one */
 static size_t gemm_batched(size_t batch, size_t m, size_t n, size_t k,
                            const float *a, ptrdiff_t a_batch, ptrdiff_t a_row, ptrdiff_t a_col,
                            const float *b, const uint16_t *half, ptrdiff_t b_batch, ptrdiff_t b_row, ptrdiff_t b_col,
                            float *c, ptrdiff_t c_batch, ptrdiff_t c_row,
                            const float *bias, ptrdiff_t bias_row, ptrdiff_t bias_col, int act,
                            float *scratch, size_t scratch_size) {
-    if (scratch_size < GEMM_SCRATCH) return GEMM_SCRATCH;
-    epilogue ep = {bias, bias_row, bias_col, act};
-    for (size_t q = 0; q < batch; ++q) {
-        matrix ma = {a + (ptrdiff_t)q * a_batch, a_row, a_col, 0};
-        matrix mb = {half ? 0 : b + (ptrdiff_t)q * b_batch, b_row, b_col, half ? half + (ptrdiff_t)q * b_batch : 0};
-        gemm_run(m, n, k, ma, mb, c + (ptrdiff_t)q * c_batch, c_row, &ep, scratch);
-    }
+    int split = SPLIT_BATCH;
+    size_t parts = gemm_parts(batch, m, n, k, &split);
+    if (scratch_size < parts * GEMM_SCRATCH) return parts * GEMM_SCRATCH;
+    gemm_job job = {batch, m, n, k, a, a_batch, a_row, a_col, b, half, b_batch, b_row, b_col, c, c_batch, c_row,
+                    {bias, bias_row, bias_col, act}, scratch, split};
+    pool_run(parts, gemm_part, &job);
     return 0;
 }
 

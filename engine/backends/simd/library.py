@@ -20,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-ABI = 6                                  # ENGINE_KERNELS_ABI in wasm_kernels/common.h
+ABI = 7                                  # ENGINE_KERNELS_ABI in wasm_kernels/common.h
 PYODIDE_PATH = "/lib/engine_kernels.so"
 FLAVOURS = {"simd": "engine_kernels.simd.wasm", "relaxed": "engine_kernels.relaxed.wasm"}
 SOURCES = Path(__file__).resolve().parents[3] / "wasm_kernels"
@@ -59,6 +59,8 @@ SIGNATURES = {
     "f32_to_bf16": (None, [_size, _ptr, _ptr]),
     "engine_kernels_abi": (_int, []),
     "engine_kernels_features": (_int, []),
+    "engine_threads": (_int, []),
+    "engine_set_threads": (_int, [_int]),
 }
 # exports whose last two arguments are a scratch buffer and its size in floats: they return 0,
 # or the size they need (and then write nothing)
