@@ -1,7 +1,7 @@
 """The page (PyScript on MicroPython, main thread): what its cards share, and the cards themselves.
 
-Here: the engine's status, the backend select, the storage note, and the tabs that show one card
-at a time, named in the URL (index.html#photo). Inference never runs on this thread: it runs in
+Here: the engine's status, the backend and threads selects, the storage note, and the tabs that
+show one card at a time, named in the URL (index.html#photo). Inference never runs on this thread: it runs in
 the worker behind window.engineClient (engine-client.js), so the page stays smooth while a model
 computes. The page's Python is MicroPython (index.html: `type="mpy"`), so one full CPython (the
 worker's) is in the page, not two; bridge.py holds what differs from Pyodide's FFI.
@@ -160,8 +160,7 @@ def became_ready(info):
                                          if info.kernels else "no wasm SIMD kernels in this browser")
     no_gpu = getattr(info.unavailable, "webgpu", None)
     by_id("adapter-info").textContent = f"GPU: {info.adapter}" if info.adapter else f"no WebGPU: {no_gpu}"
-    by_id("isolation").textContent = ("cross-origin isolated: precise timers" if info.crossOriginIsolated
-                                      else "not cross-origin isolated: coarse timers")
+    show_threads(info)
     show_registry(to_py(info.registry))
     storage_note(info.model, info.weights)
     if info.task in by_task:
@@ -171,6 +170,93 @@ def became_ready(info):
         card.opened = False
         card.fire("ready")
     show_card(wanted_card())
+
+
+# --- threads: how many the worker's kernels run on ------------------------------------------
+threads = js.window.engineThreads              # index.html's threadChoice(): what was asked, and why
+THREADS_KEY = "engine-threads"                 # localStorage: the Threads select's choice
+# why a page that is not cross-origin isolated runs one thread, by where its service worker stands
+NOT_ISOLATED = {
+    "unsupported": "the host does not send the COOP/COEP headers, and without a service worker "
+                   "(HTTPS or localhost only) nothing here can add them",
+    "none": "the host does not send the COOP/COEP headers; the site's service worker adds them "
+            "once it is installed, from the next load on",
+    "controlling": "the host does not send the COOP/COEP headers, and the service worker in control "
+                   "is an older version that does not add them (the new one takes over once every tab "
+                   "of this site is closed)",
+    "reloaded": "the host does not send the COOP/COEP headers, and this browser did not isolate the "
+                "page with the ones its service worker adds",
+}
+
+
+def setup_threads():
+    """The Threads select: auto (min(4, cores)) or a count; only an isolated page can change it."""
+    select = by_id("threads-select")
+    select.innerHTML = ""
+    top = max(4, min(threads.cores, threads.most), threads.wanted)
+    for value in [""] + [str(n) for n in range(1, top + 1)]:
+        option = document.createElement("option")
+        option.value = value
+        option.textContent = value or f"auto ({threads.auto})"
+        select.appendChild(option)
+    select.value = str(threads.wanted) if threads.fromUrl else str(threads.chosen or "")
+    if not threads.isolated:
+        select.value = "1"
+        select.title = "one thread: this page is not cross-origin isolated"
+    note = by_id("threads-note")
+    note.textContent, note.hidden = threads.error or "", not threads.error
+
+
+def show_threads(info):
+    """How many threads the worker's kernels run on, and why fewer than asked; whether the page is
+    cross-origin isolated, and why not."""
+    by_id("threads-select").disabled = not threads.isolated
+    reported = getattr(info, "threads", None)
+    if reported:
+        got = to_py(reported)
+    else:                                        # a worker without a thread pool
+        got = {"requested": client.threadsWanted, "used": 1,
+               "reason": "this worker runs its kernels on one thread"}
+    used, requested = got["used"], got["requested"]
+    text = "1 thread" if used == 1 else f"{used} threads"
+    if used < requested:
+        text += f" of {requested} asked"
+        if got.get("reason"):
+            text += ": " + got["reason"]
+    by_id("threads-info").textContent = text
+    if info.crossOriginIsolated:
+        by_id("isolation").textContent = "cross-origin isolated: precise timers"
+    else:
+        why = NOT_ISOLATED.get(threads.serviceWorker, NOT_ISOLATED["none"])
+        by_id("isolation").textContent = f"not cross-origin isolated: coarse timers, one thread ({why})"
+
+
+def change_threads(event):
+    """Run the kernels on the chosen number of threads: kept for the next visits, then the worker
+    starts again with it (a thread pool is set up as the worker starts)."""
+    value = event.target.value
+    try:
+        if value:
+            js.localStorage.setItem(THREADS_KEY, value)
+        else:
+            js.localStorage.removeItem(THREADS_KEY)
+    except Exception:
+        pass                                     # no storage: the choice lasts for this page only
+    url = js.URL.new(js.location.href)
+    if url.searchParams.has("threads"):          # the address keeps saying what runs
+        if value:
+            url.searchParams.set("threads", value)
+        else:
+            url.searchParams.delete("threads")
+        js.history.replaceState(None, "", url.href)
+    wanted = int(value) if value else threads.auto
+    threads.wanted = threads.sent = wanted
+    threads.chosen = wanted if value else None
+    by_id("threads-note").hidden = True
+    if wanted != client.threadsWanted:
+        client.threadsWanted = wanted
+        event.target.disabled = True
+        retry()
 
 
 def show_registry(models):
@@ -322,7 +408,9 @@ def start_cards():
 
 start_cards()
 show_card(wanted_card())
+setup_threads()
 by_id("retry").addEventListener("click", create_proxy(retry))
+by_id("threads-select").addEventListener("change", create_proxy(change_threads))
 by_id("backend-select").addEventListener("change", create_proxy(lambda e: asyncio.create_task(change_backend(e))))
 js.window.addEventListener("hashchange", create_proxy(lambda e: show_card(wanted_card())))
 document.querySelector("[role=tablist]").addEventListener("keydown", create_proxy(on_tab_key))

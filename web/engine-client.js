@@ -5,7 +5,7 @@ const STAGE_NAMES = ["pyodide", "numpy", "engine", "weights"];
 
 class EngineClient {
   // `started`: a worker the page started before this module loaded, already booting (index.html:
-  // {worker, init: {backend, kernels, tasks}, held: its messages and errors so far}); the first
+  // {worker, init: {backend, kernels, tasks, threads}, held: its messages and errors so far}); the first
   // init(), called with those same arguments, takes that boot's reply instead of booting again.
   constructor(workerUrl = new URL("worker.js", import.meta.url).href, started = null) {
     this.workerUrl = workerUrl;
@@ -67,16 +67,19 @@ class EngineClient {
   }
 
   // `tasks`: the task whose model the worker loads as it starts (the page's opened card), then the
-  // ones to try if the site does not serve it; none: the registry's first task.
-  async init(backend, kernels = null, tasks = null) {
+  // ones to try if the site does not serve it; none: the registry's first task. `threads`: how many
+  // threads its kernels should run on (1 unless the page is cross-origin isolated); the boot's reply
+  // says how many it got (`threads: {requested, used, reason}`).
+  async init(backend, kernels = null, tasks = null, threads = 1) {
     this.state = { status: "loading", error: null, info: null };
     this.backendWanted = backend;
     this.kernelsWanted = kernels;
     this.tasksWanted = tasks;
+    this.threadsWanted = threads;
     this.tasks = new Map();
     this.emit();
     try {
-      const reply = this.startedReply || this.call("init", { backend, kernels, tasks });
+      const reply = this.startedReply || this.call("init", { backend, kernels, tasks, threads });
       this.startedReply = null;
       const info = await reply;
       if (info.task) this.tasks.set(info.task, Promise.resolve(info));     // loaded as it started
@@ -88,11 +91,11 @@ class EngineClient {
     return this.state;
   }
 
-  restart(backend = this.backendWanted, tasks = this.tasksWanted) {
+  restart(backend = this.backendWanted, tasks = this.tasksWanted, threads = this.threadsWanted) {
     this.worker.terminate();
     this.fail(new Error("restarted"));
     this.start();
-    return this.init(backend, this.kernelsWanted, tasks);
+    return this.init(backend, this.kernelsWanted, tasks, threads);
   }
 
   // An entry point of engine/web/worker.py with RGBA pixels first (a copy is transferred).

@@ -8,6 +8,14 @@
 // when no page of the old version is open (no skipWaiting), so a page never mixes old and new
 // files; activating it deletes the old caches. Only the very first version claims the open page
 // at once: that page loaded the same files from the network.
+//
+// Cross-origin isolation on any host (the coi-serviceworker pattern): what this worker answers
+// with, the pages and worker scripts among it, carries COOP/COEP/CORP, so on a host that cannot
+// send them (GitHub Pages and the like) a page this worker serves is isolated, and its workers can
+// share memory (threads). The page this worker first claims was loaded without them: index.html
+// reloads it once, if nobody has used it yet. The site makes no requests to other origins, so
+// require-corp blocks nothing. What passes through untouched (weight ranges, the runtime's wasm
+// while online) are same-origin subresources, which need none of these headers.
 "use strict";
 
 const { version, files } = self.SITE;
@@ -16,6 +24,21 @@ const CACHE = PREFIX + version;
 const BASE = new URL("./", self.location).href;
 const RUNTIME_WASM = BASE + "pyodide/pyodide.asm.wasm";
 const KEPT = new Map(Object.entries(files).map(([rel, sha256]) => [new URL(rel, BASE).href, sha256]));
+const ISOLATION = {
+  "Cross-Origin-Opener-Policy": "same-origin",
+  "Cross-Origin-Embedder-Policy": "require-corp",
+  "Cross-Origin-Resource-Policy": "same-origin",
+};
+const NO_BODY = new Set([101, 204, 205, 304]);
+
+// The response with the isolation headers (a new Response: a fetched one's headers are immutable).
+function isolated(response) {
+  if (response.type === "opaqueredirect" || response.status === 0) return response;   // a redirect: the browser follows it
+  const headers = new Headers(response.headers);
+  for (const [name, value] of Object.entries(ISOLATION)) headers.set(name, value);
+  const body = NO_BODY.has(response.status) ? null : response.body;
+  return new Response(body, { status: response.status, statusText: response.statusText, headers });
+}
 
 async function sha256Hex(buffer) {
   const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", buffer));
@@ -67,17 +90,26 @@ async function networkFirst(request, url) {
   }
 }
 
+// Pages and worker scripts this worker does not keep (the benchmark pages, a worker script the
+// build added): from the network, with the isolation headers.
+const DOCUMENTS = new Set(["document", "worker", "sharedworker"]);
+
 self.addEventListener("fetch", (event) => {
   const request = event.request;
   if (request.method !== "GET" || request.headers.has("Range")) return;
   const address = new URL(request.url);
   let url = address.origin + address.pathname;      // ?backend=... and #... name the same file
   if (request.mode === "navigate" && url === BASE) url = BASE + "index.html";
-  if (!KEPT.has(url)) return;                       // anything else goes to the network as usual
+  if (!KEPT.has(url)) {                             // anything else goes to the network as usual
+    if (address.origin === self.location.origin && (request.mode === "navigate" || DOCUMENTS.has(request.destination))) {
+      event.respondWith(fetch(request).then(isolated));
+    }
+    return;
+  }
   // Pyodide's wasm while online is the browser's own fetch: V8 keeps the runtime's optimized code
   // with the HTTP cache's copy, where earlier visits left it, and the copy kept here would start
   // a reload on baseline code (the first reload ~0.8 s of CPU slower). Offline, or when that
   // fetch fails, the workers take the copy kept here themselves (web/worker.js).
   if (url === RUNTIME_WASM && self.navigator.onLine) return;
-  event.respondWith(url.startsWith(BASE + "models/") ? networkFirst(request, url) : fromCache(request, url));
+  event.respondWith((url.startsWith(BASE + "models/") ? networkFirst(request, url) : fromCache(request, url)).then(isolated));
 });
