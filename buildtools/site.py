@@ -312,6 +312,7 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
         try:
             for relaxed in (False, True):           # the worker picks one by feature detection
                 kernels.build_wasm(out / "kernels", relaxed)
+            kernels.build_wasm_threads(out / "kernels")     # fetched only when the page asks for threads
         except kernels.BuildError as e:
             raise BuildError(f"{e} (./scripts/serve.sh and ./scripts/test.sh install it)") from None
     b.run(Step("kernels", {"sources": kernel_sources}, make_kernels))
