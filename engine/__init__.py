@@ -9,6 +9,7 @@ from .io import load_ctranslate2, load_gguf, load_safetensors, save_safetensors
 from .tasks import pipeline
 from . import nn, registry  # noqa: E402  (as with torch: engine.nn.functional after `import engine`)
 from .tensor import Tensor, from_numpy, tensor
+from .threads import get_num_threads, set_num_threads
 from .weights import Weights
 
 bool = bool_  # noqa: A001 - torch spells it engine.bool

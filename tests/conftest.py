@@ -1,9 +1,13 @@
 """Fixtures shared by the whole suite, and its tiers (markers)."""
+import os
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
+
+# the kernels on one thread unless a test says otherwise (pytest-xdist already runs a worker per core)
+os.environ.setdefault("ENGINE_THREADS", "1")
 
 
 @pytest.fixture(scope="session")

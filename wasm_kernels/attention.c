@@ -20,6 +20,7 @@
  * Masked keys are multiplied like the others (0 * v), so inf/NaN in V behave as in a product.
  */
 #include "common.h"
+#include "pool.h"
 
 #define ROWS 4                      /* query rows per tile */
 
@@ -202,6 +203,84 @@ static void value_tile(size_t s, size_t dv, size_t dvp, const float *pt, const f
     }
 }
 
+typedef struct {
+    size_t batch, heads, kv_heads, l, s, d, dv, sp, dvp, need, tiles;
+    const float *q, *k, *v;
+    ptrdiff_t qs_b, qs_h, qs_l, qs_d, ks_b, ks_h, ks_s, ks_d, vs_b, vs_h, vs_s, vs_d;
+    const void *mask;
+    int mask_kind, causal, pack_values;
+    ptrdiff_t ms_b, ms_h, ms_l, ms_s;
+    float scale;
+    float *out, *scratch;
+} attention_job;
+
+/* the units [u0, u1) of batch x KV heads x tiles of ROWS query rows, in that order; K^T (and V
+ * packed) made whenever a unit starts another (batch, KV head) */
+static void attention_units(const attention_job *j, size_t u0, size_t u1, float *scratch) {
+    const size_t s = j->s, d = j->d, dv = j->dv, sp = j->sp, dvp = j->dvp, l = j->l;
+    /* K^T, scores, probabilities transposed, the tile's queries, the mask rows, V packed */
+    float *kt = scratch, *sc = kt + d * sp, *pt = sc + ROWS * sp, *qp = pt + ROWS * sp, *mrows = qp + d * ROWS;
+    float *vp = mrows + ROWS * sp;
+    size_t rep = j->heads / j->kv_heads, group_rows = rep * l;
+    ptrdiff_t elem = j->mask_kind == 1 ? 1 : (ptrdiff_t)sizeof(float);  /* the mask's element, in bytes */
+    int mask_per_row = j->mask_kind && (j->ms_l != 0 || j->ms_h != 0);  /* else one row for all (key padding) */
+    size_t current = (size_t)-1;                                        /* the (batch, KV head) packed */
+    const float *vg = 0;
+    ptrdiff_t v_row = 0;
+    for (size_t u = u0; u < u1; ++u) {
+        size_t pair = u / j->tiles, b = pair / j->kv_heads, g = pair % j->kv_heads, t0 = u % j->tiles * ROWS;
+        const char *mb = j->mask_kind ? (const char *)j->mask + elem * (ptrdiff_t)b * j->ms_b : 0;
+        if (pair != current) {
+            if (j->mask_kind && !mask_per_row) mask_row(s, mb, j->mask_kind, j->ms_s, mrows);
+            pack_kt(s, d, j->k + (ptrdiff_t)b * j->ks_b + (ptrdiff_t)g * j->ks_h, j->ks_s, j->ks_d, kt, sp);
+            vg = j->v + (ptrdiff_t)b * j->vs_b + (ptrdiff_t)g * j->vs_h;
+            v_row = j->vs_s;
+            if (j->pack_values) {
+                pack_v(s, dv, vg, j->vs_s, j->vs_d, vp, dvp);
+                vg = vp;
+                v_row = (ptrdiff_t)dvp;
+            }
+            current = pair;
+        }
+        /* the rows of every query head reading this KV head, ROWS at a time: row t is query
+         * t % l of head g * rep + t / l (decoding one token, the grouped heads fill a tile) */
+        size_t rows = group_rows - t0 < ROWS ? group_rows - t0 : ROWS;
+        const float *qr[ROWS];
+        float *outs[ROWS], sums[ROWS];
+        size_t query[ROWS], head[ROWS];
+        for (size_t r = 0; r < ROWS; ++r) {      /* missing rows repeat the last one */
+            size_t t = t0 + (r < rows ? r : rows - 1);
+            head[r] = g * rep + t / l;
+            query[r] = t % l;
+            qr[r] = j->q + (ptrdiff_t)b * j->qs_b + (ptrdiff_t)head[r] * j->qs_h + (ptrdiff_t)query[r] * j->qs_l;
+            outs[r] = j->out + ((b * l + query[r]) * j->heads + head[r]) * dv;     /* (N, L, H, Dv) */
+        }
+        transpose_rows4(qr, j->qs_d, d, qp, ROWS);
+        score_tile(d, sp, qp, kt, j->scale, sc);
+        for (size_t r = 0; r < ROWS; ++r) {
+            float *mrow = mrows + (mask_per_row ? r * sp : 0);
+            if (mask_per_row)
+                mask_row(s, mb + elem * ((ptrdiff_t)head[r] * j->ms_h + (ptrdiff_t)query[r] * j->ms_l),
+                         j->mask_kind, j->ms_s, mrow);
+            sums[r] = softmax_row(s, sc + r * sp, query[r], j->mask_kind ? mrow : 0, j->mask_kind, j->causal);
+        }
+        transpose_tile(sp, sc, pt);
+        value_tile(s, dv, dvp, pt, vg, v_row, sums, rows, outs);
+    }
+}
+
+static void attention_part(void *arg, size_t part, size_t parts) {
+    const attention_job *j = arg;
+    size_t u0, u1;
+    pool_range(j->batch * j->kv_heads * j->tiles, part, parts, &u0, &u1);
+    if (u0 < u1) attention_units(j, u0, u1, j->scratch + part * j->need);
+}
+
+/* Threads (pool.h): the tiles of query rows of every (batch, KV head), in even runs; a part
+ * packs K^T (and V) again where its run starts inside a KV head. Every row is computed as on one
+ * thread: the same bits. Each part has its own scratch. */
+#define ATTENTION_PART_WORK 65536       /* multiply-adds a part at least (measured: see README, Threads) */
+
 EXPORT size_t attention_f32(size_t batch, size_t heads, size_t kv_heads, size_t l, size_t s, size_t d, size_t dv,
                             const float *q, ptrdiff_t qs_b, ptrdiff_t qs_h, ptrdiff_t qs_l, ptrdiff_t qs_d,
                             const float *k, ptrdiff_t ks_b, ptrdiff_t ks_h, ptrdiff_t ks_s, ptrdiff_t ks_d,
@@ -218,53 +297,14 @@ EXPORT size_t attention_f32(size_t batch, size_t heads, size_t kv_heads, size_t 
     int pack_values = vs_d != 1 || dv % 4 != 0 || (vs_s != (ptrdiff_t)dv && reads >= 2 * ROWS);
     size_t dvp = pack_values ? round_up(dv, 4) : dv;
     size_t need = d * sp + 2 * ROWS * sp + d * ROWS + ROWS * sp + (pack_values ? s * dvp : 0);
-    if (scratch_size < need) return need;
+    size_t tiles = (reads + ROWS - 1) / ROWS, units = batch * kv_heads * tiles;
+    unsigned long long work = (unsigned long long)units * ROWS * s * (d + dv) / ATTENTION_PART_WORK;
+    size_t parts = pool_parts(work > units ? units : (size_t)work, 1);
+    if (scratch_size < parts * need) return parts * need;
     if (!batch || !heads || !kv_heads || !l || !dv) return 0;
-    /* K^T, scores, probabilities transposed, the tile's queries, the mask rows, V packed */
-    float *kt = scratch, *sc = kt + d * sp, *pt = sc + ROWS * sp, *qp = pt + ROWS * sp, *mrows = qp + d * ROWS;
-    float *vp = mrows + ROWS * sp;
-    size_t rep = heads / kv_heads, group_rows = rep * l;
-    ptrdiff_t elem = mask_kind == 1 ? 1 : (ptrdiff_t)sizeof(float);     /* the mask's element, in bytes */
-    int mask_per_row = mask_kind && (ms_l != 0 || ms_h != 0);          /* else one row for all (key padding) */
-    for (size_t b = 0; b < batch; ++b) {
-        const char *mb = mask_kind ? (const char *)mask + elem * (ptrdiff_t)b * ms_b : 0;
-        if (mask_kind && !mask_per_row) mask_row(s, mb, mask_kind, ms_s, mrows);
-        for (size_t g = 0; g < kv_heads; ++g) {
-            pack_kt(s, d, k + (ptrdiff_t)b * ks_b + (ptrdiff_t)g * ks_h, ks_s, ks_d, kt, sp);
-            const float *vg = v + (ptrdiff_t)b * vs_b + (ptrdiff_t)g * vs_h;
-            ptrdiff_t v_row = vs_s;
-            if (pack_values) {
-                pack_v(s, dv, vg, vs_s, vs_d, vp, dvp);
-                vg = vp;
-                v_row = (ptrdiff_t)dvp;
-            }
-            /* the rows of every query head reading this KV head, ROWS at a time: row t is query
-             * t % l of head g * rep + t / l (decoding one token, the grouped heads fill a tile) */
-            for (size_t t0 = 0; t0 < group_rows; t0 += ROWS) {
-                size_t rows = group_rows - t0 < ROWS ? group_rows - t0 : ROWS;
-                const float *qr[ROWS];
-                float *outs[ROWS], sums[ROWS];
-                size_t query[ROWS], head[ROWS];
-                for (size_t r = 0; r < ROWS; ++r) {      /* missing rows repeat the last one */
-                    size_t t = t0 + (r < rows ? r : rows - 1);
-                    head[r] = g * rep + t / l;
-                    query[r] = t % l;
-                    qr[r] = q + (ptrdiff_t)b * qs_b + (ptrdiff_t)head[r] * qs_h + (ptrdiff_t)query[r] * qs_l;
-                    outs[r] = out + ((b * l + query[r]) * heads + head[r]) * dv;     /* (N, L, H, Dv) */
-                }
-                transpose_rows4(qr, qs_d, d, qp, ROWS);
-                score_tile(d, sp, qp, kt, scale, sc);
-                for (size_t r = 0; r < ROWS; ++r) {
-                    float *mrow = mrows + (mask_per_row ? r * sp : 0);
-                    if (mask_per_row)
-                        mask_row(s, mb + elem * ((ptrdiff_t)head[r] * ms_h + (ptrdiff_t)query[r] * ms_l), mask_kind,
-                                 ms_s, mrow);
-                    sums[r] = softmax_row(s, sc + r * sp, query[r], mask_kind ? mrow : 0, mask_kind, causal);
-                }
-                transpose_tile(sp, sc, pt);
-                value_tile(s, dv, dvp, pt, vg, v_row, sums, rows, outs);
-            }
-        }
-    }
+    attention_job job = {batch, heads, kv_heads, l, s, d, dv, sp, dvp, need, tiles, q, k, v,
+                         qs_b, qs_h, qs_l, qs_d, ks_b, ks_h, ks_s, ks_d, vs_b, vs_h, vs_s, vs_d,
+                         mask, mask_kind, causal, pack_values, ms_b, ms_h, ms_l, ms_s, scale, out, scratch};
+    pool_run(parts, attention_part, &job);
     return 0;
 }

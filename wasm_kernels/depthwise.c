@@ -8,6 +8,10 @@
  * part. Stride 2 reads 8 neighbours and keeps the even lanes; other strides gather.
  */
 #include "conv.h"
+#include "pool.h"
+
+/* multiply-adds a part at least (measured: see README, Threads) */
+#define DEPTHWISE_PART_WORK 32768
 
 static inline size_t round_up4(size_t n) { return (n + 3) & ~(size_t)3; }
 
@@ -101,13 +105,13 @@ static void depthwise_plane(const float *pad, size_t pitch, const float *wk, flo
     }
 }
 
-void depthwise_run(size_t n, size_t c, size_t h, size_t w, const float *x, const float *weight, const geometry *g,
-                   const float *bias, int act, float *y, float *scratch) {
-    if (g->ho == 0 || g->wo == 0) return;
+/* planes [p0, p1) of the n * c, each through the padded scratch plane */
+static void depthwise_planes(size_t p0, size_t p1, size_t c, size_t h, size_t w, const float *x, const float *weight,
+                             const geometry *g, const float *bias, int act, float *y, float *scratch) {
     size_t rows = padded_rows(g), pitch = padded_pitch(w, g), total = rows * pitch;
     for (size_t i = 0; i < total; ++i) scratch[i] = 0.0f;         /* the padding, zeroed once */
     size_t first = g->pad_top, last = g->pad_top + h < rows ? g->pad_top + h : rows;
-    for (size_t plane = 0; plane < n * c; ++plane) {
+    for (size_t plane = p0; plane < p1; ++plane) {
         const float *xp = x + plane * h * w;
         for (size_t r = first; r < last; ++r) {
             const float *src = xp + (r - g->pad_top) * w;
@@ -124,13 +128,45 @@ void depthwise_run(size_t n, size_t c, size_t h, size_t w, const float *x, const
     }
 }
 
+typedef struct {
+    size_t n, c, h, w;
+    const float *x, *weight;
+    const geometry *g;
+    const float *bias;
+    int act;
+    float *y, *scratch;
+} depthwise_job;
+
+static void depthwise_part(void *arg, size_t part, size_t parts) {
+    const depthwise_job *d = arg;
+    size_t p0, p1;
+    pool_range(d->n * d->c, part, parts, &p0, &p1);
+    if (p0 < p1)
+        depthwise_planes(p0, p1, d->c, d->h, d->w, d->x, d->weight, d->g, d->bias, d->act, d->y,
+                         d->scratch + part * depthwise_scratch(d->h, d->w, d->g));
+}
+
+/* threads: the planes (channels of every image), each part with its own scratch plane */
+size_t depthwise_parts(size_t n, size_t c, const geometry *g) {
+    unsigned long long work = (unsigned long long)n * c * g->ho * g->wo * g->kh * g->kw / DEPTHWISE_PART_WORK;
+    size_t parts = pool_parts(work > n * c ? n * c : (size_t)work, 1);
+    return parts ? parts : 1;
+}
+
+void depthwise_run(size_t n, size_t c, size_t h, size_t w, const float *x, const float *weight, const geometry *g,
+                   const float *bias, int act, float *y, float *scratch, size_t parts) {
+    if (g->ho == 0 || g->wo == 0) return;
+    depthwise_job job = {n, c, h, w, x, weight, g, bias, act, y, scratch};
+    pool_run(parts, depthwise_part, &job);
+}
+
 EXPORT size_t depthwise_conv2d_f32(size_t n, size_t c, size_t h, size_t w, const float *x, size_t kh, size_t kw,
                                    const float *weight, size_t sh, size_t sw, size_t dh, size_t dw, size_t pad_top,
                                    size_t pad_left, size_t pad_bottom, size_t pad_right, const float *bias, int act,
                                    float *y, float *scratch, size_t scratch_size) {
     geometry g = make_geometry(h, w, kh, kw, sh, sw, dh, dw, pad_top, pad_left, pad_bottom, pad_right);
-    size_t need = depthwise_scratch(h, w, &g);
+    size_t parts = depthwise_parts(n, c, &g), need = parts * depthwise_scratch(h, w, &g);
     if (scratch_size < need) return need;
-    depthwise_run(n, c, h, w, x, weight, &g, bias, act, y, scratch);
+    depthwise_run(n, c, h, w, x, weight, &g, bias, act, y, scratch, parts);
     return 0;
 }

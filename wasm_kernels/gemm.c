@@ -28,7 +28,6 @@
 #define PREFETCH(p) ((void)0)
 #endif
 
-#define SMALL_M_DIRECT 16          /* rows of A up to which B is read in place */
 #define SMALL_M_DOT 4              /* rows of A up to which the dot-product path runs */
 #define SMALL_M_DOT_HALF 4         /* the same for a float16 B (3-4 rows: as fast as packing, measured) */
 

@@ -12,6 +12,7 @@
 #define MC 96
 #define NC 512
 #define GEMM_SCRATCH ((size_t)KC * NC + (size_t)MC * KC)   /* floats */
+#define SMALL_M_DIRECT 16          /* rows of A up to which B is read in place (B with contiguous rows) */
 
 /* a strided matrix view: element (i, j) at p[i * row + j * col], strides in elements; float16
  * elements at half[...] instead when half is set (B only: a linear layer's float16 weight) */

@@ -102,6 +102,7 @@ static struct {
     uint32_t busy;                  /* a caller holds the pool */
     uint32_t wanted;                /* threads asked for, caller included (0: 1) */
     uint32_t started;               /* helpers running: created natively, entered in WebAssembly */
+    uint32_t splits;                /* jobs posted to helpers so far (engine_pool_splits) */
 } pool;
 
 /* *addr != value, spinning first; returns the new value */
@@ -212,6 +213,7 @@ void pool_run(size_t parts, pool_fn fn, void *ctx) {
     __atomic_store_n(&pool.next, 1, RLX);
     __atomic_store_n(&pool.acks.word, 0, RLX);
     if (++pool.generation == 0) pool.generation = 1;
+    __atomic_fetch_add(&pool.splits, 1, RLX);
     for (uint32_t s = 1; s <= helpers; ++s) post(&pool.slot[s], pool.generation);   /* publishes the job */
     fn(ctx, 0, parts);
     take_parts();
@@ -243,6 +245,10 @@ EXPORT int engine_threads(void) {
 #endif
     return (int)helpers_in_effect() + 1;
 }
+
+/* how many calls have been split among threads so far (not part of the ABI: for tests that check
+ * a shape does split) */
+EXPORT unsigned engine_pool_splits(void) { return __atomic_load_n(&pool.splits, RLX); }
 
 EXPORT int engine_set_threads(int n) {
     uint32_t wanted = n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (uint32_t)n;

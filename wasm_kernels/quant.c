@@ -9,6 +9,7 @@
  * every weight row of a chunk small enough to stay in cache (each block unpacked once for the
  * four), then the rows left one at a time. */
 #include "quant.h"
+#include "pool.h"
 
 #define CHUNK_BYTES 32768            /* weight bytes reused across the rows of x */
 
@@ -280,44 +281,93 @@ static inline size_t tile_start(size_t m, size_t tiles, size_t t) {
     return t * (m / tiles) + (t < m % tiles ? t : m % tiles);
 }
 
-/* x (m rows) quantized to panels of up to PANEL_R rows, then per chunk of weight rows: the chunk
- * unpacked to panels of PANEL_C rows, and every tile of x against each of them (the chunk is read
- * from L2 once per tile of x; a tile of x stays in L1). */
-static void linear_panels(int type, size_t m, size_t rows, size_t nb, size_t row_bytes, size_t chunk,
-                          const float *x, ptrdiff_t x_row, const uint8_t *weight, const float *bias, float *y,
-                          uint8_t *scratch) {
+/* x (m rows) quantized to panels of up to PANEL_R rows (evens: 16 vectors of scratch) */
+static void quantize_panels(size_t m, size_t nb, const float *x, ptrdiff_t x_row, uint8_t *xp, v4u *evens) {
     const size_t stride = panel_stride(nb), tiles = (m + PANEL_R - 1) / PANEL_R;
-    const int mins = type == Q4_1 || type == Q5_1;
-    uint8_t *xp = scratch, *wp = xp + m * stride;
-    v4f *acc = (v4f *)(wp + chunk * stride);                 /* 16 vectors: the tiles' float sums, or evens */
     for (size_t t = 0; t < tiles; ++t) {
         const size_t r0 = tile_start(m, tiles, t), R = tile_start(m, tiles, t + 1) - r0;
         for (size_t k = 0; k < R; ++k)
-            quantize_panel_row(nb, x + (ptrdiff_t)(r0 + k) * x_row, xp + r0 * stride, R, k, (v4u *)acc);
+            quantize_panel_row(nb, x + (ptrdiff_t)(r0 + k) * x_row, xp + r0 * stride, R, k, evens);
     }
-    for (size_t n0 = 0; n0 < rows; n0 += chunk) {
-        const size_t count = rows - n0 < chunk ? rows - n0 : chunk;
-        small_panel(type, weight + n0 * row_bytes, count, row_bytes, nb, wp, PANEL_C);
+}
+
+/* weight rows [n0, n1) against the panels of x: per chunk of weight rows, the chunk unpacked to
+ * panels of PANEL_C rows (wp), and every tile of x against them (the chunk is read from L2 once per
+ * tile of x; a tile of x stays in L1). y rows are y_row apart. */
+static void panel_products(int type, size_t m, size_t n0, size_t n1, size_t nb, size_t row_bytes, size_t chunk,
+                           const uint8_t *xp, const uint8_t *weight, const float *bias, float *y, size_t y_row,
+                           uint8_t *wp) {
+    const size_t stride = panel_stride(nb), tiles = (m + PANEL_R - 1) / PANEL_R;
+    const int mins = type == Q4_1 || type == Q5_1;
+    v4f *acc = (v4f *)(wp + chunk * stride);                 /* 16 vectors: the tiles' float sums */
+    for (size_t n = n0; n < n1; n += chunk) {
+        const size_t count = n1 - n < chunk ? n1 - n : chunk;
+        small_panel(type, weight + n * row_bytes, count, row_bytes, nb, wp, PANEL_C);
         for (size_t t = 0; t < tiles; ++t) {
             const size_t r0 = tile_start(m, tiles, t), R = tile_start(m, tiles, t + 1) - r0;
-            panel_tiles(R, mins, nb, xp + r0 * stride, wp, count, acc, bias ? bias + n0 : 0, y + r0 * rows + n0, rows);
+            panel_tiles(R, mins, nb, xp + r0 * stride, wp, count, acc, bias ? bias + n : 0, y + r0 * y_row + n, y_row);
+        }
+    }
+}
+
+/* Threads (pool.h): the weight rows (outputs), in even runs of QUANT_PART_STEP, x quantized once
+ * beforehand by the caller; each part has its own unpacked chunk. Every output is summed as on
+ * one thread: the same bits. */
+#define QUANT_PART_WORK 131072          /* weights a part at least (measured: see README, Threads) */
+#define QUANT_PART_STEP 4
+
+typedef struct {
+    int type, panels;
+    size_t m, rows, nb, row_bytes, chunk, per_part;
+    const acts *a;
+    const uint8_t *xp, *weight;
+    const float *bias;
+    float *y;
+    uint8_t *parts_base;
+} linear_q_job;
+
+static void linear_q_part(void *arg, size_t part, size_t parts) {
+    const linear_q_job *j = arg;
+    size_t n0, n1;
+    pool_range_step(j->rows, QUANT_PART_STEP, part, parts, &n0, &n1);
+    if (n0 >= n1) return;
+    if (j->panels) {
+        panel_products(j->type, j->m, n0, n1, j->nb, j->row_bytes, j->chunk, j->xp, j->weight, j->bias, j->y,
+                       j->rows, j->parts_base + part * j->per_part);
+        return;
+    }
+    for (size_t n = n0; n < n1; n += j->chunk) {
+        size_t count = n1 - n < j->chunk ? n1 - n : j->chunk;
+        const uint8_t *w = j->weight + n * j->row_bytes;
+        const float *b = j->bias ? j->bias + n : 0;
+        for (size_t r = 0; r < j->m;) {
+            size_t step = j->m - r >= ROWS_AT_ONCE ? ROWS_AT_ONCE : 1;
+            float *out = j->y + r * j->rows + n;
+            if (is_small(j->type)) small_rows(j->type, step, w, count, j->row_bytes, j->nb, j->a, r, b, out, j->rows);
+            else k_rows(j->type, step, w, count, j->row_bytes, j->nb, j->a, r, b, out, j->rows);
+            r += step;
         }
     }
 }
 
 /* y (m, rows) = x (m, cols; rows x_row apart) times the weight (rows, cols) transposed, + bias.
- * Needs (round16 of) m quantized rows of x in scratch, and with panels a chunk of unpacked weight
- * rows and 16 vectors more. */
+ * Needs (round16 of) m quantized rows of x in scratch, and with panels per part a chunk of
+ * unpacked weight rows and 16 vectors more. */
 EXPORT size_t linear_q_f32(int type, size_t m, size_t rows, size_t cols, const float *x, ptrdiff_t x_row,
                            const uint8_t *weight, const float *bias, float *y, float *scratch, size_t scratch_size) {
     const size_t nb = cols / 32, row_bytes = row_bytes_of(type, cols);
     const int panels = is_small(type) && m >= PANEL_MIN_ROWS && nb > 0;
-    size_t chunk = 0, need;
+    unsigned long long work = (unsigned long long)m * rows * cols / QUANT_PART_WORK;
+    size_t steps = (rows + QUANT_PART_STEP - 1) / QUANT_PART_STEP;
+    size_t parts = row_bytes ? pool_parts(work > steps ? steps : (size_t)work, 1) : 1;
+    size_t chunk = 0, per_part = 0, need;
     acts a = act_layout(nb);
     if (panels) {                                        /* whole tiles of weight rows per chunk */
         chunk = PANEL_CHUNK_BYTES / panel_stride(nb) / PANEL_C * PANEL_C;
-        chunk = chunk < PANEL_C ? PANEL_C : chunk > rows ? rows : chunk;
-        need = ((m + chunk) * panel_stride(nb) + 16 * 16 + 16) / sizeof(float) + 1;
+        size_t most = (rows + parts - 1) / parts;
+        chunk = chunk < PANEL_C ? PANEL_C : chunk > most ? (most + PANEL_C - 1) / PANEL_C * PANEL_C : chunk;
+        per_part = chunk * panel_stride(nb) + 16 * 16;
+        need = (m * panel_stride(nb) + parts * per_part + 16) / sizeof(float) + 1;
     } else {
         need = (m * a.stride + 16) / sizeof(float) + 1;
     }
@@ -327,25 +377,16 @@ EXPORT size_t linear_q_f32(int type, size_t m, size_t rows, size_t cols, const f
         return 0;
     }
     uint8_t *aligned = (uint8_t *)(((uintptr_t)scratch + 15) & ~(uintptr_t)15);
+    linear_q_job job = {type, panels, m, rows, nb, row_bytes, chunk, per_part, &a, aligned, weight, bias, y,
+                        aligned + m * panel_stride(nb)};
     if (panels) {
-        linear_panels(type, m, rows, nb, row_bytes, chunk, x, x_row, weight, bias, y, aligned);
-        return 0;
+        quantize_panels(m, nb, x, x_row, aligned, (v4u *)job.parts_base);
+    } else {
+        a.base = aligned;
+        for (size_t r = 0; r < m; ++r) quantize_row(nb, x + (ptrdiff_t)r * x_row, &a, r);
+        job.chunk = m == 1 ? rows : CHUNK_BYTES / row_bytes ? CHUNK_BYTES / row_bytes : 1;
     }
-    a.base = aligned;
-    for (size_t r = 0; r < m; ++r) quantize_row(nb, x + (ptrdiff_t)r * x_row, &a, r);
-    chunk = m == 1 ? rows : CHUNK_BYTES / row_bytes ? CHUNK_BYTES / row_bytes : 1;
-    for (size_t n0 = 0; n0 < rows; n0 += chunk) {
-        size_t count = rows - n0 < chunk ? rows - n0 : chunk;
-        const uint8_t *w = weight + n0 * row_bytes;
-        const float *b = bias ? bias + n0 : 0;
-        for (size_t r = 0; r < m;) {
-            size_t step = m - r >= ROWS_AT_ONCE ? ROWS_AT_ONCE : 1;
-            float *out = y + r * rows + n0;
-            if (is_small(type)) small_rows(type, step, w, count, row_bytes, nb, &a, r, b, out, rows);
-            else k_rows(type, step, w, count, row_bytes, nb, &a, r, b, out, rows);
-            r += step;
-        }
-    }
+    pool_run(parts, linear_q_part, &job);
     return 0;
 }
 

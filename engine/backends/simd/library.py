@@ -24,6 +24,7 @@ ABI = 7                                  # ENGINE_KERNELS_ABI in wasm_kernels/co
 PYODIDE_PATH = "/lib/engine_kernels.so"
 FLAVOURS = {"simd": "engine_kernels.simd.wasm", "relaxed": "engine_kernels.relaxed.wasm"}
 SOURCES = Path(__file__).resolve().parents[3] / "wasm_kernels"
+THREADS = "ENGINE_THREADS"               # how many threads the native kernels start on (engine.threads)
 
 # the C types of the signatures below
 _ptr, _size, _ssize, _int, _float = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_float
@@ -93,6 +94,35 @@ def _bind(fn, restype, argtypes):
     return call
 
 
+def physical_cores() -> int:
+    """The physical cores this process may run on (Linux: its affinity mask, SMT siblings once),
+    at least 1; elsewhere os.cpu_count()."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+    cores = set()
+    for cpu in allowed:
+        topology = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
+        try:
+            with open(topology + "core_id") as core, open(topology + "physical_package_id") as package:
+                cores.add((package.read().strip(), core.read().strip()))
+        except OSError:
+            cores.add(("cpu", str(cpu)))          # no topology here (some containers): one per CPU
+    return max(1, len(cores))
+
+
+def default_threads() -> int:
+    """$ENGINE_THREADS when set (a positive whole number), else physical_cores()."""
+    value = os.environ.get(THREADS, "").strip()
+    if not value:
+        return physical_cores()
+    if not value.isdigit() or int(value) < 1:
+        from ...errors import InputError
+        raise InputError(f"${THREADS} must be a positive whole number of threads, got {value!r}")
+    return int(value)
+
+
 class Library:
     """The loaded kernels: one ctypes function per export, its C signature bound once."""
 
@@ -109,6 +139,8 @@ class Library:
             raise OSError(f"{self.path} implements kernel ABI {abi}, this engine needs {ABI}: rebuild it "
                           "(python wasm_kernels/build.py)")
         self.features = self.engine_kernels_features()
+        if sys.platform != "emscripten":     # the native pool; in Pyodide the page's worker sizes its own
+            self.engine_set_threads(default_threads())
 
     @property
     def flavour(self) -> str:
