@@ -136,6 +136,7 @@ def linear(x, weight, bias=None, out=None) -> np.ndarray:
     if x.ndim != 2 or weight.ndim != 2 or x.shape[1] != weight.shape[1]:
         raise ValueError(f"linear: shapes {x.shape} and {weight.shape} do not multiply")
     row_stride, column_stride = weight.strides[0] // weight.itemsize, weight.strides[1] // weight.itemsize
+    library.get().resident(weight)
     return _gemm_2d(x, _strides(x), weight, (column_stride, row_stride), x.shape[0], weight.shape[0],
                     x.shape[1], bias, "none", out, "gemm_f16w_f32" if half else "gemm_f32")
 
@@ -213,6 +214,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
     geometry, (ho, wo) = _conv_geometry(x, weight, stride, padding, dilation)
     bias = None if bias is None else np.ascontiguousarray(_elements(bias)).reshape(o)
     y = _output((n, o, ho, wo), out)
+    library.get().resident(weight)
     call_with_scratch(library.get().conv2d_f32, n, c, *x.shape[2:], address_of(x), o, *weight.shape[2:],
                        address_of(weight), groups, *geometry, _optional(bias), _activation(activation), address_of(y))
     return y
@@ -228,6 +230,7 @@ def depthwise_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, acti
     geometry, (ho, wo) = _conv_geometry(x, weight, stride, padding, dilation)
     bias = None if bias is None else np.ascontiguousarray(_elements(bias)).reshape(c)
     y = _output((n, c, ho, wo), out)
+    library.get().resident(weight)
     call_with_scratch(library.get().depthwise_conv2d_f32, n, c, *x.shape[2:], address_of(x), *weight.shape[2:],
                        address_of(weight), *geometry, _optional(bias), _activation(activation), address_of(y))
     return y

@@ -142,6 +142,10 @@ class Library:
         if sys.platform != "emscripten":     # the native pool; in Pyodide the page's worker sizes its own
             self.engine_set_threads(default_threads())
 
+    def resident(self, array) -> None:
+        """`array` is a weight (constant while it lives): a library with a heap of its own
+        (heap.HeapLibrary) copies it there once; here it is used where it lies."""
+
     @property
     def flavour(self) -> str:
         """"native", or the WebAssembly build: "simd" or "relaxed"."""
@@ -206,6 +210,13 @@ def load_library(path) -> Library:
     global _library, _reason, _tried
     _library, _reason, _tried = Library(path), None, True
     return _library
+
+
+def use(loaded) -> None:
+    """Make `loaded` (a Library, or one with its exports such as heap.HeapLibrary) the kernels the
+    simd backend calls."""
+    global _library, _reason, _tried
+    _library, _reason, _tried = loaded, None, True
 
 
 def _default_path() -> str:

@@ -37,6 +37,7 @@ def _weight(weight: np.ndarray, qtype: str, rows: int, cols: int) -> tuple[int, 
         raise ValueError(f"{qtype} weight of {rows} x {cols}: expected {rows * kind.row_bytes(cols)} contiguous "
                          f"bytes, got {weight.size} {weight.dtype}")
     key = id(weight)
+    library.get().resident(weight)
     found = (kind.id, address_of(weight))
     _weights[key] = (weakref.ref(weight, lambda _, key=key: _weights.pop(key, None)), (qtype, rows, cols), found)
     return found

@@ -1,0 +1,394 @@
+"""The simd kernels on a pool of threads in the browser: a Library whose heavy calls run there.
+
+In Pyodide the kernels are a side module in Pyodide's own memory, which no other worker can
+reach. With more than one thread the worker also starts web/kernel-pool.js: the threaded build of
+the same C code on a shared WebAssembly.Memory, instantiated in this worker and in helper workers.
+`HeapLibrary` is then the Library the simd backend uses: the exports that split their work (GEMM,
+convolutions, attention, quantized products), when a call is large enough for threads to pay, run
+on the pool's instance, their operands copied into its heap and their outputs copied back; every
+other call runs on the side module exactly as on one thread. Same C code, same results.
+
+One bridge crossing per call: Python writes a descriptor (the export, its arguments with the
+addresses moved into the heap, the copies in and out) into a small array in Pyodide's memory,
+and web/kernel-bridge.js reads it, copies, calls and copies back. Words of a descriptor:
+
+    calls, then per call: export, argument count, copies in, copies out, the arguments (32 bits
+    each, floats as float32), (from, to, bytes) per copy in, then per copy out
+
+Each pointer's extent comes from the call's own arguments (its dims and strides, per the ABI in
+wasm_kernels/README.md), so a call recorded by engine.graph replays with the same copies, and
+`prepare` turns it into a descriptor written once: a replay is one crossing, and consecutive
+prepared calls join into one (`join`).
+
+Weights: arrays handed to `library.resident()` (linear and convolution weights, quantized
+blocks) are copied into the heap on first use and stay there while their array lives; a weight
+changed in place afterwards is not seen (parameters are constants to the engine). Everything
+else goes in a scratch arena per call. Heap memory is never handed back while a prepared call
+may still name it (old arenas and scratch buffers are kept when larger ones replace them).
+"""
+from __future__ import annotations
+
+import bisect
+import ctypes
+import json
+import struct
+import weakref
+
+import numpy as np
+from numpy.lib.array_utils import byte_bounds
+
+from ... import quants
+from . import library
+
+ALIGN = 64
+# the calls that split across the pool, and the work (multiply-adds) below which one stays on
+# the side module: waking the helpers and crossing to JS cost ~10-30 us
+POOL = ("gemm_f32", "gemm_f16w_f32", "conv2d_f32", "depthwise_conv2d_f32", "attention_f32", "linear_q_f32")
+MIN_WORK = 1 << 17
+IN, OUT, BOTH = 1, 2, 3
+_ROW_BYTES = {kind.id: kind for kind in quants.BY_NAME.values() if kind.block_size}
+
+
+def _extent(address, itemsize, dims, direction):
+    """(address, lo, hi, direction) of the elements dims = ((count, stride), ...) reach from address;
+    an output whose elements leave gaps is copied in too (the gaps must come back unchanged)."""
+    low = high = 0
+    count = 1
+    for n, stride in dims:
+        if n == 0:
+            return address, address, address, direction
+        step = (n - 1) * stride
+        low, high = (low + step, high) if step < 0 else (low, high + step)
+        count *= n
+    lo, hi = address + low * itemsize, address + (high + 1) * itemsize
+    if direction == OUT and hi - lo != count * itemsize:
+        direction = BOTH
+    return address, lo, hi, direction
+
+
+def _gemm_spans(a, b_itemsize=4):
+    batch, m, n, k = a[0], a[1], a[2], a[3]
+    spans = [(4, _extent(a[4], 4, ((batch, a[5]), (m, a[6]), (k, a[7])), IN)),
+             (8, _extent(a[8], b_itemsize, ((batch, a[9]), (k, a[10]), (n, a[11])), IN)),
+             (12, _extent(a[12], 4, ((batch, a[13]), (m, a[14]), (n, 1)), OUT))]
+    if a[15]:
+        spans.append((15, _extent(a[15], 4, ((m, a[16]), (n, a[17])), IN)))
+    return spans
+
+
+def _out_size(size, kernel, stride, dilation, pad):
+    return (size + pad - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def _conv_spans(a):
+    n, c, h, w, o, kh, kw, groups = a[0], a[1], a[2], a[3], a[5], a[6], a[7], a[9]
+    ho, wo = _out_size(h, kh, a[10], a[12], a[14] + a[16]), _out_size(w, kw, a[11], a[13], a[15] + a[17])
+    spans = [(4, _extent(a[4], 4, ((n * c * h * w, 1),), IN)),
+             (8, _extent(a[8], 4, ((o * (c // groups) * kh * kw, 1),), IN)),
+             (20, _extent(a[20], 4, ((n * o * ho * wo, 1),), OUT))]
+    if a[18]:
+        spans.append((18, _extent(a[18], 4, ((o, 1),), IN)))
+    return spans
+
+
+def _depthwise_spans(a):
+    n, c, h, w, kh, kw = a[0], a[1], a[2], a[3], a[5], a[6]
+    ho, wo = _out_size(h, kh, a[8], a[10], a[12] + a[14]), _out_size(w, kw, a[9], a[11], a[13] + a[15])
+    spans = [(4, _extent(a[4], 4, ((n * c * h * w, 1),), IN)),
+             (7, _extent(a[7], 4, ((c * kh * kw, 1),), IN)),
+             (18, _extent(a[18], 4, ((n * c * ho * wo, 1),), OUT))]
+    if a[16]:
+        spans.append((16, _extent(a[16], 4, ((c, 1),), IN)))
+    return spans
+
+
+def _attention_spans(a):
+    n, h, hkv, l, s, d, dv = a[:7]
+    spans = [(7, _extent(a[7], 4, ((n, a[8]), (h, a[9]), (l, a[10]), (d, a[11])), IN)),
+             (12, _extent(a[12], 4, ((n, a[13]), (hkv, a[14]), (s, a[15]), (d, a[16])), IN)),
+             (17, _extent(a[17], 4, ((n, a[18]), (hkv, a[19]), (s, a[20]), (dv, a[21])), IN)),
+             (30, _extent(a[30], 4, ((n * l * h * dv, 1),), OUT))]
+    if a[22]:
+        spans.append((22, _extent(a[22], 1 if a[23] == 1 else 4, ((n, a[24]), (h, a[25]), (l, a[26]), (s, a[27])),
+                                  IN)))
+    return spans
+
+
+def _linear_q_spans(a):
+    kind, m, rows, cols = a[0], a[1], a[2], a[3]
+    spans = [(4, _extent(a[4], 4, ((m, a[5]), (cols, 1)), IN)),
+             (6, _extent(a[6], 1, ((rows * _ROW_BYTES[kind].row_bytes(cols), 1),), IN)),
+             (8, _extent(a[8], 4, ((m * rows, 1),), OUT))]
+    if a[7]:
+        spans.append((7, _extent(a[7], 4, ((rows, 1),), IN)))
+    return spans
+
+
+def _conv_work(a):
+    ho = _out_size(a[2], a[6], a[10], a[12], a[14] + a[16])
+    wo = _out_size(a[3], a[7], a[11], a[13], a[15] + a[17])
+    return a[0] * a[5] * ho * wo * (a[1] // a[9]) * a[6] * a[7]
+
+
+def _depthwise_work(a):
+    ho = _out_size(a[2], a[5], a[8], a[10], a[12] + a[14])
+    return a[0] * a[1] * ho * a[3] * a[5] * a[6] // max(a[9], 1)
+
+
+# export -> (the spans of its pointer arguments, its work in multiply-adds)
+SPANS = {
+    "gemm_f32": (_gemm_spans, lambda a: a[0] * a[1] * a[2] * a[3]),
+    "gemm_f16w_f32": (lambda a: _gemm_spans(a, 2), lambda a: a[0] * a[1] * a[2] * a[3]),
+    "conv2d_f32": (_conv_spans, _conv_work),
+    "depthwise_conv2d_f32": (_depthwise_spans, _depthwise_work),
+    "attention_f32": (_attention_spans, lambda a: a[0] * a[1] * a[3] * a[4] * (a[5] + a[6])),
+    "linear_q_f32": (_linear_q_spans, lambda a: a[1] * a[2] * a[3]),
+}
+_FORMAT = {library.POINTER: "I", library.FLOAT: "f"}
+
+
+class Heap:
+    """First-fit allocator over the pool's memory, from its heap base up; grows the memory."""
+
+    def __init__(self, base: int, end: int, grow):
+        base = -(-base // ALIGN) * ALIGN
+        self.free, self.used, self.end, self._grow = [[base, end - base]] if end > base else [], {}, end, grow
+
+    def alloc(self, size: int) -> int:
+        size = -(-max(size, 1) // ALIGN) * ALIGN
+        for i, block in enumerate(self.free):
+            if block[1] >= size:
+                start = block[0]
+                if block[1] == size:
+                    del self.free[i]
+                else:
+                    block[0], block[1] = start + size, block[1] - size
+                self.used[start] = size
+                return start
+        old = self.end
+        self.end = int(self._grow(max(size, old // 4)))
+        if self.free and self.free[-1][0] + self.free[-1][1] == old:
+            self.free[-1][1] += self.end - old
+        else:
+            self.free.append([old, self.end - old])
+        return self.alloc(size)
+
+    def release(self, start: int) -> None:
+        size = self.used.pop(start)
+        i = bisect.bisect(self.free, [start, 0])
+        self.free.insert(i, [start, size])
+        if i + 1 < len(self.free) and start + size == self.free[i + 1][0]:
+            self.free[i][1] += self.free.pop(i + 1)[1]
+        if i and self.free[i - 1][0] + self.free[i - 1][1] == start:
+            self.free[i - 1][1] += self.free.pop(i)[1]
+
+
+class _Resident:
+    """A weight's bytes [lo, hi) in Pyodide's memory, and their copy in the heap (0: not yet)."""
+    __slots__ = ("lo", "hi", "key", "address", "pending", "ref")
+
+    def __init__(self, lo: int, hi: int, key: int):
+        self.lo, self.hi, self.key, self.address, self.pending, self.ref = lo, hi, key, 0, 0, None
+
+
+class Prepared:
+    """A pool call with fixed arguments: its descriptor written once (`words`), run in one crossing."""
+
+    def __init__(self, run, words: np.ndarray, name: str):
+        self.run, self.words, self.name = run, words, name
+        self.address = words.ctypes.data
+
+    def __call__(self):
+        if self.run(self.address):
+            raise RuntimeError(f"{self.name}: the pool's kernel reported an error")
+
+
+def join(prepared: list[Prepared]) -> Prepared:
+    """Several prepared calls as one descriptor: one crossing runs them in order."""
+    words = np.concatenate([np.array([sum(int(p.words[0]) for p in prepared)], np.uint32)] +
+                           [p.words[1:] for p in prepared])
+    return Prepared(prepared[0].run, words, "+".join(p.name for p in prepared))
+
+
+class HeapLibrary:
+    """library.Library's exports: the side module's, except POOL's, which run on the pool when the
+    pool has more than one thread and the call has MIN_WORK or more. `bridge` is the JS object of
+    web/kernel-bridge.js (run(address), grow(bytes), info(), setThreads(n))."""
+
+    def __init__(self, local, bridge):
+        self.local, self.bridge, self.path, self.features = local, bridge, local.path, local.features
+        self._run, self.min_work = bridge.run, MIN_WORK
+        info = json.loads(bridge.info())
+        if info["abi"] != library.ABI:
+            raise OSError(f"the pool's kernels implement ABI {info['abi']}, this engine needs {library.ABI}")
+        self.threads, self.reason = int(info["threads"]), info.get("reason")
+        self.heap = Heap(info["heap_base"], info["heap_end"], bridge.grow)
+        self._arena, self._arena_size = 0, 0
+        self._scratch, self._scratch_floats = 0, 0
+        self._starts: list[int] = []       # the residents, by their first byte
+        self._entries: list[_Resident] = []
+        self._roots: dict[int, _Resident] = {}
+        self._words = np.zeros(256, np.uint32)
+        self._formats: dict = {}
+        for name in library.SIGNATURES:
+            setattr(self, name, getattr(local, name))
+        bridge.define(json.dumps(POOL))
+        for index, name in enumerate(POOL):
+            setattr(self, name, self._export(index, name))
+
+    @property
+    def flavour(self) -> str:
+        return self.local.flavour
+
+    def __repr__(self) -> str:
+        return f"<engine kernels {self.flavour} from {self.path}, {self.threads} threads on the pool>"
+
+    def set_threads(self, n: int) -> int:
+        self.threads = int(self.bridge.setThreads(int(n)))
+        return self.threads
+
+    # --- weights ----------------------------------------------------------------------------------
+    def resident(self, array) -> None:
+        """Keep `array`'s memory in the heap (copied on first use) for as long as it lives."""
+        root = array
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        if id(root) in self._roots or not root.size:
+            return
+        lo, hi = byte_bounds(root)
+        entry = _Resident(lo, hi, id(root))
+        entry.ref = weakref.ref(root, lambda _: self._evict(entry))
+        self._roots[entry.key] = entry
+        i = bisect.bisect(self._starts, lo)
+        self._starts.insert(i, lo)
+        self._entries.insert(i, entry)
+
+    def _evict(self, entry) -> None:
+        self._roots.pop(entry.key, None)
+        i = self._entries.index(entry)
+        del self._entries[i], self._starts[i]
+        if entry.address:
+            self.heap.release(entry.address)
+
+    def _resident_for(self, lo: int, hi: int):
+        i = bisect.bisect(self._starts, lo) - 1
+        if i >= 0 and hi <= self._entries[i].hi:
+            return self._entries[i]
+        return None
+
+    def _stale(self, lo: int, hi: int) -> None:
+        """An output written over a resident range: its heap copy is made again on next use."""
+        for entry in self._entries[max(bisect.bisect(self._starts, lo) - 1, 0):bisect.bisect(self._starts, hi)]:
+            if entry.lo < hi and lo < entry.hi and entry.address:
+                self.heap.release(entry.address)
+                entry.address = 0
+
+    # --- calls --------------------------------------------------------------------------------------
+    def _export(self, index: int, name: str):
+        local_fn = getattr(self.local, name)
+        spans_of, work_of = SPANS[name]
+        types = library.SIGNATURES[name][1]
+        formats = "".join(_FORMAT.get(t, "I" if t is ctypes.c_size_t else "i") for t in types)
+
+        def call(*args):
+            if self.threads < 2 or work_of(args) < self.min_work:
+                return local_fn(*args)
+            return self._call(index, name, args, spans_of, formats)
+
+        def prepare(*args):
+            """This call with these arguments as a Prepared pool call (it runs once here)."""
+            self._call(index, name, args, spans_of, formats)
+            words, _ = self._describe(index, name, args, spans_of, formats)
+            return Prepared(self._run, words.copy(), name)
+
+        call.__name__, call.prepare = name, prepare
+        return call
+
+    def _call(self, index, name, args, spans_of, formats):
+        while True:
+            words, uploads = self._describe(index, name, args, spans_of, formats)
+            try:
+                need = self._run(words.ctypes.data)
+            except BaseException:
+                need = None
+                raise
+            finally:
+                for entry in uploads:                  # its heap copy is in place from now on, or not at all
+                    if need == 0:
+                        entry.address = entry.pending
+                    else:
+                        self.heap.release(entry.pending)
+                    entry.pending = 0
+            if not need:
+                return 0
+            if self._scratch_floats >= need:
+                raise RuntimeError(f"{name} asked for more scratch twice")
+            self._scratch_floats = max(need, 2 * self._scratch_floats)
+            self._scratch = self.heap.alloc(4 * self._scratch_floats)   # the old one stays: a prepared call may name it
+
+    def _describe(self, index, name, args, spans_of, formats):
+        """The descriptor of one call (in self._words) and the resident entries it uploads."""
+        args = [getattr(v, "value", v) or 0 for v in args]
+        ins, outs, temporaries, uploads = [], [], [], []
+        for position, (address, lo, hi, direction) in spans_of(args):
+            if hi <= lo:
+                continue
+            entry = self._resident_for(lo, hi) if direction == IN else None
+            if entry is not None:
+                if not entry.address and not entry.pending:
+                    entry.pending = self.heap.alloc(entry.hi - entry.lo)
+                    uploads.append(entry)
+                    ins.append((entry.lo, entry.pending, entry.hi - entry.lo))
+                args[position] = (entry.address or entry.pending) + (address - entry.lo)
+                continue
+            if direction != IN:
+                self._stale(lo, hi)
+            temporaries.append((lo, hi, direction, position, address))
+        temporaries.sort()
+        offset, group = 0, None
+        groups = []
+        for lo, hi, direction, position, address in temporaries:    # overlapping spans share one copy
+            if group is None or lo >= group[1]:
+                group = [lo, hi, direction, []]
+                groups.append(group)
+            else:
+                group[1], group[2] = max(group[1], hi), group[2] | direction
+            group[3].append((position, address))
+        placed = []
+        for lo, hi, direction, members in groups:
+            offset = -(-offset // ALIGN) * ALIGN
+            placed.append((lo, hi, direction, members, offset))
+            offset += hi - lo
+        if offset > self._arena_size:
+            self._arena_size = max(offset, 2 * self._arena_size)
+            self._arena = self.heap.alloc(self._arena_size)              # the old one stays (prepared calls)
+        for lo, hi, direction, members, at in placed:
+            at += self._arena
+            for position, address in members:
+                args[position] = at + (address - lo)
+            if direction & IN:
+                ins.append((lo, at, hi - lo))
+            if direction & OUT:
+                outs.append((at, lo, hi - lo))
+        if name in library.SCRATCH:
+            if not self._scratch:
+                self._scratch_floats = 1 << 18
+                self._scratch = self.heap.alloc(4 * self._scratch_floats)
+            args[-2], args[-1] = self._scratch, self._scratch_floats
+        key = (name, len(ins), len(outs))
+        fmt = self._formats.get(key)
+        if fmt is None:
+            fmt = self._formats[key] = struct.Struct("<5I" + formats + "3I" * (len(ins) + len(outs)))
+        if fmt.size > self._words.nbytes:
+            self._words = np.zeros(fmt.size, np.uint32)
+        fmt.pack_into(self._words, 0, 1, index, len(args), len(ins), len(outs), *args,
+                      *(v for copy in ins for v in copy), *(v for copy in outs for v in copy))
+        return self._words[:fmt.size // 4], uploads
+
+
+
+def start(bridge) -> HeapLibrary:
+    """Make the pool behind `bridge` (web/kernel-bridge.js) run the simd backend's heavy calls."""
+    loaded = HeapLibrary(library.get(), bridge)
+    library.use(loaded)
+    return loaded

@@ -1,0 +1,99 @@
+"""Runs inside Pyodide beside the kernel pool (tests/kernels/pool_run.mjs): every export that the
+pool runs gives the side module's bits when called through engine.backends.simd.heap (the same
+C code, one build flavour: relaxed), on operands that are views, transposes, broadcasts and
+overlapping halves of one buffer; weights stay resident; a replayed prepared call and a joined
+pair of them give the same bits again. Evaluates to a JSON string {"threads", "reason",
+"mismatches": [names], "checks": count, ...}."""
+import json
+import sys
+
+sys.path.insert(0, "/repo")
+
+import numpy as np  # noqa: E402
+
+from engine.backends.simd import heap, library  # noqa: E402
+from engine.backends.simd import kernels as K  # noqa: E402
+from engine.backends.simd import quantized as Q  # noqa: E402
+from tests.kernels.reference import random_blocks  # noqa: E402
+
+local = library.get()
+pool = heap.start(KERNEL_BRIDGE)  # noqa: F821 - set by pool_run.mjs
+pool.min_work = 0                 # every call of a pooled export goes to the pool
+rng = np.random.default_rng(7)
+mismatches, checks = [], 0
+
+
+def same(name, run):
+    """run() on the side module, then through the pool: the same bits"""
+    global checks
+    library.use(local)
+    expected = run()
+    library.use(pool)
+    got = run()
+    checks += 1
+    if expected.shape != got.shape or not np.array_equal(expected.view(np.uint32), got.view(np.uint32)):
+        mismatches.append(name)
+
+
+def f32(*shape):
+    return rng.standard_normal(shape, dtype=np.float32)
+
+
+for m, k, n in [(1, 7, 5), (37, 64, 130), (128, 384, 384), (3, 300, 1000)]:
+    a, b, bias = f32(m, k), f32(k, n), f32(n)
+    same(f"gemm {m}x{k}x{n}", lambda: K.gemm(a, b))
+    same(f"gemm {m}x{k}x{n} bias gelu, b transposed", lambda: K.gemm(a, np.asfortranarray(b), bias, "gelu"))
+    w = f32(n, k)
+    same(f"linear {m}x{k}->{n}", lambda: K.linear(a, w, bias))
+    same(f"linear f16 {m}x{k}->{n}", lambda: K.linear(a, w.astype(np.float16)))
+x, y = f32(2, 3, 33, 17), f32(1, 3, 17, 9)
+same("gemm batched broadcast", lambda: K.gemm(x, y))
+qkv = f32(2, 40, 3 * 4 * 16)                             # a fused projection: q, k, v overlap in one buffer
+q, kk, v = (qkv[..., i * 64:(i + 1) * 64].reshape(2, 40, 4, 16).transpose(0, 2, 1, 3) for i in range(3))
+same("attention strided views", lambda: K.attention(q, kk, v))
+same("attention causal", lambda: K.attention(q, kk, v, is_causal=True))
+mask = rng.random((2, 1, 40, 40)) > 0.3
+same("attention bool mask", lambda: K.attention(q, kk, v, mask))
+gqa = f32(1, 6, 5, 16), f32(1, 2, 9, 16), f32(1, 2, 9, 8), f32(1, 1, 5, 9)
+same("attention float mask, gqa", lambda: K.attention(*gqa))
+img = f32(2, 8, 19, 23)
+for groups, o, kh, stride, pad in [(1, 16, 3, 1, 1), (1, 12, 1, 1, 0), (2, 6, 3, 2, ((0, 1), (1, 0))),
+                                   (8, 8, 5, 2, 2), (1, 32, 3, 2, 1)]:
+    wc, bc = f32(o, 8 // groups, kh, kh), f32(o)
+    same(f"conv2d g{groups} o{o} k{kh} s{stride}", lambda: K.conv2d(img, wc, bc, stride, pad, 1, groups, "relu6"))
+dw, db = f32(8, 1, 3, 3), f32(8)
+same("depthwise 3x3 s2", lambda: K.depthwise_conv2d(img, dw, db, 2, 1, activation="relu"))
+for qtype in ("q4_0", "q4_1", "q8_0", "q4_k", "q6_k"):
+    rows, cols = 96, 512
+    blocks = random_blocks(qtype, rows, cols, rng)
+    for m in (1, 5, 37):
+        xq = f32(m, cols)
+        same(f"linear_q {qtype} m{m}", lambda: Q.linear_q(xq, weight=blocks, qtype=qtype, rows=rows, cols=cols))
+
+# weights: copied once, then read where they lie in the heap; a dead weight leaves the heap
+library.use(pool)
+w = f32(256, 128)
+K.linear(f32(8, 128), w)
+resident = len(pool._entries)
+copied = [e for e in pool._entries if e.address]
+del w
+evicted = len(pool._entries) == resident - 1
+
+# a prepared call replays the same bits; two joined run in one crossing
+a, w1, w2 = f32(16, 64), f32(32, 64), f32(48, 64)
+out1, out2 = np.empty((16, 32), np.float32), np.empty((16, 48), np.float32)
+library.use(local)
+want1, want2 = K.linear(a, w1), K.linear(a, w2)
+library.use(pool)
+with library.recording() as calls:
+    K.linear(a, w1, out=out1)
+    K.linear(a, w2, out=out2)
+prepared = [fn.prepare(*args) for _, fn, args, _ in calls]
+out1[:] = np.nan
+out2[:] = np.nan
+heap.join(prepared)()
+replayed = bool(np.array_equal(out1, want1) and np.array_equal(out2, want2))
+
+json.dumps({"threads": pool.threads, "reason": POOL_REASON, "mismatches": mismatches, "checks": checks,  # noqa: F821
+            "resident_copied": len(copied), "evicted": evicted, "replayed": replayed,
+            "heap_end": pool.heap.end})
