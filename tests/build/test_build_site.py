@@ -425,13 +425,27 @@ def test_minilm_site_copy_is_float16_with_row_blocks(dist, minilm_folder):
                                          "tokenizer.json"]
 
 
-def test_the_benchmarks_peer_is_built_only_when_asked(dist, cache, tmp_path):
-    """--peers puts llama.cpp in WebAssembly (npm @wllama/wllama, as published) in dist/peers/
-    for the bench page's chat section; the site people use has no third-party code."""
+def test_the_benchmarks_peers_are_built_only_when_asked(dist, cache, tmp_path):
+    """--peers puts llama.cpp in WebAssembly (npm @wllama/wllama) and ONNX Runtime Web's WASM build
+    (npm onnxruntime-web), as published, in dist/peers/ for the bench page; the site people use has
+    no third-party code."""
     assert not (dist / "peers").exists()
+    from buildtools import peers
     from buildtools.fetch import npm_pack
-    tgz = npm_pack("@wllama/wllama", site.PEERS[0][2], cache)
-    site.write_peers(tmp_path, tgz)
+    peers.write_wllama(tmp_path, npm_pack(*peers.WLLAMA[1:3], cache))
     folder = tmp_path / "peers" / "wllama"
     assert sorted(p.name for p in folder.iterdir()) == ["LICENCE", "index.js", "wllama.wasm"]
     assert (folder / "wllama.wasm").read_bytes()[:4] == b"\0asm" and b"  Wllama," in (folder / "index.js").read_bytes()
+    tgz = npm_pack(*peers.ONNXRUNTIME[1:3], cache)
+    peers.write_onnxruntime(tmp_path, tgz)
+    folder = tmp_path / "peers" / "onnxruntime"
+    assert sorted(p.name for p in folder.iterdir()) == ["LICENCE", "ort-wasm-simd-threaded.mjs",
+                                                       "ort-wasm-simd-threaded.wasm", "ort.wasm.min.mjs", "package.json"]
+    with tarfile.open(tgz) as tar:                   # byte for byte as published
+        for member, name in peers.ONNXRUNTIME_FILES.items():
+            assert (folder / name).read_bytes() == tar.extractfile(member).read()
+    package = json.loads((folder / "package.json").read_text())
+    assert (package["name"], package["version"], package["license"]) == ("onnxruntime-web", "1.30.0", "MIT")
+    assert (folder / "ort-wasm-simd-threaded.wasm").read_bytes()[:4] == b"\0asm"
+    assert b"InferenceSession" in (folder / "ort.wasm.min.mjs").read_bytes()
+    assert "MIT License" in (folder / "LICENCE").read_text()
