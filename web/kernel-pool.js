@@ -150,15 +150,24 @@
     const failures = [];
     let settle = null;
     const changed = () => settle && settle();
+    // A helper lost after it entered the C pool may own a slot a job would be posted to, and the
+    // caller would wait for it forever: from then on the kernels run on the calling thread only.
+    let pool = null;
+    let lostAfterEntering = false;
     const fail = (helper, why) => {
       if (helper.state === "failed") return;
       const wasEntered = helper.state === "entered";
       helper.state = "failed";
       helper.why = why;
-      if (wasEntered && ready && options.onHelperError) options.onHelperError(helper.tid, why);
+      if (wasEntered) lostAfterEntering = true;
+      if (wasEntered && pool && !pool.closed) {
+        pool.limit = 1;
+        pool.threads = exports.engine_set_threads(1);
+        pool.reason = `helper worker ${helper.tid} stopped: ${why}; the kernels run on 1 thread`;
+        if (options.onHelperError) options.onHelperError(helper.tid, why);
+      }
       changed();
     };
-    let ready = false;
     const spawn = options.spawn || defaultSpawn;
     for (let tid = 1; tid < wanted; tid++) {
       const helper = { tid, worker: null, state: "starting", why: null };
@@ -197,22 +206,28 @@
       }
       if (helper.state === "failed") failures.push(`helper worker ${helper.tid} failed to start: ${helper.why}`);
     }
-    ready = true;
-    const threads = exports.engine_set_threads(1 + Math.min(entered(), exports.engine_threads_ready()));
+    const usable = lostAfterEntering ? 0 : Math.min(entered(), exports.engine_threads_ready());
+    const threads = exports.engine_set_threads(1 + usable);
     let reason = null;
     if (threads < wanted) {
       reason = failures.length ? failures.join("; ")
              : `${wanted - threads} helper worker(s) did not enter the pool within ${timeoutMs} ms`;
     }
-    return {
-      memory, exports, module, heapBase, threads, requested: wanted, reason,
-      setThreads: (n) => exports.engine_set_threads(Math.max(1, Math.floor(n))),
+    pool = {
+      memory, exports, module, heapBase, threads, requested: wanted, reason, limit: threads, closed: false,
+      // the threads taking part from now on (at most those started): the count in effect
+      setThreads(n) {
+        this.threads = exports.engine_set_threads(Math.max(1, Math.min(Math.floor(n), this.limit)));
+        return this.threads;
+      },
       grow,
       close() {
+        this.closed = true;
         exports.engine_set_threads(1);
         for (const helper of helpers) terminate(helper.worker);
       },
     };
+    return pool;
   }
 
   function terminate(worker) {

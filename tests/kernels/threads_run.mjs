@@ -5,12 +5,13 @@
 //   node threads_run.mjs run JOB.json       # calls the kernels on each thread count of the job
 //   node threads_run.mjs bench WASM [THREADS...]    # GEMM timings per call (1 and 2 threads)
 //
-// JOB: {wasm, helper, threads: [1, 2, 3], timeoutMs, out: folder,
+// JOB: {wasm, helper (or one per helper), threads: [1, 2, 3], timeoutMs, stop: [helpers ended after start], out,
 //       buffers: {name: {file} | {bytes}}, calls: [{name, args, outputs: [buffer names], scratch}]}
 // An argument is a number, or {"buffer": name, "offset": bytes} for an address in that buffer.
 // With scratch: true the call is made with (0, 0) for its last two arguments first, then with a
 // scratch buffer of the size it asked for. Outputs are filled with 0xff (NaN) before each call and
-// written to OUT/t<threads>/<call>_<name>.bin. Prints a JSON summary.
+// written to OUT/t<threads>/<call>_<name>.bin. Prints a JSON summary (per call: the scratch it asked
+// for, and whether it split among threads: the pool's test-only count engine_pool_splits grew).
 import fs from "node:fs";
 import path from "node:path";
 import { createRequire } from "node:module";
@@ -37,10 +38,20 @@ async function runJob(job) {
   const summary = [];
   for (const wanted of job.threads) {
     const started = performance.now();
+    const workers = {};
+    const spawn = (url, tid) => {
+      const { Worker } = require("node:worker_threads");
+      return (workers[tid] = new Worker(Array.isArray(job.helper) ? job.helper[tid - 1] : url));
+    };
     const pool = await EngineKernelPool.start({ bytes, threads: wanted, helperUrl: job.helper || HELPER,
-                                                timeoutMs: job.timeoutMs });
+                                                timeoutMs: job.timeoutMs, spawn });
     const entry = { requested: wanted, threads: pool.threads, reason: pool.reason, heapBase: pool.heapBase,
                     startMs: performance.now() - started, calls: [] };
+    if (job.stop) {                                   // helpers that die after the start
+      await Promise.all(job.stop.map((tid) => workers[tid].terminate()));
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      Object.assign(entry, { threadsAfterStop: pool.threads, reasonAfterStop: pool.reason });
+    }
     summary.push(entry);
     const alloc = heap(pool);
     const address = {}, size = {};
@@ -58,6 +69,7 @@ async function runJob(job) {
       const args = call.args.map((a) => (a && typeof a === "object" ? address[a.buffer] + (a.offset || 0) : a));
       for (const out of call.outputs) new Uint8Array(pool.memory.buffer, address[out], size[out]).fill(0xff);
       let result, scratch = 0;
+      const splits = pool.exports.engine_pool_splits ? pool.exports.engine_pool_splits() : 0;
       if (call.scratch) {
         scratch = fn(...args.slice(0, -2), 0, 0) >>> 0;
         const at = alloc(scratch * 4);
@@ -65,7 +77,8 @@ async function runJob(job) {
       } else {
         result = fn(...args);
       }
-      entry.calls.push({ name: call.name, result: result === undefined ? null : result >>> 0, scratch });
+      entry.calls.push({ name: call.name, result: result === undefined ? null : result >>> 0, scratch,
+                         split: pool.exports.engine_pool_splits ? pool.exports.engine_pool_splits() > splits : null });
       for (const out of call.outputs) {
         fs.writeFileSync(path.join(folder, `${index}_${out}.bin`),
                          new Uint8Array(pool.memory.buffer, address[out], size[out]).slice());
