@@ -26,7 +26,12 @@ from engine.backends.simd import kernels as K
 from engine.backends.simd import library
 from engine.backends.simd import quantized as Q
 from tests.helpers import need
-from tests.kernels.reference import attention_reference, gemm_reference, linear_q_reference, random_blocks
+from tests.kernels.reference import (
+    attention_reference,
+    gemm_reference,
+    linear_q_reference,
+    random_blocks,
+)
 from wasm_kernels import build
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -192,7 +197,8 @@ def threads_wasm(tmp_path_factory):
 def _run(job, tmp):
     path = tmp / "job.json"
     path.write_text(json.dumps(job))
-    run = subprocess.run(NODE + [str(RUNNER), "run", str(path)], capture_output=True, text=True, timeout=300)
+    run = subprocess.run(NODE + [str(RUNNER), "run", str(path)], capture_output=True, text=True, timeout=300,
+                         check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
 
@@ -243,7 +249,7 @@ def test_pool_starts_every_thread(replayed):
 
 @pytest.mark.parametrize("case", CASES)
 def test_same_bits_on_every_thread_count(replayed, case):
-    output, tolerance, per_thread, _ = replayed[0][case]
+    output, _, per_thread, _ = replayed[0][case]
     one = per_thread[1]
     assert not np.isnan(one).any() or np.isnan(output).any(), f"{case}: outputs left unwritten"
     for threads, result in per_thread.items():
