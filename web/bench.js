@@ -13,13 +13,22 @@
 // `python build.py --peers`) the same case on llama.cpp in WebAssembly in this page, for the ratios.
 // ?speech=1 (or ?speech=simd,webgpu) adds Whisper's real-time factor on the 28 s speech sample (benchSpeech).
 // ?startup=N (1: 3 rounds) compares the site's start with a bare Pyodide start (bare-start.js) in this
-// page, N rounds alternating which goes first (benchStartup). Each section's wall time goes into sections_ms.
+// page, N rounds alternating which goes first (benchStartup). ?threads=1,2 times EfficientNet b1 and
+// MiniLM 1x128/8x128 on simd at each kernel thread count (the scaling curve); ?ort=1 runs ONNX Runtime
+// Web on the same cases and inputs with 1 and 2 threads (?ort_threads=1,2,4: other counts), for the
+// ratios (benchThreads; `python build.py --peers`); ?thread_repeat=N: that section's repeats. Each
+// section's wall time goes into sections_ms.
 import { EngineClient } from "./engine-client.js";
 
 const params = new URLSearchParams(location.search);
 const repeat = Number(params.get("repeat")) || 20;
 const out = document.getElementById("bench-results");
 const status = document.getElementById("bench-status");
+// ?threads=1,2: our kernel thread counts to time (the worker starts with the largest);
+// ?ort=1 (?ort_threads=...): ONNX Runtime Web's
+const counts = (name) => (params.get(name) || "").split(",").map(Number).filter((n) => Number.isInteger(n) && n >= 1);
+const threadCounts = counts("threads");
+const ortThreads = params.has("ort") && params.get("ort") !== "0" ? (counts("ort_threads").length ? counts("ort_threads") : [1, 2]) : [];
 
 // The cold start's breakdown: which visit this is ("navigate": a first visit when the caches are
 // empty; "reload"), whether the service worker answered, and per stage the worker's time, requests
@@ -48,10 +57,11 @@ function coldStart(info, worker, totalMs) {
 async function main() {
   const start = performance.now();
   const client = new EngineClient();
-  const state = await client.init(params.get("backend") || "auto");
+  const state = await client.init(params.get("backend") || "auto", null, null, threadsWanted());
   if (state.status !== "ready") throw new Error(state.error);
   const info = state.info;
   const readyMs = performance.now() - start;
+  showThreads(info.threads);
   const workerDownloads = await client.call("resources");     // what the worker fetched to get here
   const results = {
     user_agent: navigator.userAgent,
@@ -61,6 +71,7 @@ async function main() {
     weights: info.weights,
     worker_downloads: workerDownloads,
     kernels: info.kernels,
+    threads: info.threads || NO_POOL,
     adapter: info.adapter,
     devices: info.devices,
     mnist: {},
@@ -112,9 +123,156 @@ async function main() {
       results.minilm[device] = await client.python("bench_text", quick);
     }
   });
+  if (threadCounts.length || ortThreads.length) await section("threads", () => benchThreads(client, results));
   if (params.has("llm") && params.get("llm") !== "0") await section("llm", () => benchLlm(client, results));
   if (params.has("speech") && params.get("speech") !== "0") await section("speech", () => benchSpeech(client, results));
   return results;
+}
+
+// The kernel threads the worker starts with: the largest of ?threads= (every section before the
+// thread section runs on it), else 1, so that the other sections' numbers stay one core's unless
+// asked; 1 when the page is not cross-origin isolated (a pool needs a SharedArrayBuffer).
+function threadsWanted() {
+  return self.crossOriginIsolated === true && threadCounts.length ? Math.max(...threadCounts) : 1;
+}
+
+// The worker's kernel threads as its boot reports them ({requested, used, reason}); a worker without
+// a thread pool reports none: one thread.
+const NO_POOL = { requested: 1, used: 1, reason: "the worker reports no kernel thread pool" };
+
+function showThreads(threads = NO_POOL, now = null) {
+  const used = now ? now.used : threads.used;
+  const reason = (now && now.reason) || threads.reason;
+  document.getElementById("bench-threads").textContent =
+    `kernel threads: ${used}${reason ? ` (${reason})` : ""}; ` +
+    `cross-origin isolated: ${self.crossOriginIsolated === true ? "yes" : "no"}`;
+}
+
+const CASES = [                        // [name, label, our pipeline's task, our result's key]
+  ["effnet_b1", "EfficientNet-Lite0 b1", "image-classification", "batch1_ms"],
+  ["minilm_1x128", "MiniLM 1x128", "sentence-embedding", "batch1x128_ms"],
+  ["minilm_8x128", "MiniLM 8x128", "sentence-embedding", "batch8x128_ms"],
+];
+const ORT_VERSION = "1.30.0";
+const ORT_MODELS = { effnet_b1: "efficientnet_lite0.onnx", minilm_1x128: "all-MiniLM-L6-v2.onnx",
+                     minilm_8x128: "all-MiniLM-L6-v2.onnx" };
+
+// The thread section: ours on simd at each of ?threads= (engine.set_num_threads between runs, through
+// bench_threads; each row says the count in effect), then with ?ort=1 ONNX Runtime Web on the same
+// cases and inputs (bench_peer_cases) at each of its counts, each in a worker of its own
+// (web/bench-ort.js): median of the repeats after one untimed run, its outputs checked against ours.
+async function benchThreads(client, results) {
+  const card = document.getElementById("threads-card");
+  const cardStatus = document.getElementById("threads-status");
+  card.hidden = false;
+  const quick = Number(params.get("thread_repeat")) || Math.max(3, Math.round(repeat / 4));
+  await client.setBackend("simd");
+  cardStatus.textContent = "loading the models";
+  for (const task of new Set(CASES.map((c) => c[2]))) await client.loadTask(task);
+  const ours = results.threads.runs = [];
+  for (const n of threadCounts.length ? threadCounts : [results.threads.used]) {
+    cardStatus.textContent = `ours, ${n} thread${n > 1 ? "s" : ""}`;
+    const set = await client.python("bench_threads", n);
+    showThreads(results.threads, set);
+    const image = await client.python("bench_image", quick);
+    const text = await client.python("bench_text", quick);
+    ours.push({ ...set, device: image.device, effnet_b1: image.batch1_ms, minilm_1x128: text.batch1x128_ms,
+                minilm_8x128: text.batch8x128_ms });
+  }
+  if (ortThreads.length) {
+    cardStatus.textContent = "preparing the peer's inputs";
+    const reference = await client.python("bench_peer_cases");
+    results.ort = { version: ORT_VERSION, repeat: quick, runs: [] };
+    for (const n of ortThreads) {
+      cardStatus.textContent = `ONNX Runtime Web, ${n} thread${n > 1 ? "s" : ""}`;
+      results.ort.runs.push(n > 1 && self.crossOriginIsolated !== true
+        ? { threads: n, skipped: "the page is not cross-origin isolated: ONNX Runtime Web would run on 1 thread" }
+        : await runOrt(n, reference.cases, quick));
+    }
+  }
+  document.getElementById("threads-table").textContent = threadsTable(results).join("\n");
+  cardStatus.textContent = "done";
+}
+
+// ONNX Runtime Web with `threads` threads on every case, in a new worker; per case its times and how
+// far its output is from ours (logits: max |difference| and the same top-1; embeddings: least cosine).
+function runOrt(threads, cases, repeat) {
+  const decode = (f) => {
+    const bytes = Uint8Array.from(atob(f.base64), (c) => c.charCodeAt(0));
+    return { type: f.type, dims: f.dims, data: f.type === "int64" ? new BigInt64Array(bytes.buffer) : new Float32Array(bytes.buffer) };
+  };
+  const jobs = CASES.filter(([name]) => cases[name]).map(([name]) => ({
+    name, model: ORT_MODELS[name], feeds: Object.fromEntries(Object.entries(cases[name].feeds).map(([k, f]) => [k, decode(f)])),
+  }));
+  return new Promise((resolve) => {
+    const worker = new Worker("bench-ort.js", { type: "module" });
+    const done = (result) => { worker.terminate(); resolve(result); };
+    worker.onerror = (e) => done({ threads, error: `the ONNX Runtime Web worker failed: ${e.message || "could not start"}` });
+    worker.onmessage = ({ data }) => {
+      if (!data.ok) return done({ threads, error: data.error });
+      const byCase = {};
+      for (const c of data.cases) {
+        if (c.error) { byCase[c.name] = { error: c.error }; continue; }
+        byCase[c.name] = { median_ms: round(c.median_ms), create_ms: round(c.create_ms), warmup_ms: round(c.warmup_ms),
+                           runs_ms: c.runs_ms.map(round), ...compare(c.name, c.output.data, cases[c.name].output) };
+      }
+      done({ threads, cases: byCase });
+    };
+    worker.postMessage({ threads, repeat, cases: jobs });
+  });
+}
+
+function compare(name, theirs, ours) {
+  if (theirs.length !== ours.length) return { check: `output size ${theirs.length}, ours ${ours.length}` };
+  if (name.startsWith("effnet")) {
+    const top = (v) => v.reduce((best, x, i) => (x > v[best] ? i : best), 0);
+    return { max_abs_diff: Math.max(...theirs.map((x, i) => Math.abs(x - ours[i]))), same_top1: top(theirs) === top(ours) };
+  }
+  let least = 1;
+  for (let row = 0; row < ours.length / 384; row++) {
+    let dot = 0, a = 0, b = 0;
+    for (let i = row * 384; i < (row + 1) * 384; i++) { dot += theirs[i] * ours[i]; a += theirs[i] ** 2; b += ours[i] ** 2; }
+    least = Math.min(least, dot / Math.sqrt(a * b));
+  }
+  return { min_cosine: least };
+}
+
+// One line per case and thread count: ours, ONNX Runtime Web, ours/ORT (below 1 ours is faster),
+// and our speed-up over our first count; then what was skipped and the output checks.
+function threadsTable(results) {
+  const ours = results.threads.runs, ort = results.ort ? results.ort.runs : [];
+  const counts = [...new Set([...ours.map((r) => r.used), ...ort.map((r) => r.threads)])].sort((a, b) => a - b);
+  const ms = (x) => (x === undefined ? "-" : x.toFixed(1)).padStart(9);
+  const lines = [`${"case".padEnd(22)} ${"threads".padStart(7)} ${"ours ms".padStart(9)} ${"ORT ms".padStart(9)} ` +
+                 `${"ours/ORT".padStart(9)} ${"speed-up".padStart(9)}`];
+  results.ort_vs_ours = [];
+  for (const [name, label] of CASES) {
+    const base = ours.length ? ours[0][name] : undefined;
+    for (const n of counts) {
+      const mine = ours.find((r) => r.used === n && r.requested === n)?.[name];
+      const theirs = ort.find((r) => r.threads === n)?.cases?.[name]?.median_ms;
+      const ratio = mine !== undefined && theirs !== undefined ? mine / theirs : undefined;
+      if (ratio !== undefined) results.ort_vs_ours.push({ case: name, threads: n, ours_ms: mine, ort_ms: theirs, ratio: round2(ratio) });
+      lines.push(`${label.padEnd(22)} ${String(n).padStart(7)} ${ms(mine)} ${ms(theirs)} ` +
+                 `${(ratio === undefined ? "-" : ratio.toFixed(2) + "x").padStart(9)} ` +
+                 `${(mine === undefined || base === undefined ? "-" : (base / mine).toFixed(2) + "x").padStart(9)}`);
+    }
+  }
+  for (const r of ours) if (r.used !== r.requested) lines.push(`ours, ${r.requested} threads asked: ran on ${r.used} (${r.reason})`);
+  for (const r of ort) {
+    if (r.skipped || r.error) lines.push(`ONNX Runtime Web, ${r.threads} threads: ${r.skipped || r.error}`);
+    for (const [name, c] of Object.entries(r.cases || {})) {
+      if (c.error) lines.push(`ONNX Runtime Web, ${r.threads} threads, ${name}: ${c.error}`);
+    }
+  }
+  const checked = ort.find((r) => r.cases);
+  if (checked) {
+    const notes = Object.entries(checked.cases).filter(([, c]) => !c.error).map(([name, c]) => (c.min_cosine !== undefined
+      ? `${name} least cosine ${c.min_cosine.toFixed(6)}` : `${name} max |logit difference| ${c.max_abs_diff.toExponential(1)}` +
+        `${c.same_top1 ? ", same top-1" : ", OTHER top-1"}`));
+    lines.push(`ONNX Runtime Web ${ORT_VERSION} (WASM) against our outputs on the same inputs: ${notes.join("; ")}`);
+  }
+  return lines;
 }
 
 // The speech section: each Whisper model (?speech_models=, default tiny.en and base) on each backend
@@ -314,6 +472,7 @@ function devicesFor(name, fallback) {
 }
 
 const round = (x) => Math.round(x * 10) / 10;
+const round2 = (x) => Math.round(x * 100) / 100;
 const roundAll = (o) => Object.fromEntries(Object.entries(o).map(([k, v]) => [k, round(v)]));
 
 main().then((results) => {

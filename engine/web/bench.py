@@ -21,10 +21,26 @@ async def bench_digit(repeat: int = 20, batches=(1, 16)) -> str:
                         repeat, 3)
 
 
+def image_inputs(batches=(1,)) -> dict[int, np.ndarray]:
+    """batch size -> the images bench_image times (and the page's peer runs): seeded noise."""
+    x = np.random.default_rng(0).standard_normal((max(batches), 3, 224, 224)).astype(np.float32)
+    return {b: x[:b] for b in batches}
+
+
+def text_inputs(shapes=((1, 128), (8, 128))) -> dict[tuple, dict]:
+    """(batch, length) -> the token batch bench_text times (and the page's peer runs): seeded ids
+    of ordinary vocabulary, no padding."""
+    rng = np.random.default_rng(0)
+    batches = {}
+    for n, length in shapes:
+        ids = rng.integers(1000, 2000, (n, length))
+        batches[n, length] = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+    return batches
+
+
 async def bench_image(repeat: int = 5, batches=(1,)) -> str:
     """Median EfficientNet inference time (forward only) on the current device."""
-    x = np.random.default_rng(0).standard_normal((max(batches), 3, 224, 224)).astype(np.float32)
-    return await _bench("image-classification", {b: x[:b] for b in batches}, repeat, 2)
+    return await _bench("image-classification", image_inputs(batches), repeat, 2)
 
 
 async def _bench(task: str, inputs: dict, repeat: int, digits: int) -> str:
@@ -43,12 +59,9 @@ async def bench_text(repeat: int = 5, shapes=((1, 128), (8, 128)), task: str = "
     from ..bench.text import tokenizer_throughput
     async with state.lock:
         pipe = state.loaded(task)
-        rng = np.random.default_rng(0)
         out = {}
-        for n, length in shapes:
-            ids = rng.integers(1000, 2000, (n, length))
-            batch = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
-            await pipe.fetch_rows(ids)
+        for (n, length), batch in text_inputs(shapes).items():
+            await pipe.fetch_rows(batch["input_ids"])
             out[f"batch{n}x{length}_ms"] = round(median_ms(lambda: pipe.embed(batch), repeat), 2)
         out["tokenizer"] = tokenizer_throughput(pipe.tokenizer)
     return json.dumps({"device": state.current["device"], **out})
@@ -114,4 +127,50 @@ async def bench_speech(audio, repeat: int = 1, profile: bool = False, seconds: f
                        "device": state.current["device"]})
 
 
-ENTRY_POINTS = (bench_digit, bench_image, bench_text, bench_gemm, bench_ops, bench_qlinear, bench_llm, bench_speech)
+async def bench_threads(n: int) -> str:
+    """Set the kernels' thread count for the bench calls that follow (engine.threads'
+    set_num_threads): {"requested": n, "used": the count now in effect, "reason": why fewer, or None}."""
+    n = int(n)
+    try:
+        from .. import threads
+        setter, getter = threads.set_num_threads, threads.get_num_threads
+    except (ImportError, AttributeError):
+        return json.dumps({"requested": n, "used": 1, "reason": "this engine has no thread control (engine.threads)"})
+    async with state.lock:
+        setter(n)
+        used = int(getter())
+    reason = None
+    if used < n:
+        describe = getattr(threads, "describe", None)
+        reason = describe() if describe else f"{used} thread{'s' * (used != 1)} available"
+    return json.dumps({"requested": n, "used": used, "reason": reason})
+
+
+async def bench_peer_cases() -> str:
+    """The cases bench_image and bench_text time (EfficientNet batch 1, MiniLM 1x128 and 8x128),
+    for a peer in the page (ONNX Runtime Web, web/bench-ort.js) to run on the same inputs: per case
+    its inputs by the ONNX graphs' names ({"type", "dims", "base64"}: little-endian bytes) and our
+    output on the current device (logits; unit embeddings), which the page checks the peer's against.
+    Only the cases whose pipeline is loaded."""
+    import base64
+
+    def feed(array: np.ndarray, kind: str) -> dict:
+        data = np.ascontiguousarray(array, dtype="<f4" if kind == "float32" else "<i8")
+        return {"type": kind, "dims": list(array.shape), "base64": base64.b64encode(data.tobytes()).decode()}
+    cases = {}
+    async with state.lock:
+        if "image-classification" in state.current["pipelines"]:
+            pipe = state.loaded("image-classification")
+            for b, x in image_inputs().items():
+                cases[f"effnet_b{b}"] = {"feeds": {"pixel_values": feed(x, "float32")},
+                                         "output": pipe.logits(x).ravel().round(5).tolist()}
+        if "sentence-embedding" in state.current["pipelines"]:
+            pipe = state.loaded("sentence-embedding")
+            for (n, length), batch in text_inputs().items():
+                await pipe.fetch_rows(batch["input_ids"])
+                cases[f"minilm_{n}x{length}"] = {"feeds": {k: feed(v, "int64") for k, v in batch.items()},
+                                                 "output": pipe.embed(batch).ravel().round(6).tolist()}
+    return json.dumps({"device": state.current["device"], "cases": cases})
+
+
+ENTRY_POINTS = (bench_digit, bench_image, bench_text, bench_threads, bench_peer_cases, bench_gemm, bench_ops, bench_qlinear, bench_llm, bench_speech)
