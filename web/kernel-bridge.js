@@ -74,6 +74,8 @@
         return views().byteLength;
       },
       setThreads: (n) => pool.setThreads(n),
+      threads: () => pool.exports.engine_threads(),
+      reason: () => pool.reason || null,
     };
   }
 

@@ -266,9 +266,59 @@ function takeSnapshot() {
   taker.postMessage(SNAPSHOT);
 }
 
-async function boot(backend, kernels, tasks) {
+// The kernels on `threads` threads (the page's wish; 1 when it is not cross-origin isolated): the
+// threaded build on a shared memory in this worker and threads - 1 helpers (kernel-pool.js),
+// started while Pyodide starts, then handed to the simd backend (engine/backends/simd/heap.py)
+// through kernel-bridge.js. Any failure leaves the side module on one thread and says why:
+// {requested, used, reason}.
+let pool = null;
+async function startPool(threads) {
+  if (!(threads > 1)) return { pool: null, reason: null };
+  if (self.crossOriginIsolated !== true) return { pool: null, reason: "the page is not cross-origin isolated" };
+  try {
+    importScripts(BASE + "kernel-pool.js", BASE + "kernel-bridge.js");
+    const started = await self.EngineKernelPool.start({
+      url: `${BASE}kernels/engine_kernels.threads.wasm`, threads, helperUrl: BASE + "kernel-helper.js",
+      timeoutMs: 10000,
+      onHelperError: (tid, why) => { threadInfo.reason = `helper worker ${tid} stopped: ${why}`; },
+    });
+    return { pool: started, reason: started.reason };
+  } catch (err) {
+    return { pool: null, reason: `the kernel pool could not start: ${(err && err.message) || err}` };
+  }
+}
+const threadInfo = { requested: 1, used: 1, reason: null };
+
+// The simd backend's heavy calls on the pool (1 thread and the side module when it did not start).
+async function usePool(starting, flavour) {
+  const { pool: started, reason } = await starting;
+  threadInfo.reason = reason;
+  if (!started) return;
+  if (!flavour) {
+    threadInfo.reason = "the simd kernels are not loaded";
+  } else if (started.threads > 1) {
+    try {
+      const bridge = self.EngineKernelBridge.connect(started, pyodide);
+      const heap = pyodide.pyimport("engine.backends.simd.heap");
+      const library = heap.start(bridge);
+      pyodide.pyimport("engine.threads").register(library);     // engine.set_num_threads / get_num_threads
+      threadInfo.used = library.threads;
+      library.destroy();
+      heap.destroy();
+      pool = started;
+      return;
+    } catch (err) {
+      threadInfo.reason = `the kernel pool could not be used: ${pythonErrorText(err)}`;
+    }
+  }
+  started.close();
+}
+
+async function boot(backend, kernels, tasks, threads) {
   let t = performance.now();
   timings.worker_start_ms = t;                       // since this worker was created
+  threadInfo.requested = Math.max(1, Math.floor(Number(threads) || 1));
+  const starting = startPool(threadInfo.requested);
   pyodide = await startPyodide();
   timings.pyodide_ms = performance.now() - t;
   t = performance.now();
@@ -278,6 +328,9 @@ async function boot(backend, kernels, tasks) {
   await loadPackage("engine");
   await unpackBytecode();
   const flavour = await loadKernels(kernels);
+  const waited = performance.now();
+  await usePool(starting, flavour);
+  timings.threads_ms = performance.now() - waited;   // what the pool's start added to the boot
   api = pyodide.pyimport("engine.web.worker");
   exported = new Set(api.EXPORTS.toJs());
   timings.engine_ms = performance.now() - t;
@@ -299,7 +352,8 @@ async function boot(backend, kernels, tasks) {
   return { devices, requested: backend, device: info.device, task, model: info.model, weights: info.weights, timings,
            runtime,
            unavailable, registry,
-           adapter, kernels: flavour, crossOriginIsolated: self.crossOriginIsolated === true };
+           adapter, kernels: flavour, crossOriginIsolated: self.crossOriginIsolated === true,
+           threads: { ...threadInfo } };
 }
 
 async function loadTask(task) {
@@ -315,7 +369,7 @@ async function loadTask(task) {
 // (its EXPORTS), called with the message's `args` and answering a JSON string. The tasks
 // themselves come from the registry (engine/registry.py), never from a list kept here.
 const COMMANDS = {
-  init: (m) => boot(m.backend, m.kernels, m.tasks),
+  init: (m) => boot(m.backend, m.kernels, m.tasks, m.threads),
   // the answer streams back as {type: "piece", id, text} messages before the reply
   chat: async (m) => JSON.parse(await api.chat(JSON.stringify(m.messages), JSON.stringify(m.options || {}),
                                                (text) => self.postMessage({ type: "piece", id: m.id, text }))),

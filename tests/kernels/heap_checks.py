@@ -88,12 +88,34 @@ library.use(pool)
 with library.recording() as calls:
     K.linear(a, w1, out=out1)
     K.linear(a, w2, out=out2)
-prepared = [fn.prepare(*args) for _, fn, args, _ in calls]
+prepared = [fn.prepared(*args) for _, fn, args, _ in calls]
 out1[:] = np.nan
 out2[:] = np.nan
 heap.join(prepared)()
 replayed = bool(np.array_equal(out1, want1) and np.array_equal(out2, want2))
 
-json.dumps({"threads": pool.threads, "reason": POOL_REASON, "mismatches": mismatches, "checks": checks,  # noqa: F821
+# a captured step (engine.graph) replays its pool calls as prepared descriptors: the same bits
+import engine  # noqa: E402
+import engine.nn.functional as F  # noqa: E402
+from engine import graph  # noqa: E402
+
+w1, w2, b2 = f32(96, 64), f32(40, 96), f32(40)
+W1, W2, B2 = (engine.from_numpy(a, "simd") for a in (w1, w2, b2))
+
+
+def step(x):
+    return F.linear(F.gelu(F.linear(x, W1)), W2, B2)
+
+
+values = [f32(3, 64) for _ in range(3)]
+library.use(local)
+want = [step(engine.from_numpy(v, "simd")).numpy() for v in values]
+library.use(pool)
+captured, _ = graph.capture(step, engine.from_numpy(np.zeros((3, 64), np.float32), "simd"))
+got = [captured.replay(v).numpy().copy() for v in values]
+graph_same = all(np.array_equal(a, b) for a, b in zip(want, got))
+graph_prepared = sum(type(c) is heap.Prepared for c in captured.calls)
+
+json.dumps({"graph_same": graph_same, "graph_prepared": graph_prepared, "threads": pool.threads, "reason": POOL_REASON, "mismatches": mismatches, "checks": checks,  # noqa: F821
             "resident_copied": len(copied), "evicted": evicted, "replayed": replayed,
             "heap_end": pool.heap.end})

@@ -164,11 +164,18 @@ class SimdBackend(NumpyBackend):
             if scratch:
                 own = np.empty(max(fn(*args[:-2], None, 0), 1), np.float32)   # the size it needs
                 args[-2:] = own.ctypes.data, own.size
+            prepared = getattr(fn, "prepared", None)          # a call of the browser's kernel pool (heap.py)
+            prepared = prepared(*args) if prepared is not None else None
+            if prepared is not None:
+                steps.append((prepared, (), name, own))
+                continue
             floats = getattr(fn, "floats", ())
             args = tuple(library.FLOAT(a) if i in floats else a for i, a in enumerate(args))
             steps.append((getattr(fn, "raw", fn), args, name, own))
         if not steps:
             return None
+        if len(steps) == 1 and steps[0][1] == ():
+            return steps[0][0]
         if len(steps) == 1 and library.SIGNATURES[steps[0][2]][0] is None:
             call = functools.partial(steps[0][0], *steps[0][1])
             return call

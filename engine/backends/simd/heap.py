@@ -17,7 +17,7 @@ and web/kernel-bridge.js reads it, copies, calls and copies back. Words of a des
 
 Each pointer's extent comes from the call's own arguments (its dims and strides, per the ABI in
 wasm_kernels/README.md), so a call recorded by engine.graph replays with the same copies, and
-`prepare` turns it into a descriptor written once: a replay is one crossing, and consecutive
+`prepared` turns it into a descriptor written once: a replay is one crossing, and consecutive
 prepared calls join into one (`join`).
 
 Weights: arrays handed to `library.resident()` (linear and convolution weights, quantized
@@ -243,9 +243,20 @@ class HeapLibrary:
     def __repr__(self) -> str:
         return f"<engine kernels {self.flavour} from {self.path}, {self.threads} threads on the pool>"
 
-    def set_threads(self, n: int) -> int:
+    # --- engine.threads' provider: the count in effect, asked of the pool (a helper lost after
+    # the start leaves it fewer) ---------------------------------------------------------------------
+    def get_num_threads(self) -> int:
+        self.threads = int(self.bridge.threads())
+        return self.threads
+
+    def set_num_threads(self, n: int) -> int:
         self.threads = int(self.bridge.setThreads(int(n)))
         return self.threads
+
+    def describe(self) -> str:
+        n = self.get_num_threads()
+        reason = self.bridge.reason()
+        return f"{n} thread{'s' if n != 1 else ''}" + (f" ({reason})" if reason and n == 1 else "")
 
     # --- weights ----------------------------------------------------------------------------------
     def resident(self, array) -> None:
@@ -295,13 +306,16 @@ class HeapLibrary:
                 return local_fn(*args)
             return self._call(index, name, args, spans_of, formats)
 
-        def prepare(*args):
-            """This call with these arguments as a Prepared pool call (it runs once here)."""
+        def prepared(*args):
+            """This call with these arguments as a Prepared pool call (it runs once here), or None
+            where it runs on the side module."""
+            if self.threads < 2 or work_of(args) < self.min_work:
+                return None
             self._call(index, name, args, spans_of, formats)
             words, _ = self._describe(index, name, args, spans_of, formats)
             return Prepared(self._run, words.copy(), name)
 
-        call.__name__, call.prepare = name, prepare
+        call.__name__, call.prepared = name, prepared
         return call
 
     def _call(self, index, name, args, spans_of, formats):

@@ -1,0 +1,54 @@
+"""The simd backend in Pyodide on the kernel pool (engine/backends/simd/heap.py): under Node.js,
+Pyodide with the relaxed side module and web/kernel-pool.js on the threaded build (2 threads),
+connected through web/kernel-bridge.js as the browser worker connects them. Every pooled export
+gives the side module's bits, weights are copied once and leave with their array, and a captured
+step replays its pool calls as prepared descriptors with the same bits (tests/kernels/heap_checks.py).
+A pool whose module is missing leaves the side module on one thread, with the reason.
+
+Skips with the reason when clang-19 or node is missing, except under CI (tests/helpers.need)."""
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import need
+from tests.kernels.test_wasm import pyodide_dir  # noqa: F401 - the fixture
+from wasm_kernels import build
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNNER = ROOT / "tests" / "kernels" / "pool_run.mjs"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    try:
+        build.find_wasm_compiler()
+    except build.BuildError as e:
+        need(False, str(e))
+    out = tmp_path_factory.mktemp("pool-kernels")
+    return build.build_wasm(out, True), build.build_wasm_threads(out)
+
+
+def _run(pyodide_dir, side, threads_wasm, script, threads=2):  # noqa: F811
+    r = subprocess.run(["node", "--experimental-wasm-relaxed-simd", str(RUNNER), str(pyodide_dir), str(ROOT),
+                        str(side), str(threads_wasm), str(threads), str(script)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_pooled_ops_equal_the_side_module(pyodide_dir, kernels):  # noqa: F811
+    result = _run(pyodide_dir, *kernels, ROOT / "tests" / "kernels" / "heap_checks.py")
+    assert result["threads"] == 2 and result["reason"] is None
+    assert result["checks"] >= 40 and result["mismatches"] == []
+    assert result["resident_copied"] >= 1 and result["evicted"]
+    assert result["replayed"] and result["graph_same"] and result["graph_prepared"] == 2
+
+
+def test_missing_pool_module_leaves_one_thread_with_the_reason(pyodide_dir, kernels, tmp_path):  # noqa: F811
+    script = tmp_path / "no_pool.py"
+    script.write_text("import json\njson.dumps({'bridge': KERNEL_BRIDGE is None, 'reason': POOL_REASON})\n")
+    result = _run(pyodide_dir, kernels[0], tmp_path / "missing.wasm", script)
+    assert result["bridge"] and "missing.wasm" in result["reason"]
