@@ -64,7 +64,11 @@ def _add_bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--new-tokens", type=int, default=128, help="llm: tokens generated per run (default 128)")
     b.add_argument("--repeat", type=int, default=None, help="timed runs per case, the median reported (default "
                                                           "20; llm: 1 after a warm-up run)")
-    b.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    b.add_argument("--json", action="store_true", help="print the results as one JSON object (with --threads: one "
+                                                       "per count, a line each)")
+    b.add_argument("--threads", default=None, help="thread counts, comma-separated (e.g. 1,2: a scaling curve): the "
+                                                   "engine's kernels and torch run at each in turn (default: as set, "
+                                                   "$ENGINE_THREADS or the physical cores; torch's own default)")
     b.add_argument("--weights", default=None, help="the model's weights (default: the bundled or built ones)")
     b.add_argument("--profile", action="store_true", help="mnist, effnet, minilm: also the time per kernel of one pass")
     b.add_argument("--device", action="append", default=None,
@@ -85,6 +89,27 @@ def _add_bench_arguments(b: argparse.ArgumentParser) -> None:
 
 
 def _bench(args) -> int:
+    """bench once, or (--threads) once per thread count, engine and torch at the same count."""
+    if args.threads is None:
+        return _bench_once(args)
+    try:
+        counts = [int(item) for item in args.threads.split(",") if item.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise EngineError(f"--threads: positive thread counts, comma-separated (e.g. 1,2), got {args.threads!r}")
+    import copy
+    from .bench import threads
+    status = 0
+    for count in counts:
+        with threads(count) as what:
+            if not args.json:
+                print(f"== {what}")
+            status = max(status, _bench_once(copy.copy(args)))
+    return status
+
+
+def _bench_once(args) -> int:
     from .bench.models import bench_effnet, bench_mnist, format_table
     from .bench.ops import bench_gemm, bench_ops, format_gemm, format_ops
     if args.model == "llm":

@@ -84,10 +84,11 @@ static void wake32(uint32_t *addr) {
 #endif
 #endif
 
-/* a word and its sleeping flag on a cache line of their own */
+/* a word and its sleeping flag on a cache line of their own; a helper's slot also holds the
+ * ticket of the job posted to it (its generation until the helper or the caller takes it) */
 typedef struct {
-    uint32_t word, sleeping;
-    char pad[56];
+    uint32_t word, sleeping, ticket;
+    char pad[52];
 } signal_line;
 
 /* all zero at start (.bss): one thread, nothing started */
@@ -132,11 +133,15 @@ static void take_parts(void) {
     }
 }
 
-/* helper s's life: wait for a job posted to it, take parts, acknowledge */
+/* Helper s's life: wait for a job posted to it, take its ticket, take parts, acknowledge. A
+ * helper that wakes after its caller ran out of parts finds its ticket taken back (see pool_run)
+ * and goes back to waiting: a caller never waits for a helper that has not started. */
 static void helper_loop(uint32_t s) {
     uint32_t seen = 0;                  /* slot words start at 0; generations are never 0 */
     for (;;) {
         seen = wait_change(&pool.slot[s], seen);
+        uint32_t ticket = seen;
+        if (!__atomic_compare_exchange_n(&pool.slot[s].ticket, &ticket, 0, 0, SEQ, RLX)) continue;
         take_parts();
         __atomic_fetch_add(&pool.acks.word, 1, SEQ);
         if (__atomic_load_n(&pool.acks.sleeping, SEQ)) wake32(&pool.acks.word);
@@ -164,7 +169,7 @@ static void *helper_main(void *arg) {
 
 /* a forked child has the parent's memory but none of its helper threads: start afresh */
 static void after_fork_in_child(void) {
-    for (int s = 0; s < MAX_THREADS; ++s) pool.slot[s].word = pool.slot[s].sleeping = 0;
+    for (int s = 0; s < MAX_THREADS; ++s) pool.slot[s].word = pool.slot[s].sleeping = pool.slot[s].ticket = 0;
     pool.acks.word = pool.acks.sleeping = 0;
     pool.started = 0;
     pool.busy = 0;
@@ -176,7 +181,7 @@ static void start_helpers(void) {
     if (!registered) registered = pthread_atfork(0, 0, after_fork_in_child) == 0;
     while (pool.started + 1 < pool.wanted) {
         uint32_t s = pool.started + 1;
-        pool.slot[s].word = pool.slot[s].sleeping = 0;
+        pool.slot[s].word = pool.slot[s].sleeping = pool.slot[s].ticket = 0;
         pthread_t thread;
         pthread_attr_t attr;
         pthread_attr_init(&attr);
@@ -214,9 +219,17 @@ void pool_run(size_t parts, pool_fn fn, void *ctx) {
     __atomic_store_n(&pool.acks.word, 0, RLX);
     if (++pool.generation == 0) pool.generation = 1;
     __atomic_fetch_add(&pool.splits, 1, RLX);
-    for (uint32_t s = 1; s <= helpers; ++s) post(&pool.slot[s], pool.generation);   /* publishes the job */
+    for (uint32_t s = 1; s <= helpers; ++s) {                  /* publishes the job */
+        __atomic_store_n(&pool.slot[s].ticket, pool.generation, RLX);
+        post(&pool.slot[s], pool.generation);
+    }
     fn(ctx, 0, parts);
     take_parts();
+    for (uint32_t s = 1; s <= helpers; ++s) {       /* no part left: take back the tickets not taken */
+        uint32_t ticket = pool.generation;
+        if (__atomic_compare_exchange_n(&pool.slot[s].ticket, &ticket, 0, 0, SEQ, RLX))
+            __atomic_fetch_add(&pool.acks.word, 1, SEQ);
+    }
     int spins = 0;
     while (__atomic_load_n(&pool.acks.word, ACQ) != helpers && spins++ < POOL_SPIN) cpu_relax();
     if (__atomic_load_n(&pool.acks.word, ACQ) != helpers) {

@@ -12,6 +12,7 @@ profile. Numbers are reported as times and ratios; they are never test assertion
 """
 from __future__ import annotations
 
+import contextlib
 import platform
 import statistics
 import time
@@ -55,8 +56,35 @@ def time_ms(fn, device: str, repeat: int = 20, min_time: float = 0.2) -> float:
 
 
 def machine() -> str:
-    """The processor architecture and the Python that ran a benchmark, e.g. "x86_64 CPython 3.11.2"."""
-    return f"{platform.machine()} {platform.python_implementation()} {platform.python_version()}"
+    """The processor architecture, the Python and the kernels' threads of a benchmark, e.g.
+    "x86_64 CPython 3.11.2, 2 threads"."""
+    from ..threads import get_num_threads
+    n = get_num_threads()
+    return (f"{platform.machine()} {platform.python_implementation()} {platform.python_version()}, "
+            f"{n} thread{'s' if n != 1 else ''}")
+
+
+@contextlib.contextmanager
+def threads(count: int):
+    """Inside the block the engine's kernels and torch (when installed) run on `count` threads, so
+    that a comparison is at the same count; yields a description, e.g. "2 threads (torch 2)". (The
+    numpy backend's BLAS keeps its own threads.)"""
+    from ..threads import get_num_threads, set_num_threads
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    before, torch_before = get_num_threads(), torch.get_num_threads() if torch else None
+    set_num_threads(count)
+    if torch:
+        torch.set_num_threads(count)
+    try:
+        n = get_num_threads()
+        yield f"{n} thread{'s' if n != 1 else ''}" + (f" (torch {torch.get_num_threads()})" if torch else "")
+    finally:
+        set_num_threads(before)
+        if torch:
+            torch.set_num_threads(torch_before)
 
 
 def profile(model, shape, device: str | None = None, repeat: int = 3, forward=None) -> dict:

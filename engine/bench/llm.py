@@ -11,6 +11,8 @@ from __future__ import annotations
 import statistics
 import time
 
+from . import machine
+
 PROMPT = [{"role": "user", "content": "What is the capital of France?"}]
 
 
@@ -80,7 +82,7 @@ def bench_llm(devices, weights=None, new_tokens: int = 128, repeat: int = 1, tor
     from ..tasks import pipeline
     entry = registry.for_task("text-generation")
     path = weights or registry.default_location(entry)
-    result = {"model": entry.name, "engine": {}}
+    result = {"model": entry.name, "machine": machine(), "engine": {}}
     for device in devices:
         pipe = pipeline("text-generation", device=device, weights=path, capacity=512)
         result["engine"][device] = bench_pipeline(pipe, new_tokens, repeat)
@@ -94,7 +96,7 @@ def bench_llm(devices, weights=None, new_tokens: int = 128, repeat: int = 1, tor
 
 def format_llm(result: dict) -> str:
     lines = [f"{result['model']}: 37-token chat prompt, greedy, {next(iter(result['engine'].values()))['new_tokens']} "
-             f"new tokens (tokens/s, median after a warm-up run)",
+             f"new tokens (tokens/s, median after a warm-up run; {result.get('machine', '')})",
              f"{'':14} {'prefill':>9} {'decode':>9} {'first token':>12}"]
     torch = result.get("torch", {})
     for device, r in result["engine"].items():

@@ -106,3 +106,22 @@ def test_bench_qlinear_reports_a_failing_kernel_and_goes_on(monkeypatch, capsys)
     assert "  simd q4_0 FAILED on 32 -> 3: KeyError: 'linear_q'" in table
     assert "  simd q8_0 FAILED on 32 -> 3: KeyError: 'linear_q'" in table
     assert "    simd       32 -> 3     1   f32" in table and "   numpy       32 -> 3     1  q8_0" in table
+
+
+def test_cli_threads_runs_each_count_with_torch_at_the_same_count(capsys, monkeypatch):
+    import engine
+    import engine.bench.ops
+    monkeypatch.setattr(engine.bench.ops, "GEMM_SHAPES", ((4, 4, 4),))
+    engine.set_num_threads(1)
+    assert cli.main(["bench", "gemm", "--device", "simd", "--repeat", "1", "--threads", "2,1"]) == 0
+    out = capsys.readouterr().out
+    first, second = out.index("== 2 threads"), out.index("== 1 thread")
+    assert first < second and ", 2 threads" in out[first:second] and ", 1 thread" in out[second:]
+    assert engine.get_num_threads() == 1                              # restored
+    try:
+        import torch                                                  # noqa: F401
+        assert "2 threads (torch 2)" in out[first:second]
+    except ImportError:
+        pass
+    assert cli.main(["bench", "gemm", "--threads", "0,2"]) == 2
+    assert "--threads: positive thread counts" in capsys.readouterr().err
