@@ -229,6 +229,7 @@ class HeapLibrary:
         self._entries: list[_Resident] = []
         self._roots: dict[int, _Resident] = {}
         self._words = np.zeros(256, np.uint32)
+        self._words_address, self._words_bytes = self._words.ctypes.data, self._words.nbytes
         self._formats: dict = {}
         for name in library.SIGNATURES:
             setattr(self, name, getattr(local, name))
@@ -287,13 +288,6 @@ class HeapLibrary:
             return self._entries[i]
         return None
 
-    def _stale(self, lo: int, hi: int) -> None:
-        """An output written over a resident range: its heap copy is made again on next use."""
-        for entry in self._entries[max(bisect.bisect(self._starts, lo) - 1, 0):bisect.bisect(self._starts, hi)]:
-            if entry.lo < hi and lo < entry.hi and entry.address:
-                self.heap.release(entry.address)
-                entry.address = 0
-
     # --- calls --------------------------------------------------------------------------------------
     def _export(self, index: int, name: str):
         local_fn = getattr(self.local, name)
@@ -312,20 +306,18 @@ class HeapLibrary:
             if self.threads < 2 or work_of(args) < self.min_work:
                 return None
             self._call(index, name, args, spans_of, formats)
-            words, _ = self._describe(index, name, args, spans_of, formats)
-            return Prepared(self._run, words.copy(), name)
+            size, _ = self._describe(index, name, args, spans_of, formats)
+            return Prepared(self._run, self._words[:size // 4].copy(), name)
 
         call.__name__, call.prepared = name, prepared
         return call
 
     def _call(self, index, name, args, spans_of, formats):
         while True:
-            words, uploads = self._describe(index, name, args, spans_of, formats)
+            size, uploads = self._describe(index, name, args, spans_of, formats)
+            need = None
             try:
-                need = self._run(words.ctypes.data)
-            except BaseException:
-                need = None
-                raise
+                need = self._run(self._words_address)
             finally:
                 for entry in uploads:                  # its heap copy is in place from now on, or not at all
                     if need == 0:
@@ -341,64 +333,76 @@ class HeapLibrary:
             self._scratch = self.heap.alloc(4 * self._scratch_floats)   # the old one stays: a prepared call may name it
 
     def _describe(self, index, name, args, spans_of, formats):
-        """The descriptor of one call (in self._words) and the resident entries it uploads."""
-        args = [getattr(v, "value", v) or 0 for v in args]
-        ins, outs, temporaries, uploads = [], [], [], []
+        """Writes the descriptor of one call into self._words: (its size in bytes, the resident
+        entries it uploads)."""
+        args = list(args)
+        if None in args:
+            args = [0 if v is None else v for v in args]
+        copies_in, uploads, temporaries = [], [], []
+        need = 0
         for position, (address, lo, hi, direction) in spans_of(args):
             if hi <= lo:
                 continue
-            entry = self._resident_for(lo, hi) if direction == IN else None
-            if entry is not None:
-                if not entry.address and not entry.pending:
-                    entry.pending = self.heap.alloc(entry.hi - entry.lo)
-                    uploads.append(entry)
-                    ins.append((entry.lo, entry.pending, entry.hi - entry.lo))
-                args[position] = (entry.address or entry.pending) + (address - entry.lo)
-                continue
-            if direction != IN:
+            if direction == IN:
+                entry = self._resident_for(lo, hi)
+                if entry is not None:
+                    if not entry.address and not entry.pending:
+                        entry.pending = self.heap.alloc(entry.hi - entry.lo)
+                        uploads.append(entry)
+                        copies_in += (entry.lo, entry.pending, entry.hi - entry.lo)
+                    args[position] = (entry.address or entry.pending) + (address - entry.lo)
+                    continue
+            else:
                 self._stale(lo, hi)
             temporaries.append((lo, hi, direction, position, address))
-        temporaries.sort()
-        offset, group = 0, None
-        groups = []
-        for lo, hi, direction, position, address in temporaries:    # overlapping spans share one copy
-            if group is None or lo >= group[1]:
-                group = [lo, hi, direction, []]
-                groups.append(group)
-            else:
-                group[1], group[2] = max(group[1], hi), group[2] | direction
-            group[3].append((position, address))
-        placed = []
-        for lo, hi, direction, members in groups:
-            offset = -(-offset // ALIGN) * ALIGN
-            placed.append((lo, hi, direction, members, offset))
-            offset += hi - lo
-        if offset > self._arena_size:
-            self._arena_size = max(offset, 2 * self._arena_size)
+            need += hi - lo + ALIGN
+        if need > self._arena_size:
+            self._arena_size = max(need, 2 * self._arena_size)
             self._arena = self.heap.alloc(self._arena_size)              # the old one stays (prepared calls)
-        for lo, hi, direction, members, at in placed:
-            at += self._arena
-            for position, address in members:
-                args[position] = at + (address - lo)
-            if direction & IN:
-                ins.append((lo, at, hi - lo))
-            if direction & OUT:
-                outs.append((at, lo, hi - lo))
+        temporaries.sort()
+        copies_out = []
+        at, end, group_lo, group_direction = self._arena, 0, 0, 0     # the group of overlapping spans being placed
+        for lo, hi, direction, position, address in temporaries:
+            if lo >= end:                                               # a new group: one copy each way
+                if end:
+                    _copies(copies_in, copies_out, group_lo, at, end, group_direction)
+                    at = -(-(at + end - group_lo) // ALIGN) * ALIGN
+                group_lo, end, group_direction = lo, hi, direction
+            else:
+                end, group_direction = max(end, hi), group_direction | direction
+            args[position] = at + (address - group_lo)
+        if end:
+            _copies(copies_in, copies_out, group_lo, at, end, group_direction)
         if name in library.SCRATCH:
             if not self._scratch:
                 self._scratch_floats = 1 << 18
                 self._scratch = self.heap.alloc(4 * self._scratch_floats)
             args[-2], args[-1] = self._scratch, self._scratch_floats
-        key = (name, len(ins), len(outs))
+        key = (index, len(copies_in), len(copies_out))
         fmt = self._formats.get(key)
         if fmt is None:
-            fmt = self._formats[key] = struct.Struct("<5I" + formats + "3I" * (len(ins) + len(outs)))
-        if fmt.size > self._words.nbytes:
-            self._words = np.zeros(fmt.size, np.uint32)
-        fmt.pack_into(self._words, 0, 1, index, len(args), len(ins), len(outs), *args,
-                      *(v for copy in ins for v in copy), *(v for copy in outs for v in copy))
-        return self._words[:fmt.size // 4], uploads
+            fmt = self._formats[key] = struct.Struct("<5I" + formats + "I" * (len(copies_in) + len(copies_out)))
+            if fmt.size > self._words_bytes:
+                self._words = np.zeros(2 * fmt.size // 4, np.uint32)
+                self._words_address, self._words_bytes = self._words.ctypes.data, self._words.nbytes
+        fmt.pack_into(self._words, 0, 1, index, len(args), len(copies_in) // 3, len(copies_out) // 3, *args,
+                      *copies_in, *copies_out)
+        return fmt.size, uploads
 
+    def _stale(self, lo: int, hi: int) -> None:
+        """An output written over a resident range: its heap copy is made again on next use."""
+        starts = self._starts
+        for entry in self._entries[max(bisect.bisect(starts, lo) - 1, 0):bisect.bisect(starts, hi)]:
+            if entry.lo < hi and lo < entry.hi and entry.address:
+                self.heap.release(entry.address)
+                entry.address = 0
+
+
+def _copies(copies_in, copies_out, lo, at, hi, direction):
+    if direction & IN:
+        copies_in += (lo, at, hi - lo)
+    if direction & OUT:
+        copies_out += (at, lo, hi - lo)
 
 
 def start(bridge) -> HeapLibrary:
