@@ -272,6 +272,20 @@ def test_split_runs_on_two_and_three_threads(replayed, case):
     assert split == {1: False, 2: True, 3: True}, f"{case}: split {split}"
 
 
+def test_each_instance_has_its_own_stack(threads_wasm):
+    """a second instance on the memory writes its locals into the caller's stack until its
+    __stack_pointer is moved (as kernel-helper.js moves it); then only into its own region"""
+    run = subprocess.run(NODE + [str(RUNNER), "stacks", str(threads_wasm)], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    for row in json.loads(run.stdout):
+        assert row["result"] == 0, row
+        if row["ownStack"]:
+            assert row["callerStackChanged"] == 0 and row["regionChanged"] > 0, row
+        else:
+            assert row["callerStackChanged"] > 0 and row["regionChanged"] == 0, row
+
+
 def test_helpers_that_cannot_start_give_one_thread_and_a_reason(threads_wasm, tmp_path):
     hanging = tmp_path / "hanging-helper.js"
     hanging.write_text("setInterval(() => {}, 1000);\n")           # loads, never answers

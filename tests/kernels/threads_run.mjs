@@ -3,7 +3,8 @@
 // `node --experimental-wasm-relaxed-simd`.
 //
 //   node threads_run.mjs run JOB.json       # calls the kernels on each thread count of the job
-//   node threads_run.mjs bench WASM [THREADS...]    # GEMM timings per call (1 and 2 threads)
+//   node threads_run.mjs bench WASM [THREADS...]    # GEMM time per call (default: 1 and 2 threads)
+//   node threads_run.mjs stacks WASM     # two instances on one memory: does each use its own stack?
 //
 // JOB: {wasm, helper (or one per helper), threads: [1, 2, 3], timeoutMs, stop: [helpers ended after start], out,
 //       buffers: {name: {file} | {bytes}}, calls: [{name, args, outputs: [buffer names], scratch}]}
@@ -89,14 +90,18 @@ async function runJob(job) {
   return summary;
 }
 
-// time per call of gemm_f32 (m x k times k x n, B row-major) on each thread count
+// time per call of gemm_f32 (m x k times k x n, B row-major) on each thread count: back to back
+// ("hot": the helpers still spinning from the last call), and 20 ms apart ("cold": asleep in
+// memory.atomic.wait32, so each call pays the wake-up); the median of >= 1 s of calls
 async function bench(wasm, counts) {
   const bytes = fs.readFileSync(wasm);
-  const shapes = [[1024, 384, 384], [1024, 384, 1536], [1, 576, 1536], [1, 1536, 576]];
+  const shapes = [[1024, 384, 384, "hot"], [1024, 384, 1536, "hot"], [1, 576, 1536, "hot"], [1, 576, 1536, "cold"],
+                  [1, 256, 512, "hot"], [1, 256, 512, "cold"]];
+  const pause = new Int32Array(new SharedArrayBuffer(4));
   const rows = [];
   for (const wanted of counts) {
     const pool = await EngineKernelPool.start({ bytes, threads: wanted, helperUrl: HELPER });
-    for (const [m, k, n] of shapes) {
+    for (const [m, k, n, mode] of shapes) {
       const alloc = heap(pool);
       const a = alloc(m * k * 4), b = alloc(k * n * 4), c = alloc(m * n * 4);
       const f32 = new Float32Array(pool.memory.buffer);
@@ -106,23 +111,56 @@ async function bench(wasm, counts) {
       const need = call(0, 0) >>> 0;
       const scratch = alloc(need * 4);
       for (let i = 0; i < 3; i++) call(scratch, need);
-      let calls = 0;
-      const t0 = performance.now();
-      let elapsed = 0;
       const times = [];
-      while (elapsed < 1000 || calls < 5) {
+      const t0 = performance.now();
+      while (times.length < 5 || (mode === "hot" ? performance.now() - t0 < 1000 : times.length < 50)) {
+        if (mode === "cold") Atomics.wait(pause, 0, 0, 20);
         const t = performance.now();
         call(scratch, need);
         times.push(performance.now() - t);
-        calls++;
-        elapsed = performance.now() - t0;
       }
       times.sort((x, y) => x - y);
       const median = times[times.length >> 1];
-      rows.push({ threads: pool.threads, shape: `${m}x${k}x${n}`, medianUs: +(median * 1000).toFixed(1),
-                  gflops: +((2 * m * n * k) / (median * 1e6)).toFixed(1), calls });
+      rows.push({ threads: pool.threads, shape: `${m}x${k}x${n}`, mode, medianUs: +(median * 1000).toFixed(1),
+                  gflops: +((2 * m * n * k) / (median * 1e6)).toFixed(1), calls: times.length });
     }
     pool.close();
+  }
+  return rows;
+}
+
+// Two instances on one memory, as the pool makes them: the second calls a kernel (the GEMM, a
+// quantized product, attention: all keep locals on the wasm stack) with or without its stack
+// pointer moved to a region of its own, as kernel-helper.js moves it. Bytes changed in the
+// caller's stack [0, 1 MiB) and in that region, per kernel and case.
+function stacks(wasm) {
+  const module = new WebAssembly.Module(fs.readFileSync(wasm));
+  const rows = [];
+  for (const own of [false, true]) {
+    for (const kernel of ["gemm_f32", "linear_q_f32", "attention_f32"]) {
+      const memory = new WebAssembly.Memory({ initial: 256, maximum: 65536, shared: true });
+      const caller = new WebAssembly.Instance(module, { env: { memory } }).exports;
+      const helper = new WebAssembly.Instance(module, { env: { memory } }).exports;
+      const top = Math.ceil(caller.__heap_base.value / 16) * 16 + (1 << 20);
+      memory.grow(64);
+      if (own) helper.__stack_pointer.value = top;
+      const bytes = new Uint8Array(memory.buffer), floats = new Float32Array(memory.buffer);
+      const x = top, w = x + 16384, y = w + 65536, scratch = y + 16384;
+      for (let i = 0; i < 65536; i++) bytes[w + i] = (i * 7) & 0x3f;
+      for (let i = 0; i < 4096; i++) floats[x / 4 + i] = Math.sin(i);
+      const region = () => [bytes.slice(0, 1 << 20), bytes.slice(top - (1 << 20), top)];
+      const before = region();
+      const q = [x, 256, 128, 16, 1];
+      const result = {
+        gemm_f32: () => helper.gemm_f32(1, 16, 16, 16, x, 0, 16, 1, x, 0, 16, 1, y, 0, 16, 0, 0, 0, 0, scratch, 200000),
+        linear_q_f32: () => helper.linear_q_f32(8, 4, 16, 256, x, 256, w, 0, y, scratch, 200000),    // q8_0
+        attention_f32: () => helper.attention_f32(1, 2, 2, 8, 8, 16, 16, ...q, ...q, ...q, 0, 0, 0, 0, 0, 0, 1, 0.25,
+                                                  y, scratch, 200000),
+      }[kernel]();
+      const after = region();
+      const changed = (i) => before[i].reduce((n, v, j) => n + (v !== after[i][j]), 0);
+      rows.push({ kernel, ownStack: own, result: result >>> 0, callerStackChanged: changed(0), regionChanged: changed(1) });
+    }
   }
   return rows;
 }
@@ -134,7 +172,9 @@ if (command === "run") {
 } else if (command === "bench") {
   const counts = rest.slice(1).map(Number);
   process.stdout.write(JSON.stringify(await bench(rest[0], counts.length ? counts : [1, 2])) + "\n");
+} else if (command === "stacks") {
+  process.stdout.write(JSON.stringify(stacks(rest[0])) + "\n");
 } else {
-  process.stderr.write("usage: node threads_run.mjs run JOB.json | bench WASM [THREADS...]\n");
+  process.stderr.write("usage: node threads_run.mjs run JOB.json | bench WASM [THREADS...] | stacks WASM\n");
   process.exit(2);
 }
