@@ -49,9 +49,9 @@ def test_header_less_host_one_thread_then_isolated_by_the_service_worker_and_off
     host = start_dev_server(site, isolation=False)            # GitHub Pages and the like: no COOP/COEP
     try:
         s = recording(session_factory(host.url))
-        page = s.open()
+        page = s.open("index.html?threads=2")                 # 2 on any machine (the default is min(4, cores))
         first = s.responses[0]
-        assert first.url == host.url + "index.html" and "cross-origin-opener-policy" not in first.headers
+        assert first.url == host.url + "index.html?threads=2" and "cross-origin-opener-policy" not in first.headers
         assert page.evaluate("self.crossOriginIsolated") is False
         assert inits(page) == [1]                              # not isolated: one thread, whatever the cores
         isolation = page.text_content("[data-testid=isolation]")
@@ -61,7 +61,7 @@ def test_header_less_host_one_thread_then_isolated_by_the_service_worker_and_off
         assert threads_text(page).startswith("1 thread")
         assert page.is_disabled("[data-testid=threads-select]")
         assert page.input_value("[data-testid=threads-select]") == "1"
-        wanted = page.evaluate(DEFAULT)
+        wanted = 2
         # the first service worker claims the page once it has kept every file; nobody has used
         # the page, so it reloads itself once, and is isolated by the service worker's headers
         with page.expect_navigation(timeout=120_000):
@@ -69,7 +69,7 @@ def test_header_less_host_one_thread_then_isolated_by_the_service_worker_and_off
         s.wait_ready()
         assert page.evaluate("self.crossOriginIsolated") is True
         assert page.evaluate("navigator.serviceWorker.controller !== null") is True
-        document = [r for r in s.responses if r.url == host.url + "index.html"][-1]
+        document = [r for r in s.responses if r.url == host.url + "index.html?threads=2"][-1]
         assert document.from_service_worker and document.headers["cross-origin-embedder-policy"] == "require-corp"
         assert inits(page) == [wanted]
         # the worker is isolated too (its script came from the service worker with the headers)
@@ -96,12 +96,12 @@ def test_a_page_in_use_is_not_reloaded_but_offers_it(site, session_factory):
     host = start_dev_server(site, isolation=False)
     try:
         s = recording(session_factory(host.url))
-        page = s.open()
+        page = s.open("index.html?threads=2")
         page.click("[data-testid=engine-status]")              # someone is using the page
         page.wait_for_function("navigator.serviceWorker.controller !== null", timeout=120_000)
         button = page.locator("[data-testid=isolation-reload]")
         button.wait_for(state="visible")
-        wanted = page.evaluate(DEFAULT)
+        wanted = 2
         assert button.text_content() == f"Reload to use {wanted} threads"
         assert page.evaluate("self.crossOriginIsolated") is False       # still the same page
         with page.expect_navigation():
