@@ -263,5 +263,13 @@ def serve(root, host: str = "127.0.0.1", port: int = 8000, isolation: bool = Tru
             pass
 
 
-if __name__ == "__main__":                  # python -m buildtools.devserver [DIR]
-    serve(sys.argv[1] if len(sys.argv) > 1 else "dist")
+if __name__ == "__main__":                  # python -m buildtools.devserver [DIR] [--port N] [--no-isolation]
+    import argparse
+    ap = argparse.ArgumentParser(description="Serve a built site (dist/) as a good static host would.")
+    ap.add_argument("dir", nargs="?", default="dist")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--no-isolation", action="store_true",
+                    help="omit the COOP/COEP/CORP headers, as a host that cannot set headers would")
+    args = ap.parse_args()
+    serve(args.dir, args.host, args.port, isolation=not args.no_isolation)
