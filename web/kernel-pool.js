@@ -21,11 +21,11 @@
 
   // Why no pool can run here, or null: shared memory needs cross-origin isolation in browsers.
   function unavailableReason() {
-    if (typeof SharedArrayBuffer !== "function" || typeof Atomics !== "object") {
-      return "shared memory is unavailable (the page is not cross-origin isolated)";
-    }
     if (typeof crossOriginIsolated === "boolean" && !crossOriginIsolated) {
       return "the page is not cross-origin isolated";
+    }
+    if (typeof SharedArrayBuffer !== "function" || typeof Atomics !== "object") {
+      return "shared memory (SharedArrayBuffer, Atomics) is unavailable here";
     }
     return null;
   }
@@ -74,7 +74,7 @@
     }
     return new Worker(url);
   }
-  function listen(worker, onMessage, onError) {
+  function listen(worker, url, onMessage, onError) {
     if (typeof worker.on === "function") {                 // Node.js
       worker.on("message", onMessage);
       worker.on("error", (err) => onError(err && err.message ? err.message : String(err)));
@@ -84,7 +84,7 @@
       worker.addEventListener("message", (event) => onMessage(event.data));
       worker.addEventListener("error", (event) => {
         event.preventDefault && event.preventDefault();
-        onError(event.message || "could not load or run the helper script");
+        onError(event.message || `could not load ${url}`);      // a script that fails to load has no message
       });
       worker.addEventListener("messageerror", () => onError("could not receive the module or memory"));
     }
@@ -114,6 +114,8 @@
   // module needs / 2 GiB); spawn(url, tid) -> Worker (default: a Web Worker, or worker_threads
   // under Node.js); onHelperError(tid, message) (a helper that failed after start).
   async function start(options) {
+    const unavailable = unavailableReason();
+    if (unavailable) throw new Error(`no kernel pool: ${unavailable}`);
     const wanted = Math.max(1, Math.floor(options.threads || 1));
     const timeoutMs = options.timeoutMs == null ? 10000 : options.timeoutMs;
     const stackBytes = align(options.stackBytes || 1 << 20, 16);
@@ -174,7 +176,7 @@
       helpers.push(helper);
       try {
         helper.worker = spawn(options.helperUrl, tid);
-        listen(helper.worker, (message) => {
+        listen(helper.worker, options.helperUrl, (message) => {
           if (!message || message.tid !== tid) return;
           if (message.type === "entering" && helper.state === "starting") helper.state = "entered";
           else if (message.type === "error") fail(helper, message.message);
