@@ -18,7 +18,7 @@ from tests.kernels.reference import random_blocks  # noqa: E402
 
 local = library.get()
 pool = heap.start(KERNEL_BRIDGE)  # noqa: F821 - set by pool_run.mjs
-pool.min_work = 0                 # every call of a pooled export goes to the pool
+pool.min_work = pool.work_per_byte = 0          # every call of a pooled export goes to the pool
 rng = np.random.default_rng(7)
 mismatches, checks = [], 0
 

@@ -45,6 +45,9 @@ ALIGN = 64
 # the side module: waking the helpers and crossing to JS cost ~10-30 us
 POOL = ("gemm_f32", "gemm_f16w_f32", "conv2d_f32", "depthwise_conv2d_f32", "attention_f32", "linear_q_f32")
 MIN_WORK = 1 << 17
+# and the multiply-adds per byte copied below which it stays too: at ~10-20 G multiply-adds/s on
+# one thread against ~12 GB/s of copies, half the work saved must outweigh the bytes moved
+WORK_PER_BYTE = 4
 IN, OUT, BOTH = 1, 2, 3
 _ROW_BYTES = {kind.id: kind for kind in quants.BY_NAME.values() if kind.block_size}
 
@@ -217,7 +220,8 @@ class HeapLibrary:
 
     def __init__(self, local, bridge):
         self.local, self.bridge, self.path, self.features = local, bridge, local.path, local.features
-        self._run, self.min_work = bridge.run, MIN_WORK
+        self._run, self.min_work, self.work_per_byte = bridge.run, MIN_WORK, WORK_PER_BYTE
+        self.pool_calls = 0                 # calls run on the pool (replays of prepared ones not counted)
         info = json.loads(bridge.info())
         if info["abi"] != library.ABI:
             raise OSError(f"the pool's kernels implement ABI {info['abi']}, this engine needs {library.ABI}")
@@ -296,14 +300,14 @@ class HeapLibrary:
         formats = "".join(_FORMAT.get(t, "I" if t is ctypes.c_size_t else "i") for t in types)
 
         def call(*args):
-            if self.threads < 2 or work_of(args) < self.min_work:
+            if self.threads < 2 or not self._pays(args, work_of, spans_of):
                 return local_fn(*args)
             return self._call(index, name, args, spans_of, formats)
 
         def prepared(*args):
             """This call with these arguments as a Prepared pool call (it runs once here), or None
             where it runs on the side module."""
-            if self.threads < 2 or work_of(args) < self.min_work:
+            if self.threads < 2 or not self._pays(args, work_of, spans_of):
                 return None
             self._call(index, name, args, spans_of, formats)
             size, _ = self._describe(index, name, args, spans_of, formats)
@@ -312,7 +316,21 @@ class HeapLibrary:
         call.__name__, call.prepared = name, prepared
         return call
 
+    def _pays(self, args, work_of, spans_of) -> bool:
+        """Whether threads gain more than the copies cost: MIN_WORK multiply-adds or more, and
+        WORK_PER_BYTE of them per byte copied in or out (a decode step's attention over its cache
+        window, or a depthwise convolution, moves about as many bytes as it multiplies: it stays)."""
+        work = work_of(args)
+        if work < self.min_work:
+            return False
+        copied = 0
+        for _, (_, lo, hi, direction) in spans_of(args):
+            if direction != IN or self._resident_for(lo, hi) is None:
+                copied += hi - lo
+        return work >= self.work_per_byte * copied
+
     def _call(self, index, name, args, spans_of, formats):
+        self.pool_calls += 1
         while True:
             size, uploads = self._describe(index, name, args, spans_of, formats)
             need = None
