@@ -28,7 +28,12 @@
       return heap;
     };
 
+    // where a run's time goes, when profiling: copies in and out, the kernels (the split included)
+    let profile = null;
+    const now = () => performance.now();
+
     function run(address) {
+      if (profile) return profiled(address);
       const words = module.HEAPU32, ints = module.HEAP32, floats = module.HEAPF32, own = module.HEAPU8;
       const shared = views();
       let at = address >>> 2;
@@ -55,13 +60,58 @@
       return 0;
     }
 
+    function profiled(address) {
+      const words = module.HEAPU32, ints = module.HEAP32, floats = module.HEAPF32, own = module.HEAPU8;
+      const shared = views();
+      let at = address >>> 2;
+      const calls = words[at++];
+      profile.runs++;
+      for (let c = 0; c < calls; c++) {
+        const entry = table[words[at]];
+        const count = words[at + 1], copiesIn = words[at + 2], copiesOut = words[at + 3];
+        at += 4;
+        const args = entry.args;
+        for (let i = 0; i < count; i++) args[i] = ints[at + i];
+        for (const i of entry.floats) args[i] = floats[at + i];
+        at += count;
+        let t = now();
+        for (let i = 0; i < copiesIn; i++, at += 3) {
+          const from = words[at], to = words[at + 1], bytes = words[at + 2];
+          shared.set(own.subarray(from, from + bytes), to);
+          profile.bytes_in += bytes;
+        }
+        const copied = now();
+        const result = entry.fn.apply(null, args) || 0;
+        const called = now();
+        profile.copy_ms += copied - t;
+        profile.kernel_ms += called - copied;
+        (profile.by_export[entry.name] ||= [0, 0])[0] += called - copied;
+        profile.by_export[entry.name][1]++;
+        profile.calls++;
+        if (result) return result;
+        t = now();
+        for (let i = 0; i < copiesOut; i++, at += 3) {
+          const from = words[at], to = words[at + 1], bytes = words[at + 2];
+          own.set(shared.subarray(from, from + bytes), to);
+          profile.bytes_out += bytes;
+        }
+        profile.copy_ms += now() - t;
+      }
+      return 0;
+    }
+
     return {
+      // profiling on (true: the counts start at 0) or off; stats() the counts as JSON
+      profile(on) {
+        profile = on ? { runs: 0, calls: 0, copy_ms: 0, kernel_ms: 0, bytes_in: 0, bytes_out: 0, by_export: {} } : null;
+      },
+      stats: () => JSON.stringify(profile),
       // the exports a descriptor names by their index, in Python's order
       define(namesJson) {
         table = JSON.parse(namesJson).map((name) => {
           const fn = pool.exports[name];
           if (typeof fn !== "function") throw new Error(`the kernel pool does not export ${name}`);
-          return { fn, floats: FLOATS[name] || [], args: new Array(fn.length).fill(0) };
+          return { name, fn, floats: FLOATS[name] || [], args: new Array(fn.length).fill(0) };
         });
       },
       run,

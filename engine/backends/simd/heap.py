@@ -288,8 +288,10 @@ class HeapLibrary:
 
     def _resident_for(self, lo: int, hi: int):
         i = bisect.bisect(self._starts, lo) - 1
-        if i >= 0 and hi <= self._entries[i].hi:
-            return self._entries[i]
+        if i >= 0:
+            entry = self._entries[i]
+            if entry.lo <= lo and hi <= entry.hi:
+                return entry
         return None
 
     # --- calls --------------------------------------------------------------------------------------
