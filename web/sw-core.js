@@ -9,13 +9,14 @@
 // files; activating it deletes the old caches. Only the very first version claims the open page
 // at once: that page loaded the same files from the network.
 //
-// Cross-origin isolation on any host (the coi-serviceworker pattern): what this worker answers
-// with, the pages and worker scripts among it, carries COOP/COEP/CORP, so on a host that cannot
-// send them (GitHub Pages and the like) a page this worker serves is isolated, and its workers can
-// share memory (threads). The page this worker first claims was loaded without them: index.html
-// reloads it once, if nobody has used it yet. The site makes no requests to other origins, so
-// require-corp blocks nothing. What passes through untouched (weight ranges, the runtime's wasm
-// while online) are same-origin subresources, which need none of these headers.
+// Cross-origin isolation on any host (the coi-serviceworker pattern): the pages and worker scripts
+// this worker serves carry COOP/COEP/CORP, so on a host that cannot send them (GitHub Pages and
+// the like) a page is isolated, and its workers can share memory (threads). The page this worker
+// first claims was loaded without them: index.html reloads it once, if nobody has used it yet. The
+// site makes no requests to other origins, so require-corp blocks nothing. Every other response
+// (scripts, wasm, archives, weight ranges) is a same-origin subresource, which needs none of these
+// headers: it is answered as before, the cache's own response (V8 keeps the code it compiled from
+// a script with that entry; a copy made to change its headers would lose it).
 "use strict";
 
 const { version, files } = self.SITE;
@@ -90,9 +91,9 @@ async function networkFirst(request, url) {
   }
 }
 
-// Pages and worker scripts this worker does not keep (the benchmark pages, a worker script the
-// build added): from the network, with the isolation headers.
-const DOCUMENTS = new Set(["document", "worker", "sharedworker"]);
+// A page (a navigation) or a worker's script: what the isolation headers must come with.
+const WORKERS = new Set(["worker", "sharedworker"]);
+const isolating = (request) => request.mode === "navigate" || WORKERS.has(request.destination);
 
 self.addEventListener("fetch", (event) => {
   const request = event.request;
@@ -100,9 +101,9 @@ self.addEventListener("fetch", (event) => {
   const address = new URL(request.url);
   let url = address.origin + address.pathname;      // ?backend=... and #... name the same file
   if (request.mode === "navigate" && url === BASE) url = BASE + "index.html";
-  if (!KEPT.has(url)) {                             // anything else goes to the network as usual
-    if (address.origin === self.location.origin && (request.mode === "navigate" || DOCUMENTS.has(request.destination))) {
-      event.respondWith(fetch(request).then(isolated));
+  if (!KEPT.has(url)) {                             // anything else goes to the network as usual,
+    if (address.origin === self.location.origin && isolating(request)) {
+      event.respondWith(fetch(request).then(isolated));   // a page not kept (the bench page) with the headers
     }
     return;
   }
@@ -111,5 +112,6 @@ self.addEventListener("fetch", (event) => {
   // a reload on baseline code (the first reload ~0.8 s of CPU slower). Offline, or when that
   // fetch fails, the workers take the copy kept here themselves (web/worker.js).
   if (url === RUNTIME_WASM && self.navigator.onLine) return;
-  event.respondWith((url.startsWith(BASE + "models/") ? networkFirst(request, url) : fromCache(request, url)).then(isolated));
+  const answer = url.startsWith(BASE + "models/") ? networkFirst(request, url) : fromCache(request, url);
+  event.respondWith(isolating(request) ? answer.then(isolated) : answer);
 });
