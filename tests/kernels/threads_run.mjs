@@ -3,7 +3,7 @@
 // `node --experimental-wasm-relaxed-simd`.
 //
 //   node threads_run.mjs run JOB.json       # calls the kernels on each thread count of the job
-//   node threads_run.mjs bench WASM [THREADS...]    # GEMM time per call (default: 1 and 2 threads)
+//   node threads_run.mjs bench WASM [THREADS...] [--shapes 1024x384x384,1x576x1536:cold]   # GEMM time per call
 //   node threads_run.mjs stacks WASM     # two instances on one memory: does each use its own stack?
 //
 // JOB: {wasm, helper (or one per helper), threads: [1, 2, 3], timeoutMs, stop: [helpers ended after start], out,
@@ -93,10 +93,11 @@ async function runJob(job) {
 // time per call of gemm_f32 (m x k times k x n, B row-major) on each thread count: back to back
 // ("hot": the helpers still spinning from the last call), and 20 ms apart ("cold": asleep in
 // memory.atomic.wait32, so each call pays the wake-up); the median of >= 1 s of calls
-async function bench(wasm, counts) {
+const SHAPES = [[1024, 384, 384, "hot"], [1024, 384, 1536, "hot"], [1, 576, 1536, "hot"], [1, 576, 1536, "cold"],
+                [1, 256, 512, "hot"], [1, 256, 512, "cold"]];
+
+async function bench(wasm, counts, shapes = SHAPES) {
   const bytes = fs.readFileSync(wasm);
-  const shapes = [[1024, 384, 384, "hot"], [1024, 384, 1536, "hot"], [1, 576, 1536, "hot"], [1, 576, 1536, "cold"],
-                  [1, 256, 512, "hot"], [1, 256, 512, "cold"]];
   const pause = new Int32Array(new SharedArrayBuffer(4));
   const rows = [];
   for (const wanted of counts) {
@@ -169,9 +170,14 @@ const [command, ...rest] = process.argv.slice(2);
 if (command === "run") {
   const job = JSON.parse(fs.readFileSync(rest[0], "utf8"));
   process.stdout.write(JSON.stringify(await runJob(job)) + "\n");
-} else if (command === "bench") {
-  const counts = rest.slice(1).map(Number);
-  process.stdout.write(JSON.stringify(await bench(rest[0], counts.length ? counts : [1, 2])) + "\n");
+} else if (command === "bench") {       // [--shapes MxKxN[:cold],...] picks other products
+  const at = rest.indexOf("--shapes");
+  const shapes = at < 0 ? SHAPES : rest[at + 1].split(",").map((text) => {
+    const [dims, mode = "hot"] = text.split(":");
+    return [...dims.split("x").map(Number), mode];
+  });
+  const counts = rest.slice(1, at < 0 ? undefined : at).map(Number);
+  process.stdout.write(JSON.stringify(await bench(rest[0], counts.length ? counts : [1, 2], shapes)) + "\n");
 } else if (command === "stacks") {
   process.stdout.write(JSON.stringify(stacks(rest[0])) + "\n");
 } else {
