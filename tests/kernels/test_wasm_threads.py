@@ -239,6 +239,16 @@ def replayed(threads_wasm, tmp_path_factory):
     return results, summary, job
 
 
+def test_threads_build_imports_only_its_memory(threads_wasm):
+    exports, imports = build.read_wasm_interface(threads_wasm)
+    assert imports == [("env", "memory", "memory")]              # no libc, no emscripten runtime
+    functions = {name for name, kind in exports.items() if kind == "function"}
+    assert set(build.EXPORTS) | {"engine_thread_main", "engine_threads_ready"} <= functions
+    assert exports["__heap_base"] == exports["__stack_pointer"] == "global"
+    data = threads_wasm.read_bytes()
+    assert b"dylink.0" not in data and b"relaxed-simd" in data and b"atomics" in data
+
+
 def test_pool_starts_every_thread(replayed):
     _, summary, _ = replayed
     assert [(entry["requested"], entry["threads"], entry["reason"]) for entry in summary] == \
