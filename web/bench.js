@@ -16,8 +16,8 @@
 // page, N rounds alternating which goes first (benchStartup). ?threads=1,2 times EfficientNet b1 and
 // MiniLM 1x128/8x128 on simd at each kernel thread count (the scaling curve); ?ort=1 runs ONNX Runtime
 // Web on the same cases and inputs with 1 and 2 threads (?ort_threads=1,2,4: other counts), for the
-// ratios (benchThreads; `python build.py --peers`); ?thread_repeat=N: that section's repeats. Each
-// section's wall time goes into sections_ms.
+// ratios (benchThreads; `python build.py --peers`); ?thread_repeat=N: that section's repeats,
+// ?thread_rounds=N: the whole section N times, interleaved. Each section's wall time goes into sections_ms.
 import { EngineClient } from "./engine-client.js";
 
 const params = new URLSearchParams(location.search);
@@ -148,11 +148,11 @@ function showThreads(threads = NO_POOL, now = null) {
     `cross-origin isolated: ${self.crossOriginIsolated === true ? "yes" : "no"}`;
 }
 
-const CASES = [                        // [name, label, our pipeline's task, our result's key]
-  ["effnet_b1", "EfficientNet-Lite0 b1", "image-classification", "batch1_ms"],
-  ["minilm_1x128", "MiniLM 1x128", "sentence-embedding", "batch1x128_ms"],
-  ["minilm_8x128", "MiniLM 8x128", "sentence-embedding", "batch8x128_ms"],
-];
+const CASES = [                        // [name, label, our pipeline's task]; ?thread_cases=effnet_b1,...: some
+  ["effnet_b1", "EfficientNet-Lite0 b1", "image-classification"],
+  ["minilm_1x128", "MiniLM 1x128", "sentence-embedding"],
+  ["minilm_8x128", "MiniLM 8x128", "sentence-embedding"],
+].filter(([name]) => !params.get("thread_cases") || params.get("thread_cases").split(",").includes(name));
 const ORT_VERSION = "1.30.0";
 const ORT_MODELS = { effnet_b1: "efficientnet_lite0.onnx", minilm_1x128: "all-MiniLM-L6-v2.onnx",
                      minilm_8x128: "all-MiniLM-L6-v2.onnx" };
@@ -161,33 +161,47 @@ const ORT_MODELS = { effnet_b1: "efficientnet_lite0.onnx", minilm_1x128: "all-Mi
 // bench_threads; each row says the count in effect), then with ?ort=1 ONNX Runtime Web on the same
 // cases and inputs (bench_peer_cases) at each of its counts, each in a worker of its own
 // (web/bench-ort.js): median of the repeats after one untimed run, its outputs checked against ours.
+// ?thread_rounds=N does all that N times, the peer first in every other round (the table shows the
+// median over the rounds): on a machine whose load moves, neither side gets the quiet minutes.
 async function benchThreads(client, results) {
   const card = document.getElementById("threads-card");
   const cardStatus = document.getElementById("threads-status");
   card.hidden = false;
   const quick = Number(params.get("thread_repeat")) || Math.max(3, Math.round(repeat / 4));
+  const rounds = Number(params.get("thread_rounds")) || 1;
   await client.setBackend("simd");
   cardStatus.textContent = "loading the models";
   for (const task of new Set(CASES.map((c) => c[2]))) await client.loadTask(task);
   const ours = results.threads.runs = [];
-  for (const n of threadCounts.length ? threadCounts : [results.threads.used]) {
-    cardStatus.textContent = `ours, ${n} thread${n > 1 ? "s" : ""}`;
-    const set = await client.python("bench_threads", n);
-    showThreads(results.threads, set);
-    const image = await client.python("bench_image", quick);
-    const text = await client.python("bench_text", quick);
-    ours.push({ ...set, device: image.device, effnet_b1: image.batch1_ms, minilm_1x128: text.batch1x128_ms,
-                minilm_8x128: text.batch8x128_ms });
-  }
+  let reference = null;
   if (ortThreads.length) {
-    cardStatus.textContent = "preparing the peer's inputs";
-    const reference = await client.python("bench_peer_cases");
-    results.ort = { version: ORT_VERSION, repeat: quick, runs: [] };
+    reference = await client.python("bench_peer_cases");
+    results.ort = { version: ORT_VERSION, repeat: quick, rounds, runs: [] };
+  }
+  const runOurs = async (round) => {
+    for (const n of threadCounts.length ? threadCounts : [results.threads.used]) {
+      cardStatus.textContent = `round ${round + 1}: ours, ${n} thread${n > 1 ? "s" : ""}`;
+      const set = await client.python("bench_threads", n);
+      showThreads(results.threads, set);
+      const tasks = new Set(CASES.map((c) => c[2]));
+      const image = tasks.has("image-classification") ? await client.python("bench_image", quick) : {};
+      const text = tasks.has("sentence-embedding") ? await client.python("bench_text", quick) : {};
+      const times = { effnet_b1: image.batch1_ms, minilm_1x128: text.batch1x128_ms, minilm_8x128: text.batch8x128_ms };
+      ours.push({ ...set, round, device: image.device || text.device,
+                  ...Object.fromEntries(CASES.map(([name]) => [name, times[name]])) });
+    }
+  };
+  const runPeer = async (round) => {
     for (const n of ortThreads) {
-      cardStatus.textContent = `ONNX Runtime Web, ${n} thread${n > 1 ? "s" : ""}`;
-      results.ort.runs.push(n > 1 && self.crossOriginIsolated !== true
+      cardStatus.textContent = `round ${round + 1}: ONNX Runtime Web, ${n} thread${n > 1 ? "s" : ""}`;
+      results.ort.runs.push({ round, ...(n > 1 && self.crossOriginIsolated !== true
         ? { threads: n, skipped: "the page is not cross-origin isolated: ONNX Runtime Web would run on 1 thread" }
-        : await runOrt(n, reference.cases, quick));
+        : await runOrt(n, reference.cases, quick)) });
+    }
+  };
+  for (let round = 0; round < rounds; round++) {
+    for (const run of round % 2 && reference ? [runPeer, runOurs] : [runOurs, runPeer]) {
+      if (run === runOurs || reference) await run(round);
     }
   }
   document.getElementById("threads-table").textContent = threadsTable(results).join("\n");
@@ -238,31 +252,38 @@ function compare(name, theirs, ours) {
 }
 
 // One line per case and thread count: ours, ONNX Runtime Web, ours/ORT (below 1 ours is faster),
-// and our speed-up over our first count; then what was skipped and the output checks.
+// and our speed-up over our first count (medians over the rounds); then what was skipped and the
+// output checks.
 function threadsTable(results) {
   const ours = results.threads.runs, ort = results.ort ? results.ort.runs : [];
   const counts = [...new Set([...ours.map((r) => r.used), ...ort.map((r) => r.threads)])].sort((a, b) => a - b);
+  const middle = (list) => (list.length ? median(list) : undefined);
+  const oursAt = (n, name) => middle(ours.filter((r) => r.used === n && r.requested === n).map((r) => r[name]));
+  const ortAt = (n, name) => middle(ort.filter((r) => r.threads === n && r.cases?.[name]?.median_ms !== undefined)
+    .map((r) => r.cases[name].median_ms));
   const ms = (x) => (x === undefined ? "-" : x.toFixed(1)).padStart(9);
+  const rounds = results.ort ? results.ort.rounds : 1;
   const lines = [`${"case".padEnd(22)} ${"threads".padStart(7)} ${"ours ms".padStart(9)} ${"ORT ms".padStart(9)} ` +
-                 `${"ours/ORT".padStart(9)} ${"speed-up".padStart(9)}`];
+                 `${"ours/ORT".padStart(9)} ${"speed-up".padStart(9)}${rounds > 1 ? `   medians of ${rounds} rounds` : ""}`];
   results.ort_vs_ours = [];
   for (const [name, label] of CASES) {
-    const base = ours.length ? ours[0][name] : undefined;
+    const base = ours.length ? oursAt(ours[0].used, name) : undefined;
     for (const n of counts) {
-      const mine = ours.find((r) => r.used === n && r.requested === n)?.[name];
-      const theirs = ort.find((r) => r.threads === n)?.cases?.[name]?.median_ms;
+      const mine = oursAt(n, name), theirs = ortAt(n, name);
       const ratio = mine !== undefined && theirs !== undefined ? mine / theirs : undefined;
-      if (ratio !== undefined) results.ort_vs_ours.push({ case: name, threads: n, ours_ms: mine, ort_ms: theirs, ratio: round2(ratio) });
+      if (ratio !== undefined) results.ort_vs_ours.push({ case: name, threads: n, ours_ms: round(mine), ort_ms: round(theirs), ratio: round2(ratio) });
       lines.push(`${label.padEnd(22)} ${String(n).padStart(7)} ${ms(mine)} ${ms(theirs)} ` +
                  `${(ratio === undefined ? "-" : ratio.toFixed(2) + "x").padStart(9)} ` +
                  `${(mine === undefined || base === undefined ? "-" : (base / mine).toFixed(2) + "x").padStart(9)}`);
     }
   }
-  for (const r of ours) if (r.used !== r.requested) lines.push(`ours, ${r.requested} threads asked: ran on ${r.used} (${r.reason})`);
+  const said = new Set();
+  const say = (line) => { if (!said.has(line)) { said.add(line); lines.push(line); } };
+  for (const r of ours) if (r.used !== r.requested) say(`ours, ${r.requested} threads asked: ran on ${r.used} (${r.reason})`);
   for (const r of ort) {
-    if (r.skipped || r.error) lines.push(`ONNX Runtime Web, ${r.threads} threads: ${r.skipped || r.error}`);
+    if (r.skipped || r.error) say(`ONNX Runtime Web, ${r.threads} threads: ${r.skipped || r.error}`);
     for (const [name, c] of Object.entries(r.cases || {})) {
-      if (c.error) lines.push(`ONNX Runtime Web, ${r.threads} threads, ${name}: ${c.error}`);
+      if (c.error) say(`ONNX Runtime Web, ${r.threads} threads, ${name}: ${c.error}`);
     }
   }
   const checked = ort.find((r) => r.cases);
@@ -274,6 +295,12 @@ function threadsTable(results) {
   }
   return lines;
 }
+
+const median = (list) => {
+  const sorted = [...list].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+};
 
 // The speech section: each Whisper model (?speech_models=, default tiny.en and base) on each backend
 // (?speech=simd,webgpu; 1: simd) transcribes the site's 28 s speech sample: real-time factor, the
@@ -331,12 +358,7 @@ async function benchStartup(rounds) {
       runs[which].push(await (which === "bare" ? bareStart() : siteStart()));
     }
   }
-  const median = (list) => {
-    const sorted = list.map((r) => r.ms).sort((a, b) => a - b);
-    const mid = sorted.length >> 1;
-    return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
-  };
-  const bare = median(runs.bare), site = median(runs.site);
+  const bare = median(runs.bare.map((r) => r.ms)), site = median(runs.site.map((r) => r.ms));
   return { rounds, snapshot_stored: snapshot, bare_ms: round(bare), site_ms: round(site),
            ratio: Math.round((site / bare) * 100) / 100, runs };
 }

@@ -51,13 +51,15 @@ def test_not_isolated_says_so_instead_of_a_two_thread_number(site, session_facto
     host = start_dev_server(site, isolation=False)
     try:
         s = session_factory(host.url)
-        results = run_bench(s, "threads=2&ort=1&ort_threads=2")
+        results = run_bench(s, "threads=2&ort=1&ort_threads=2&thread_cases=effnet_b1")
     finally:
         host.stop()
     assert results["cross_origin_isolated"] is False
     (ours,) = results["threads"]["runs"]
-    assert ours["requested"] == 2 and ours["used"] == 1 and ours["reason"]
+    assert ours["requested"] == 2 and ours["used"] == 1 and ours["reason"] and ours["effnet_b1"] > 0
+    assert "minilm_1x128" not in ours
     (ort,) = results["ort"]["runs"]
-    assert ort == {"threads": 2, "skipped": "the page is not cross-origin isolated: ONNX Runtime Web would run on 1 thread"}
+    assert ort == {"round": 0, "threads": 2,
+                   "skipped": "the page is not cross-origin isolated: ONNX Runtime Web would run on 1 thread"}
     assert "not cross-origin isolated" in s.page.text_content("[data-testid=threads-table]")
     assert "cross-origin isolated: no" in s.page.text_content("[data-testid=bench-threads]")
