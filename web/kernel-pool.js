@@ -11,7 +11,8 @@
 //   pool.threads, pool.reason       // in effect; null or why fewer than asked
 //
 // A helper that fails to load, to instantiate or to answer within timeoutMs leaves fewer threads
-// and a reason; start never waits longer than timeoutMs for helpers.
+// and a reason; start never waits longer than timeoutMs for helpers. One lost after the start
+// leaves the calling thread alone (wasm_kernels/README.md, "Threads in the browser", has the API).
 "use strict";
 
 (function (root) {
@@ -123,10 +124,20 @@
     const limits = importedMemoryLimits(bytes);
     if (!limits.shared) throw new Error("the kernel module's memory is not shared (not the threads build?)");
     const module = await compiled(Object.assign({}, options, { bytes }));
-    const maxPages = Math.min(limits.max == null ? 65536 : limits.max,
+    let maxPages = Math.min(limits.max == null ? 65536 : limits.max,
                               Math.ceil((options.maximumBytes || 2 ** 31) / PAGE));
     const initialPages = Math.max(limits.min, Math.ceil((options.initialBytes || 0) / PAGE));
-    const memory = new WebAssembly.Memory({ initial: initialPages, maximum: maxPages, shared: true });
+    // a shared memory reserves its maximum up front, which a 32-bit or memory-tight browser may
+    // refuse: then ask for half, down to 256 MiB
+    let memory = null;
+    for (let pages = maxPages; !memory; pages = Math.floor(pages / 2)) {
+      try {
+        memory = new WebAssembly.Memory({ initial: initialPages, maximum: pages, shared: true });
+        maxPages = pages;
+      } catch (err) {
+        if (!(err instanceof RangeError) || pages / 2 < Math.max(initialPages, 4096)) throw err;
+      }
+    }
     const instance = await WebAssembly.instantiate(module, { env: { memory } });
     const exports = instance.exports;
     for (const name of ["__heap_base", "__stack_pointer", "engine_set_threads", "engine_threads_ready",
