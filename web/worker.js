@@ -293,7 +293,7 @@ const threadInfo = { requested: 1, used: 1, reason: null };
 async function usePool(starting, flavour) {
   const { pool: started, reason } = await starting;
   threadInfo.reason = reason;
-  if (!started) return;
+  if (!started) return withoutPool();
   if (!flavour) {
     threadInfo.reason = "the simd kernels are not loaded";
   } else if (started.threads > 1) {
@@ -312,6 +312,17 @@ async function usePool(starting, flavour) {
     }
   }
   started.close();
+  withoutPool();
+}
+
+// engine.threads.describe() in this worker says why it runs on one thread
+function withoutPool() {
+  if (!threadInfo.reason) return;
+  const heap = pyodide.pyimport("engine.backends.simd.heap");
+  const threads = pyodide.pyimport("engine.threads");
+  threads.register(heap.NoPool(threadInfo.reason));
+  threads.destroy();
+  heap.destroy();
 }
 
 async function boot(backend, kernels, tasks, threads) {

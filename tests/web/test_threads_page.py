@@ -118,6 +118,7 @@ def test_not_isolated_runs_on_one_thread_and_says_why(site, browser):
         assert not isolated
         assert boot["threads"] == {"requested": 2, "used": 1, "reason": "the page is not cross-origin isolated"}
         assert python(page, "engine.get_num_threads()") == 1
+        assert python(page, "engine.threads.describe()") == "1 thread (the page is not cross-origin isolated)"
     finally:
         page.close()
         served.stop()

@@ -425,6 +425,22 @@ def _copies(copies_in, copies_out, lo, at, hi, direction):
         copies_out += (at, lo, hi - lo)
 
 
+class NoPool:
+    """engine.threads' provider in a worker whose pool did not start: 1 thread, and why."""
+
+    def __init__(self, reason: str | None):
+        self.reason = reason
+
+    def get_num_threads(self) -> int:
+        return 1
+
+    def set_num_threads(self, n: int) -> int:
+        return 1
+
+    def describe(self) -> str:
+        return f"1 thread ({self.reason})" if self.reason else "1 thread"
+
+
 def start(bridge) -> HeapLibrary:
     """Make the pool behind `bridge` (web/kernel-bridge.js) run the simd backend's heavy calls."""
     loaded = HeapLibrary(library.get(), bridge)
