@@ -144,7 +144,7 @@ SPANS = {
     "gemm_f16w_f32": (lambda a: _gemm_spans(a, 2), lambda a: a[0] * a[1] * a[2] * a[3]),
     "conv2d_f32": (_conv_spans, _conv_work),
     "depthwise_conv2d_f32": (_depthwise_spans, _depthwise_work),
-    "attention_f32": (_attention_spans, lambda a: a[0] * a[1] * a[3] * a[4] * (a[5] + a[6])),
+    "attention_f32": (_attention_spans, lambda a: 2 * a[0] * a[1] * a[3] * a[4] * (a[5] + a[6])),   # + softmax
     "linear_q_f32": (_linear_q_spans, lambda a: a[1] * a[2] * a[3]),
 }
 _FORMAT = {library.POINTER: "I", library.FLOAT: "f"}
@@ -302,39 +302,43 @@ class HeapLibrary:
         formats = "".join(_FORMAT.get(t, "I" if t is ctypes.c_size_t else "i") for t in types)
 
         def call(*args):
-            if self.threads < 2 or not self._pays(args, work_of, spans_of):
+            spans = self._pays(args, work_of, spans_of) if self.threads > 1 else None
+            if spans is None:
                 return local_fn(*args)
-            return self._call(index, name, args, spans_of, formats)
+            return self._call(index, name, args, spans, formats)
 
         def prepared(*args):
             """This call with these arguments as a Prepared pool call (it runs once here), or None
             where it runs on the side module."""
-            if self.threads < 2 or not self._pays(args, work_of, spans_of):
+            spans = self._pays(args, work_of, spans_of) if self.threads > 1 else None
+            if spans is None:
                 return None
-            self._call(index, name, args, spans_of, formats)
-            size, _ = self._describe(index, name, args, spans_of, formats)
+            self._call(index, name, args, spans, formats)
+            size, _ = self._describe(index, name, args, spans, formats)
             return Prepared(self._run, self._words[:size // 4].copy(), name)
 
         call.__name__, call.prepared = name, prepared
         return call
 
-    def _pays(self, args, work_of, spans_of) -> bool:
+    def _pays(self, args, work_of, spans_of):
         """Whether threads gain more than the copies cost: MIN_WORK multiply-adds or more, and
         WORK_PER_BYTE of them per byte copied in or out (a decode step's attention over its cache
-        window, or a depthwise convolution, moves about as many bytes as it multiplies: it stays)."""
+        window, or a depthwise convolution, moves about as many bytes as it multiplies: it stays).
+        The spans of its pointers when it does, else None."""
         work = work_of(args)
         if work < self.min_work:
-            return False
+            return None
         copied = 0
-        for _, (_, lo, hi, direction) in spans_of(args):
+        spans = spans_of(args)
+        for _, (_, lo, hi, direction) in spans:
             if direction != IN or self._resident_for(lo, hi) is None:
                 copied += hi - lo
-        return work >= self.work_per_byte * copied
+        return spans if work >= self.work_per_byte * copied else None
 
-    def _call(self, index, name, args, spans_of, formats):
+    def _call(self, index, name, args, spans, formats):
         self.pool_calls += 1
         while True:
-            size, uploads = self._describe(index, name, args, spans_of, formats)
+            size, uploads = self._describe(index, name, args, spans, formats)
             need = None
             try:
                 need = self._run(self._words_address)
@@ -352,7 +356,7 @@ class HeapLibrary:
             self._scratch_floats = max(need, 2 * self._scratch_floats)
             self._scratch = self.heap.alloc(4 * self._scratch_floats)   # the old one stays: a prepared call may name it
 
-    def _describe(self, index, name, args, spans_of, formats):
+    def _describe(self, index, name, args, spans, formats):
         """Writes the descriptor of one call into self._words: (its size in bytes, the resident
         entries it uploads)."""
         args = list(args)
@@ -360,7 +364,7 @@ class HeapLibrary:
             args = [0 if v is None else v for v in args]
         copies_in, uploads, temporaries = [], [], []
         need = 0
-        for position, (address, lo, hi, direction) in spans_of(args):
+        for position, (address, lo, hi, direction) in spans:
             if hi <= lo:
                 continue
             if direction == IN:
