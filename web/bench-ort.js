@@ -4,7 +4,7 @@
 // peers/onnxruntime/ (`python build.py --peers`; env.wasm.wasmPaths points there, so nothing is
 // fetched from elsewhere) and the models exported there at build time from the weights ours reads.
 // Message in: {threads, repeat, cases: [{name, model, feeds: {input: {type, data, dims}}}]}.
-// Message out: {ok, threads, cases: [{name, create_ms, warmup_ms, median_ms, runs_ms, output}]}
+// Message out: {ok, threads, version (the runtime's own), cases: [{name, create_ms, warmup_ms, median_ms, runs_ms, output}]}
 // or {ok: false, error}. Each case: its session created, one untimed run, then `repeat` runs.
 const base = new URL("peers/onnxruntime/", self.location.href).href;
 
@@ -22,7 +22,7 @@ self.onmessage = async ({ data }) => {
     ort.env.logLevel = "error";
     const cases = [];
     for (const c of data.cases) cases.push(await runCase(ort, c, data.repeat));
-    self.postMessage({ ok: true, threads: data.threads, cases });
+    self.postMessage({ ok: true, threads: data.threads, version: ort.env.versions?.web, cases });
   } catch (err) {
     self.postMessage({ ok: false, error: String(err.message || err) });
   }

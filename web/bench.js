@@ -153,7 +153,6 @@ const CASES = [                        // [name, label, our pipeline's task]; ?t
   ["minilm_1x128", "MiniLM 1x128", "sentence-embedding"],
   ["minilm_8x128", "MiniLM 8x128", "sentence-embedding"],
 ].filter(([name]) => !params.get("thread_cases") || params.get("thread_cases").split(",").includes(name));
-const ORT_VERSION = "1.30.0";
 const ORT_MODELS = { effnet_b1: "efficientnet_lite0.onnx", minilm_1x128: "all-MiniLM-L6-v2.onnx",
                      minilm_8x128: "all-MiniLM-L6-v2.onnx" };
 
@@ -176,7 +175,7 @@ async function benchThreads(client, results) {
   let reference = null;
   if (ortThreads.length) {
     reference = await client.python("bench_peer_cases");
-    results.ort = { version: ORT_VERSION, repeat: quick, rounds, runs: [] };
+    results.ort = { version: null, repeat: quick, rounds, runs: [] };
   }
   const runOurs = async (round) => {
     for (const n of threadCounts.length ? threadCounts : [results.threads.used]) {
@@ -197,6 +196,7 @@ async function benchThreads(client, results) {
       results.ort.runs.push({ round, ...(n > 1 && self.crossOriginIsolated !== true
         ? { threads: n, skipped: "the page is not cross-origin isolated: ONNX Runtime Web would run on 1 thread" }
         : await runOrt(n, reference.cases, quick)) });
+      results.ort.version ||= results.ort.runs.at(-1).version || null;
     }
   };
   for (let round = 0; round < rounds; round++) {
@@ -204,6 +204,7 @@ async function benchThreads(client, results) {
       if (run === runOurs || reference) await run(round);
     }
   }
+  if (ours.length) showThreads(results.threads, await client.python("bench_threads", results.threads.used));  // as it started
   document.getElementById("threads-table").textContent = threadsTable(results).join("\n");
   cardStatus.textContent = "done";
 }
@@ -230,7 +231,7 @@ function runOrt(threads, cases, repeat) {
         byCase[c.name] = { median_ms: round(c.median_ms), create_ms: round(c.create_ms), warmup_ms: round(c.warmup_ms),
                            runs_ms: c.runs_ms.map(round), ...compare(c.name, c.output.data, cases[c.name].output) };
       }
-      done({ threads, cases: byCase });
+      done({ threads, version: data.version, cases: byCase });
     };
     worker.postMessage({ threads, repeat, cases: jobs });
   });
@@ -291,7 +292,7 @@ function threadsTable(results) {
     const notes = Object.entries(checked.cases).filter(([, c]) => !c.error).map(([name, c]) => (c.min_cosine !== undefined
       ? `${name} least cosine ${c.min_cosine.toFixed(6)}` : `${name} max |logit difference| ${c.max_abs_diff.toExponential(1)}` +
         `${c.same_top1 ? ", same top-1" : ", OTHER top-1"}`));
-    lines.push(`ONNX Runtime Web ${ORT_VERSION} (WASM) against our outputs on the same inputs: ${notes.join("; ")}`);
+    lines.push(`ONNX Runtime Web ${checked.version} (WASM) against our outputs on the same inputs: ${notes.join("; ")}`);
   }
   return lines;
 }
