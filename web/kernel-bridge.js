@@ -79,6 +79,7 @@
           const from = words[at], to = words[at + 1], bytes = words[at + 2];
           shared.set(own.subarray(from, from + bytes), to);
           profile.bytes_in += bytes;
+          (profile.bytes_by_export[entry.name] ||= [0, 0])[0] += bytes;
         }
         const copied = now();
         const result = entry.fn.apply(null, args) || 0;
@@ -94,6 +95,7 @@
           const from = words[at], to = words[at + 1], bytes = words[at + 2];
           own.set(shared.subarray(from, from + bytes), to);
           profile.bytes_out += bytes;
+          (profile.bytes_by_export[entry.name] ||= [0, 0])[1] += bytes;
         }
         profile.copy_ms += now() - t;
       }
@@ -103,7 +105,7 @@
     return {
       // profiling on (true: the counts start at 0) or off; stats() the counts as JSON
       profile(on) {
-        profile = on ? { runs: 0, calls: 0, copy_ms: 0, kernel_ms: 0, bytes_in: 0, bytes_out: 0, by_export: {} } : null;
+        profile = on ? { runs: 0, calls: 0, copy_ms: 0, kernel_ms: 0, bytes_in: 0, bytes_out: 0, by_export: {}, bytes_by_export: {} } : null;
       },
       stats: () => JSON.stringify(profile),
       // the exports a descriptor names by their index, in Python's order
