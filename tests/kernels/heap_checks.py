@@ -9,12 +9,12 @@ import sys
 
 sys.path.insert(0, "/repo")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from engine.backends.simd import heap, library  # noqa: E402
-from engine.backends.simd import kernels as K  # noqa: E402
-from engine.backends.simd import quantized as Q  # noqa: E402
-from tests.kernels.reference import random_blocks  # noqa: E402
+from engine.backends.simd import heap, library
+from engine.backends.simd import kernels as K
+from engine.backends.simd import quantized as Q
+from tests.kernels.reference import random_blocks
 
 local = library.get()
 pool = heap.start(KERNEL_BRIDGE)  # noqa: F821 - set by pool_run.mjs
@@ -23,13 +23,13 @@ rng = np.random.default_rng(7)
 mismatches, checks = [], 0
 
 
-def same(name, run):
-    """run() on the side module, then through the pool: the same bits"""
+def same(name, fn, *args, **kwargs):
+    """fn(*args, **kwargs) on the side module, then through the pool: the same bits"""
     global checks
     library.use(local)
-    expected = run()
+    expected = fn(*args, **kwargs)
     library.use(pool)
-    got = run()
+    got = fn(*args, **kwargs)
     checks += 1
     if expected.shape != got.shape or not np.array_equal(expected.view(np.uint32), got.view(np.uint32)):
         mismatches.append(name)
@@ -41,42 +41,42 @@ def f32(*shape):
 
 for m, k, n in [(1, 7, 5), (37, 64, 130), (128, 384, 384), (3, 300, 1000)]:
     a, b, bias = f32(m, k), f32(k, n), f32(n)
-    same(f"gemm {m}x{k}x{n}", lambda: K.gemm(a, b))
-    same(f"gemm {m}x{k}x{n} bias gelu, b transposed", lambda: K.gemm(a, np.asfortranarray(b), bias, "gelu"))
+    same(f"gemm {m}x{k}x{n}", K.gemm, a, b)
+    same(f"gemm {m}x{k}x{n} bias gelu, b transposed", K.gemm, a, np.asfortranarray(b), bias, "gelu")
     w = f32(n, k)
-    same(f"linear {m}x{k}->{n}", lambda: K.linear(a, w, bias))
-    same(f"linear f16 {m}x{k}->{n}", lambda: K.linear(a, w.astype(np.float16)))
+    same(f"linear {m}x{k}->{n}", K.linear, a, w, bias)
+    same(f"linear f16 {m}x{k}->{n}", K.linear, a, w.astype(np.float16))
 x, y = f32(2, 3, 33, 17), f32(1, 3, 17, 9)
-same("gemm batched broadcast", lambda: K.gemm(x, y))
+same("gemm batched broadcast", K.gemm, x, y)
 qkv = f32(2, 40, 3 * 4 * 16)                             # a fused projection: q, k, v overlap in one buffer
 q, kk, v = (qkv[..., i * 64:(i + 1) * 64].reshape(2, 40, 4, 16).transpose(0, 2, 1, 3) for i in range(3))
-same("attention strided views", lambda: K.attention(q, kk, v))
-same("attention causal", lambda: K.attention(q, kk, v, is_causal=True))
+same("attention strided views", K.attention, q, kk, v)
+same("attention causal", K.attention, q, kk, v, is_causal=True)
 mask = rng.random((2, 1, 40, 40)) > 0.3
-same("attention bool mask", lambda: K.attention(q, kk, v, mask))
+same("attention bool mask", K.attention, q, kk, v, mask)
 gqa = f32(1, 6, 5, 16), f32(1, 2, 9, 16), f32(1, 2, 9, 8), f32(1, 1, 5, 9)
-same("attention float mask, gqa", lambda: K.attention(*gqa))
+same("attention float mask, gqa", K.attention, *gqa)
 img = f32(2, 8, 19, 23)
 for groups, o, kh, stride, pad in [(1, 16, 3, 1, 1), (1, 12, 1, 1, 0), (2, 6, 3, 2, ((0, 1), (1, 0))),
                                    (8, 8, 5, 2, 2), (1, 32, 3, 2, 1)]:
     wc, bc = f32(o, 8 // groups, kh, kh), f32(o)
-    same(f"conv2d g{groups} o{o} k{kh} s{stride}", lambda: K.conv2d(img, wc, bc, stride, pad, 1, groups, "relu6"))
+    same(f"conv2d g{groups} o{o} k{kh} s{stride}", K.conv2d, img, wc, bc, stride, pad, 1, groups, "relu6")
 dw, db = f32(8, 1, 3, 3), f32(8)
-same("depthwise 3x3 s2", lambda: K.depthwise_conv2d(img, dw, db, 2, 1, activation="relu"))
+same("depthwise 3x3 s2", K.depthwise_conv2d, img, dw, db, 2, 1, activation="relu")
 for qtype in ("q4_0", "q4_1", "q8_0", "q4_k", "q6_k"):
     rows, cols = 96, 512
     blocks = random_blocks(qtype, rows, cols, rng)
     for m in (1, 5, 37):
         xq = f32(m, cols)
-        same(f"linear_q {qtype} m{m}", lambda: Q.linear_q(xq, weight=blocks, qtype=qtype, rows=rows, cols=cols))
+        same(f"linear_q {qtype} m{m}", Q.linear_q, xq, weight=blocks, qtype=qtype, rows=rows, cols=cols)
 
 # weights: copied once, then read where they lie in the heap; a dead weight leaves the heap
 library.use(pool)
-w = f32(256, 128)
-K.linear(f32(8, 128), w)
+weight = f32(256, 128)
+K.linear(f32(8, 128), weight)
 resident = len(pool._entries)
 copied = [e for e in pool._entries if e.address]
-del w
+del weight
 evicted = len(pool._entries) == resident - 1
 
 # a prepared call replays the same bits; two joined run in one crossing
@@ -95,9 +95,9 @@ heap.join(prepared)()
 replayed = bool(np.array_equal(out1, want1) and np.array_equal(out2, want2))
 
 # a captured step (engine.graph) replays its pool calls as prepared descriptors: the same bits
-import engine  # noqa: E402
-import engine.nn.functional as F  # noqa: E402
-from engine import graph  # noqa: E402
+import engine
+import engine.nn.functional as F
+from engine import graph
 
 w1, w2, b2 = f32(96, 64), f32(40, 96), f32(40)
 W1, W2, B2 = (engine.from_numpy(a, "simd") for a in (w1, w2, b2))

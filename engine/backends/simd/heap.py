@@ -188,7 +188,7 @@ class Heap:
 
 class _Resident:
     """A weight's bytes [lo, hi) in Pyodide's memory, and their copy in the heap (0: not yet)."""
-    __slots__ = ("lo", "hi", "key", "address", "pending", "ref")
+    __slots__ = ("address", "hi", "key", "lo", "pending", "ref")
 
     def __init__(self, lo: int, hi: int, key: int):
         self.lo, self.hi, self.key, self.address, self.pending, self.ref = lo, hi, key, 0, 0, None
@@ -338,7 +338,7 @@ class HeapLibrary:
     def _call(self, index, name, args, spans, formats):
         self.pool_calls += 1
         while True:
-            size, uploads = self._describe(index, name, args, spans, formats)
+            _, uploads = self._describe(index, name, args, spans, formats)
             need = None
             try:
                 need = self._run(self._words_address)
