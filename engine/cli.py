@@ -99,6 +99,7 @@ def _bench(args) -> int:
     if not counts or min(counts) < 1:
         raise EngineError(f"--threads: positive thread counts, comma-separated (e.g. 1,2), got {args.threads!r}")
     import copy
+
     from .bench import threads
     status = 0
     for count in counts:

@@ -31,8 +31,14 @@ def available() -> list[str]:
 
 
 # Fastest first. A GPU beats the CPU; in Pyodide NumPy has no BLAS, so the wasm kernels win
-# by 10x and more; natively NumPy's BLAS (multi-threaded, AVX) beats our portable kernels.
+# by 10x and more; natively NumPy's BLAS (multi-threaded, AVX) beats our kernels on a plain
+# matmul, so it stays the native default for tensors and for whatever has no entry below.
 PREFERENCE = {"emscripten": ["webgpu", "simd", "numpy"], "native": ["webgpu", "numpy", "simd"]}
+# Natively, the backend a task's pipeline runs on when no device is named, where a model measured
+# faster there than on the default (docs/benchmarks.md, "Natively": the simd kernels on every
+# core, built for this machine, against NumPy's BLAS). Text generation picks simd through
+# best_for_quantized; Whisper stays on numpy.
+NATIVE_PIPELINES = {"image-classification": "simd", "sentence-embedding": "simd", "feature-extraction": "simd"}
 
 
 def auto_selectable(name: str) -> bool:
@@ -58,6 +64,14 @@ def best_for_quantized() -> str:
     product: SmolLM2 decodes ~30x slower there. webgpu is picked only when asked for: its chat
     speed on a real GPU has not been measured yet.)"""
     return "simd" if unavailable_reason("simd") is None else _default
+
+
+def best_for_pipeline(task: str) -> str | None:
+    """The backend a pipeline of `task` runs on when no device is named: natively the one in
+    NATIVE_PIPELINES when it is available here, else None (the default)."""
+    import sys
+    name = None if sys.platform == "emscripten" else NATIVE_PIPELINES.get(task)
+    return name if name is not None and unavailable_reason(name) is None else None
 
 
 def get_backend(name: str | None = None):

@@ -28,10 +28,13 @@ static inline v4f load4(const float *p) { return *(const v4f_u *)p; }
 static inline void store4(float *p, v4f v) { *(v4f_u *)p = v; }
 static inline v4f splat(float x) { return (v4f){x, x, x, x}; }
 
-/* a * b + c; fused (one rounding, platform-dependent) only in the relaxed-SIMD build */
+/* a * b + c; fused (one rounding, platform-dependent) in the relaxed-SIMD build and natively on
+ * x86 with FMA (the native library is built for the machine that runs it: build.py) */
 static inline v4f madd(v4f a, v4f b, v4f c) {
 #ifdef __wasm_relaxed_simd__
     return __builtin_wasm_relaxed_madd_f32x4(a, b, c);
+#elif defined(__FMA__) && (defined(__x86_64__) || defined(__i386__))
+    return __builtin_ia32_vfmaddps(a, b, c);
 #else
     return a * b + c;
 #endif

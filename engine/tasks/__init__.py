@@ -107,10 +107,12 @@ def pipeline(task: str, device: str | None = None, weights=None, model: str | No
     first model registered for the task, or by the registry model named `model`; `options` go to
     the pipeline (image classification: labels=; sentence embedding: max_length=)."""
     from .. import registry
-    from ..device import get_backend
+    from ..device import best_for_pipeline, get_backend
     entry = registry.for_task(task) if model is None else registry.model(model)
     if task not in entry.tasks:
         raise InputError(f"model {entry.name} does not serve the task {task!r}; it serves: {', '.join(entry.tasks)}")
+    if device is None:
+        device = best_for_pipeline(task)      # natively simd where it was measured faster, else the default
     get_backend(device)                       # a clear error for an unknown device, before loading
     if entry.pipeline is None:
         raise InputError(f"no pipeline runs {entry.name} yet")

@@ -182,3 +182,12 @@ def test_moving_between_numpy_and_simd_shares_memory():
     assert b.device == "simd" and b._buf is a._buf           # same NumPy storage: no copy
     assert b.to("numpy")._buf is a._buf
     assert (b @ b.T).device == "simd"
+
+
+def test_pipelines_measured_faster_on_simd_default_to_it_natively():
+    """engine.device.NATIVE_PIPELINES: natively a pipeline of these tasks runs on simd when no
+    device is named (docs/benchmarks.md, "Natively"); the others keep the default."""
+    from engine import device
+    assert device.best_for_pipeline("image-classification") == "simd"
+    assert device.best_for_pipeline("sentence-embedding") == "simd"
+    assert device.best_for_pipeline("speech-recognition") is None

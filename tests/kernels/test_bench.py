@@ -119,7 +119,7 @@ def test_cli_threads_runs_each_count_with_torch_at_the_same_count(capsys, monkey
     assert first < second and ", 2 threads" in out[first:second] and ", 1 thread" in out[second:]
     assert engine.get_num_threads() == 1                              # restored
     try:
-        import torch                                                  # noqa: F401
+        import torch  # noqa: F401
         assert "2 threads (torch 2)" in out[first:second]
     except ImportError:
         pass

@@ -15,8 +15,14 @@ from engine.backends.simd import kernels as K
 from engine.backends.simd import library
 from engine.backends.simd import quantized as Q
 from engine.errors import InputError
-from tests.kernels.reference import (assert_within, assert_within_or_nan, attention_reference, gemm_reference,
-                                     linear_q_reference, random_blocks)
+from tests.kernels.reference import (
+    assert_within,
+    assert_within_or_nan,
+    attention_reference,
+    gemm_reference,
+    linear_q_reference,
+    random_blocks,
+)
 from tests.kernels.test_conv import reference as conv_reference
 
 COUNTS = (1, 2, 3)
