@@ -127,6 +127,7 @@
       },
       setThreads: (n) => pool.setThreads(n),
       threads: () => pool.exports.engine_threads(),
+      splits: () => (pool.exports.engine_pool_splits ? pool.exports.engine_pool_splits() : 0),   // calls split so far
       reason: () => pool.reason || null,
     };
   }
