@@ -42,9 +42,11 @@ from . import library
 
 ALIGN = 64
 # the calls that split across the pool, and the work (multiply-adds) below which one stays on
-# the side module: waking the helpers and crossing to JS cost ~10-30 us
+# the side module: crossing to JS, copying and waking the helpers cost ~10-30 us, and a helper
+# that shares its core with another process makes the caller wait for its part (a decode step's
+# 576 x 576 products, ~40 us each, stay; its 576 x 3072 ones and the output head go)
 POOL = ("gemm_f32", "gemm_f16w_f32", "conv2d_f32", "depthwise_conv2d_f32", "attention_f32", "linear_q_f32")
-MIN_WORK = 1 << 17
+MIN_WORK = 1 << 20
 # and the multiply-adds per byte copied below which it stays too: at ~10-20 G multiply-adds/s on
 # one thread against ~12 GB/s of copies, half the work saved must outweigh the bytes moved
 WORK_PER_BYTE = 4
