@@ -109,13 +109,26 @@ def _processor() -> str:
         return f"{platform.machine()} {platform.processor()}"
 
 
+def native_flags() -> tuple:
+    """The flags of the native build here: NATIVE_FLAGS + MACHINE_FLAGS, or NATIVE_FLAGS alone
+    with $ENGINE_KERNELS_PORTABLE set."""
+    portable = os.environ.get("ENGINE_KERNELS_PORTABLE", "") not in ("", "0")
+    return NATIVE_FLAGS if portable else NATIVE_FLAGS + MACHINE_FLAGS
+
+
+def native_name(compiler: str) -> str:
+    """The native library's file name: a hash of the sources, compiler, flags and (when built for
+    this machine) the processor."""
+    flags = native_flags()
+    machine = (_processor(),) if flags != NATIVE_FLAGS else ()
+    return f"engine_kernels-{source_hash((compiler,) + flags + machine)}.so"
+
+
 def build_native(out_dir) -> Path:
     """The kernels as a native shared library in out_dir, named by source hash (reused if present)."""
     compiler = find_native_compiler()
-    portable = os.environ.get("ENGINE_KERNELS_PORTABLE", "") not in ("", "0")
-    flags = NATIVE_FLAGS + (() if portable else MACHINE_FLAGS)
-    machine = () if portable else (_processor(),)
-    out = Path(out_dir) / f"engine_kernels-{source_hash((compiler,) + flags + machine)}.so"
+    flags = native_flags()
+    out = Path(out_dir) / native_name(compiler)
     if out.exists():
         return out
     try:

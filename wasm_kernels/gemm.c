@@ -168,6 +168,30 @@ static void store_tile(v4f acc[MR][2], float *c, ptrdiff_t c_row, size_t mr, siz
 }
 
 /* The register tile: MR rows of packed A times NR columns of B over kc, B rows b_step apart. */
+#ifdef GEMM_WIDE
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
+
+/* each lane the fused multiply-add of the 4-lane madd: the same bits as two of them */
+static void micro_tile(size_t kc, const float *ap, const float *bp, ptrdiff_t b_step, float *c, ptrdiff_t c_row,
+                       size_t mr, size_t nr, int accumulate, const epilogue *ep, size_t i, size_t j) {
+    v8f acc[MR];
+    for (size_t r = 0; r < MR; ++r) acc[r] = (v8f){0, 0, 0, 0, 0, 0, 0, 0};
+    for (size_t p = 0; p < kc; ++p, ap += MR, bp += b_step) {
+        v8f b = *(const v8f_u *)bp;
+        for (size_t r = 0; r < MR; ++r) {
+            float x = ap[r];
+            acc[r] = __builtin_ia32_vfmaddps256((v8f){x, x, x, x, x, x, x, x}, b, acc[r]);
+        }
+    }
+    v4f halves[MR][2];
+    for (size_t r = 0; r < MR; ++r) {
+        halves[r][0] = __builtin_shufflevector(acc[r], acc[r], 0, 1, 2, 3);
+        halves[r][1] = __builtin_shufflevector(acc[r], acc[r], 4, 5, 6, 7);
+    }
+    store_tile(halves, c, c_row, mr, nr, accumulate, ep, i, j);
+}
+#else
 static void micro_tile(size_t kc, const float *ap, const float *bp, ptrdiff_t b_step, float *c, ptrdiff_t c_row,
                        size_t mr, size_t nr, int accumulate, const epilogue *ep, size_t i, size_t j) {
     v4f acc[MR][2];
@@ -182,6 +206,7 @@ static void micro_tile(size_t kc, const float *ap, const float *bp, ptrdiff_t b_
     }
     store_tile(acc, c, c_row, mr, nr, accumulate, ep, i, j);
 }
+#endif
 
 /* One row block of C through packed tiles: ap holds mc rows of A packed over kc. */
 static void tile_block(size_t mc, size_t nc, size_t kc, const float *ap, const float *bp, ptrdiff_t b_step,

@@ -6,7 +6,14 @@
 
 /* Register tile MR x NR (NR = two f32x4) and cache blocks: the packed B block (KC x NC)
  * stays in L2, the packed A block (MC x KC) in L1/L2, one B micro-panel (KC x NR) in L1. */
+#if !defined(__wasm__) && defined(__AVX2__) && defined(__FMA__)
+/* natively with AVX2 and FMA (the library is built for the machine that runs it): a row of the
+ * tile is one 8-lane vector, 8 rows, so that 8 multiply-adds are in flight as with 4-lane vectors */
+#define GEMM_WIDE 1
+#define MR 8
+#else
 #define MR 4
+#endif
 #define NR 8
 #define KC 256
 #define MC 96

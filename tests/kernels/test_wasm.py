@@ -52,7 +52,7 @@ def test_native_library_is_cached_by_source_hash(tmp_path):
     first = build.build_native(tmp_path)
     stamp = first.stat().st_mtime_ns
     assert build.build_native(tmp_path) == first and first.stat().st_mtime_ns == stamp
-    assert first.name == f"engine_kernels-{build.source_hash((build.find_native_compiler(),) + build.NATIVE_FLAGS)}.so"
+    assert first.name == build.native_name(build.find_native_compiler())
 
 
 def test_missing_compiler_is_a_clear_error(monkeypatch, tmp_path):
