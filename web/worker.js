@@ -290,8 +290,7 @@ async function startPool(threads) {
 const threadInfo = { requested: 1, used: 1, reason: null };
 
 // The simd backend's heavy calls on the pool (1 thread and the side module when it did not start).
-async function usePool(starting, flavour) {
-  const { pool: started, reason } = await starting;
+function usePool({ pool: started, reason }, flavour) {
   threadInfo.reason = reason;
   if (!started) return withoutPool();
   if (!flavour) {
@@ -340,8 +339,9 @@ async function boot(backend, kernels, tasks, threads) {
   await unpackBytecode();
   const flavour = await loadKernels(kernels);
   const waited = performance.now();
-  await usePool(starting, flavour);
+  const started = await starting;
   timings.threads_ms = performance.now() - waited;   // what the pool's start added to the boot
+  usePool(started, flavour);
   api = pyodide.pyimport("engine.web.worker");
   exported = new Set(api.EXPORTS.toJs());
   timings.engine_ms = performance.now() - t;
