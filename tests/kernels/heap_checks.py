@@ -114,6 +114,10 @@ library.use(pool)
 captured, _ = graph.capture(step, engine.from_numpy(np.zeros((3, 64), np.float32), "simd"))
 got = [captured.replay(v).numpy().copy() for v in values]
 graph_same = all(np.array_equal(a, b) for a, b in zip(want, got))
+pool.set_num_threads(1)                  # the prepared calls run on the side module then
+got = [captured.replay(v).numpy().copy() for v in values]
+graph_same = graph_same and all(np.array_equal(a, b) for a, b in zip(want, got))
+pool.set_num_threads(2)
 graph_prepared = sum(type(c) is heap.Prepared for c in captured.calls)
 
 json.dumps({"graph_same": graph_same, "graph_prepared": graph_prepared, "threads": pool.threads, "reason": POOL_REASON, "mismatches": mismatches, "checks": checks,  # noqa: F821

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import functools
 import json
 import struct
 import weakref
@@ -39,6 +40,7 @@ from numpy.lib.array_utils import byte_bounds
 
 from ... import quants
 from . import library
+from .kernels import call_with_scratch
 
 ALIGN = 64
 # the calls that split across the pool, and the work (multiply-adds) below which one stays on
@@ -197,14 +199,19 @@ class _Resident:
 
 
 class Prepared:
-    """A pool call with fixed arguments: its descriptor written once (`words`), run in one crossing."""
+    """A pool call with fixed arguments: its descriptor written once (`words`), run in one crossing;
+    on the side module instead (`local`: the calls with their own arguments) while the library is
+    set to one thread, as a call made then would run."""
 
-    def __init__(self, run, words: np.ndarray, name: str):
-        self.run, self.words, self.name = run, words, name
+    def __init__(self, library, words: np.ndarray, name: str, local: list):
+        self.library, self.run, self.words, self.name, self.local = library, library._run, words, name, local
         self.address = words.ctypes.data
 
     def __call__(self):
-        if self.run(self.address):
+        if self.library.threads < 2:
+            for fn, args in self.local:
+                fn(*args)
+        elif self.run(self.address):
             raise RuntimeError(f"{self.name}: the pool's kernel reported an error")
 
 
@@ -212,7 +219,8 @@ def join(prepared: list[Prepared]) -> Prepared:
     """Several prepared calls as one descriptor: one crossing runs them in order."""
     words = np.concatenate([np.array([sum(int(p.words[0]) for p in prepared)], np.uint32)] +
                            [p.words[1:] for p in prepared])
-    return Prepared(prepared[0].run, words, "+".join(p.name for p in prepared))
+    return Prepared(prepared[0].library, words, "+".join(p.name for p in prepared),
+                    [call for p in prepared for call in p.local])
 
 
 class HeapLibrary:
@@ -317,7 +325,9 @@ class HeapLibrary:
                 return None
             self._call(index, name, args, spans, formats)
             size, _ = self._describe(index, name, args, spans, formats)
-            return Prepared(self._run, self._words[:size // 4].copy(), name)
+            local = (functools.partial(call_with_scratch, local_fn), args[:-2]) if name in library.SCRATCH \
+                else (local_fn, args)                  # the side module's scratch, as an eager call's
+            return Prepared(self, self._words[:size // 4].copy(), name, [local])
 
         call.__name__, call.prepared = name, prepared
         return call
