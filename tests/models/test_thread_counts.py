@@ -64,3 +64,24 @@ def test_smollm2_same_greedy_tokens(smollm2_gguf):
         assert chat.stats["reused_tokens"] == 0
         return text
     assert on_one_and_two_threads(answer) == ["The capital of France is Paris."] * 2
+
+
+@pytest.mark.slow
+def test_a_graph_captured_on_one_thread_replays_on_two(smollm2_gguf):
+    """Decode steps captured on 1 thread (their calls' scratch sized for one part) replay on 2:
+    past ~90 positions a step's attention splits and asks for scratch for its parts, which the
+    replay then gives it; the 64 greedy tokens (end-of-sequence ignored) stay the same."""
+    from engine.generation import GenerationConfig
+    chat = engine.pipeline("text-generation", device="simd", weights=smollm2_gguf, capacity=256)
+    generator = chat.generator
+    ids = chat.prompt_ids([{"role": "user", "content": "What is the capital of France?"}])
+    generator.eos_ids = set()
+
+    def tokens():
+        generator.reset()
+        return list(generator.tokens(ids, GenerationConfig(max_new_tokens=64)))
+    engine.set_num_threads(1)
+    first = tokens()
+    assert generator.captured
+    engine.set_num_threads(2)
+    assert tokens() == first

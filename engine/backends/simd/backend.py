@@ -181,9 +181,16 @@ class SimdBackend(NumpyBackend):
             return call
 
         def call():
-            for fn, args, name, _ in steps:
+            for k, (fn, args, name, own) in enumerate(steps):
                 if fn(*args):
-                    raise IndexError(f"{name}: an index is out of range")
+                    if own is None or not args:
+                        raise IndexError(f"{name}: an index is out of range")
+                    # more threads than when captured: more parts, each with its own scratch
+                    own = np.empty(fn(*args[:-2], None, 0), np.float32)
+                    args = (*args[:-2], own.ctypes.data, own.size)
+                    steps[k] = (fn, args, name, own)
+                    if fn(*args):
+                        raise IndexError(f"{name}: an index is out of range")
         return call
 
 
