@@ -30,7 +30,7 @@ CHROMIUM_ARGS = BASE_ARGS + ["--enable-unsafe-webgpu", "--enable-features=Vulkan
 @pytest.fixture(scope="session")
 def site(tmp_path_factory) -> Path:
     """The built site, in a temp folder (uses the download cache in .cache/), with the benchmarks'
-    peer (llama.cpp in WebAssembly) for the bench page's chat section."""
+    peers (buildtools/peers.py: llama.cpp and ONNX Runtime in WebAssembly) for the bench page."""
     out = tmp_path_factory.mktemp("site") / "dist"
     r = subprocess.run([sys.executable, "build.py", "--peers", "--out", str(out)], cwd=ROOT, capture_output=True,
                        text=True)
