@@ -38,13 +38,14 @@ HERE = Path(__file__).resolve().parent
 NAME = "bytecode.zip"
 PACKAGES = ("numpy", "engine")               # loaded by the worker before it imports...
 # ...its entry module (which imports every task module, engine/tasks/, for their entry points),
-# then what its start imports on first use: the backends (the device probe) and the loader (the
+# then what its start imports on first use: the backends (the device probe), the kernel pool's side
+# (engine.backends.simd.heap, engine.threads: the worker registers one, or says why not) and the loader (the
 # first model's load). start_modules() adds what the registry decides: its model files and the
 # first card's task. tests/web/test_offline.py checks that a start imports nothing else from
 # site-packages.
 GENERAL = ("engine.web.worker",
            "engine.backends.numpy.backend", "engine.backends.simd.backend", "engine.backends.webgpu.backend",
-           "engine.backends.webgpu.browser",
+           "engine.backends.webgpu.browser", "engine.backends.simd.heap", "engine.threads",
            "engine.io.browser", "engine.io.site", "engine.io.remote", "engine.io.manifest")
 
 
