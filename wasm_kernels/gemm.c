@@ -55,11 +55,9 @@ static void pack_b(size_t kc, size_t nc, const float *b, ptrdiff_t rs, ptrdiff_t
         size_t nr = min_size(NR, nc - j0);
         const float *src = b + (ptrdiff_t)j0 * cs;
         size_t p = 0;
-        if (nr == NR && cs == 1) {                     /* rows contiguous: copy 8 at a time */
-            for (; p < kc; ++p, bp += NR) {
-                store4(bp, load4(src + (ptrdiff_t)p * rs));
-                store4(bp + 4, load4(src + (ptrdiff_t)p * rs + 4));
-            }
+        if (nr == NR && cs == 1) {                     /* rows contiguous: copy 4 at a time */
+            for (; p < kc; ++p, bp += NR)
+                for (size_t h = 0; h < NR; h += 4) store4(bp + h, load4(src + (ptrdiff_t)p * rs + (ptrdiff_t)h));
         } else if (nr == NR && rs == 1) {              /* columns contiguous: 4x4 transposes */
             for (; p + 4 <= kc; p += 4, bp += 4 * NR) {
                 for (size_t h = 0; h < NR; h += 4) {
@@ -108,12 +106,13 @@ static void pack_b_half(size_t kc, size_t nc, const uint16_t *b, ptrdiff_t rs, p
                 }
             }
         } else if (nr == NR && cs == 1) {              /* rows contiguous: 8 at a time */
-            for (; p < kc; ++p, bp += NR) {
-                v4f lo, hi;
-                widen8(load8h(src + (ptrdiff_t)p * rs), &lo, &hi);
-                store4(bp, lo);
-                store4(bp + 4, hi);
-            }
+            for (; p < kc; ++p, bp += NR)
+                for (size_t h = 0; h < NR; h += 8) {
+                    v4f lo, hi;
+                    widen8(load8h(src + (ptrdiff_t)p * rs + (ptrdiff_t)h), &lo, &hi);
+                    store4(bp + h, lo);
+                    store4(bp + h + 4, hi);
+                }
         }
         for (; p < kc; ++p, bp += NR)
             for (size_t c = 0; c < NR; ++c)
@@ -146,8 +145,9 @@ static inline void finish_row(v4f *lo, v4f *hi, const epilogue *ep, size_t i, si
     }
 }
 
-/* Store an MR x NR tile at c: add what c holds (accumulate), apply the epilogue (ep, on the
- * last k block only), write the valid mr x nr part. (i, j): the tile's place in C. */
+/* Store an MR x 8 tile at c (all of the tile, or an 8-column part of a wider one): add what c
+ * holds (accumulate), apply the epilogue (ep, on the last k block only), write the valid mr x nr
+ * part (nr <= 8). (i, j): its place in C. */
 static void store_tile(v4f acc[MR][2], float *c, ptrdiff_t c_row, size_t mr, size_t nr, int accumulate,
                        const epilogue *ep, size_t i, size_t j) {
     for (size_t r = 0; r < mr; ++r) {
@@ -158,7 +158,7 @@ static void store_tile(v4f acc[MR][2], float *c, ptrdiff_t c_row, size_t mr, siz
             hi += gather4(cr + 4, 1, nr > 4 ? nr - 4 : 0);
         }
         if (ep) finish_row(&lo, &hi, ep, i + r, j, nr);
-        if (nr == NR) {
+        if (nr == 8) {
             store4(cr, lo);
             store4(cr + 4, hi);
         } else {
@@ -168,7 +168,29 @@ static void store_tile(v4f acc[MR][2], float *c, ptrdiff_t c_row, size_t mr, siz
 }
 
 /* The register tile: MR rows of packed A times NR columns of B over kc, B rows b_step apart. */
-#ifdef GEMM_WIDE
+#if GEMM_WIDE == 16
+#include <immintrin.h>
+
+/* each lane the fused multiply-add of the 4-lane madd: the same bits as four of them */
+static void micro_tile(size_t kc, const float *ap, const float *bp, ptrdiff_t b_step, float *c, ptrdiff_t c_row,
+                       size_t mr, size_t nr, int accumulate, const epilogue *ep, size_t i, size_t j) {
+    __m512 acc[MR];
+    for (size_t r = 0; r < MR; ++r) acc[r] = _mm512_setzero_ps();
+    for (size_t p = 0; p < kc; ++p, ap += MR, bp += b_step) {
+        __m512 b = _mm512_loadu_ps(bp);
+        for (size_t r = 0; r < MR; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(ap[r]), b, acc[r]);
+    }
+    v4f lo[MR][2], hi[MR][2];
+    for (size_t r = 0; r < MR; ++r) {
+        lo[r][0] = (v4f)_mm512_extractf32x4_ps(acc[r], 0);
+        lo[r][1] = (v4f)_mm512_extractf32x4_ps(acc[r], 1);
+        hi[r][0] = (v4f)_mm512_extractf32x4_ps(acc[r], 2);
+        hi[r][1] = (v4f)_mm512_extractf32x4_ps(acc[r], 3);
+    }
+    store_tile(lo, c, c_row, mr, nr < 8 ? nr : 8, accumulate, ep, i, j);
+    if (nr > 8) store_tile(hi, c + 8, c_row, mr, nr - 8, accumulate, ep, i, j + 8);
+}
+#elif GEMM_WIDE == 8
 typedef float v8f __attribute__((vector_size(32)));
 typedef float v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
 

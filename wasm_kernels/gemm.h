@@ -4,17 +4,23 @@
 
 #include "common.h"
 
-/* Register tile MR x NR (NR = two f32x4) and cache blocks: the packed B block (KC x NC)
+/* Register tile MR x NR (NR = two f32x4 in WebAssembly) and cache blocks: the packed B block (KC x NC)
  * stays in L2, the packed A block (MC x KC) in L1/L2, one B micro-panel (KC x NR) in L1. */
-#if !defined(__wasm__) && defined(__AVX2__) && defined(__FMA__)
-/* natively with AVX2 and FMA (the library is built for the machine that runs it): a row of the
- * tile is one 8-lane vector, 8 rows, so that 8 multiply-adds are in flight as with 4-lane vectors */
-#define GEMM_WIDE 1
+#if !defined(__wasm__) && defined(__AVX512F__) && defined(__FMA__)
+/* natively with AVX-512 (the library is built for the machine that runs it): a row of the tile
+ * is one 16-lane vector (NR = 16), 8 rows, so that 8 multiply-adds are in flight */
+#define GEMM_WIDE 16
 #define MR 8
+#define NR 16
+#elif !defined(__wasm__) && defined(__AVX2__) && defined(__FMA__)
+/* with AVX2 and FMA: a row of the tile is one 8-lane vector, 8 rows */
+#define GEMM_WIDE 8
+#define MR 8
+#define NR 8
 #else
 #define MR 4
-#endif
 #define NR 8
+#endif
 #define KC 256
 #define MC 96
 #define NC 512
