@@ -241,12 +241,19 @@ void pool_run(size_t parts, pool_fn fn, void *ctx) {
     unlock();
 }
 
+/* Up to POOL_PARTS_PER_THREAD parts a thread when the work allows: parts are taken as threads
+ * come free, so a helper that another process keeps off its core delays the caller by one small
+ * part, not by half the work. */
+#ifndef POOL_PARTS_PER_THREAD
+#define POOL_PARTS_PER_THREAD 4
+#endif
+
 size_t pool_parts(size_t units, size_t min_units_per_part) {
     size_t threads = helpers_in_effect() + 1;
     if (threads == 1) return 1;
-    size_t most = units / (min_units_per_part ? min_units_per_part : 1);
+    size_t most = units / (min_units_per_part ? min_units_per_part : 1), cap = threads * POOL_PARTS_PER_THREAD;
     if (most < 1) return 1;
-    return most < threads ? most : threads;
+    return most < cap ? most : cap;
 }
 
 EXPORT int engine_threads(void) {
