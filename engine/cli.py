@@ -5,6 +5,8 @@ IMAGE...`, `embed TEXT...`, `similarity QUERY CANDIDATE...`, `generate PROMPT`, 
 whatever a new task module adds. This module adds the commands that are no task's: `tokenize
 --model NAME TEXT...`, `tasks`, `bench mnist|effnet|minilm|gemm|ops|qlinear|llm|whisper`, `inspect FILE`.
 
+`python -m engine --threads N COMMAND ...` runs the C kernels on N threads (engine.set_num_threads).
+
 Exit status: 0 on success, 1 when `bench qlinear` saw a kernel fail, 2 on bad input or
 arguments (one line on stderr, no traceback).
 """
@@ -26,6 +28,9 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="python -m engine", description="A Python tensor engine that runs neural networks "
                  "natively and in the browser.")
+    ap.add_argument("--threads", dest="kernel_threads", type=int, default=None, metavar="N",
+                    help="threads the C kernels (the simd device) run on, before the command (default "
+                         "$ENGINE_THREADS, else the physical cores)")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, command in commands().items():
         command.add_arguments(sub.add_parser(name, help=command.help, description=command.description))
@@ -271,6 +276,9 @@ GENERAL = {
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.kernel_threads is not None:
+            from .threads import set_num_threads
+            set_num_threads(args.kernel_threads)
         return commands()[args.command].run(args)
     except (EngineError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -89,3 +89,11 @@ def test_bench_runs_and_reports_a_ratio():
     result = json.loads(r.stdout)
     assert [c["batch"] for c in result["cases"]] == [1, 64]
     assert all(c["engine_ms"] > 0 and c["ratio"] > 0 for c in result["cases"])
+
+
+def test_threads_option_sets_the_kernels_count_and_bench_says_it():
+    """`python -m engine --threads N COMMAND`: the C kernels run on N threads, which bench reports."""
+    r = run("--threads", "3", "bench", "gemm", "--repeat", "1", "--device", "simd")
+    assert r.returncode == 0, r.stderr
+    assert "3 threads" in r.stdout.splitlines()[0]
+    one_line_error(run("--threads", "0", "tasks"), "positive whole number")
