@@ -71,6 +71,16 @@ def need(condition: bool, why: str) -> None:
     pytest.skip(why, allow_module_level=True)
 
 
+def need_wasm_compiler() -> None:
+    """The WebAssembly kernels' compiler (clang-19), under need()'s rule when it is missing."""
+    __tracebackhide__ = True
+    from wasm_kernels import build
+    try:
+        build.find_wasm_compiler()
+    except build.BuildError as e:
+        need(False, str(e))
+
+
 def need_import(name: str, why: str = "") -> ModuleType:
     """Import a third-party module a test needs (e.g. `torch = need_import("torch")`), under need()'s
     rule when it is not installed. Our own packages are imported normally, never through this: an

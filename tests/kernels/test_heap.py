@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import need
+from tests.helpers import need_wasm_compiler
 from tests.kernels.test_wasm import pyodide_dir  # noqa: F401 - the fixture
 from wasm_kernels import build
 
@@ -23,10 +23,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
-    try:
-        build.find_wasm_compiler()
-    except build.BuildError as e:
-        need(False, str(e))
+    need_wasm_compiler()
     out = tmp_path_factory.mktemp("pool-kernels")
     return build.build_wasm(out, True), build.build_wasm_threads(out)
 

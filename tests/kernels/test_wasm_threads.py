@@ -25,7 +25,7 @@ from engine import quants
 from engine.backends.simd import kernels as K
 from engine.backends.simd import library
 from engine.backends.simd import quantized as Q
-from tests.helpers import need
+from tests.helpers import need, need_wasm_compiler
 from tests.kernels.reference import (
     attention_reference,
     gemm_reference,
@@ -186,10 +186,7 @@ def _replayable(name, calls, buffers):
 
 @pytest.fixture(scope="module")
 def threads_wasm(tmp_path_factory):
-    try:
-        build.find_wasm_compiler()
-    except build.BuildError as e:
-        need(False, str(e))
+    need_wasm_compiler()
     need(shutil.which("node") is not None, "node is not installed (the pool runs on Node.js workers)")
     return build.build_wasm_threads(tmp_path_factory.mktemp("threads"))
 

@@ -12,21 +12,9 @@ import numpy as np
 import pytest
 
 import engine
-from engine.tasks import state
 from engine.web import bench
 
 FAST = "simd" if "simd" in engine.available_devices() else "numpy"
-
-
-@pytest.fixture
-def loaded():
-    def load(task: str, pipe):
-        state.current["pipelines"][task] = pipe
-        state.current["device"] = pipe.device or "numpy"
-        return pipe
-    yield load
-    state.current["pipelines"].clear()
-    state.current["device"] = None
 
 
 def test_bench_threads_sets_the_count_and_says_what_it_got():

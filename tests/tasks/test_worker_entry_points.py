@@ -12,23 +12,10 @@ import pytest
 
 import engine
 from engine.errors import InputError
-from engine.tasks import state
 from engine.web import worker
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "digits"
 FAST = "simd" if "simd" in engine.available_devices() else "numpy"     # the models' own tests cover every backend
-
-
-@pytest.fixture
-def loaded():
-    """Put pipelines where the worker's load() puts them; forget them afterwards."""
-    def load(task: str, pipe):
-        state.current["pipelines"][task] = pipe
-        state.current["device"] = pipe.device or "numpy"
-        return pipe
-    yield load
-    state.current["pipelines"].clear()
-    state.current["device"] = None
 
 
 def rgba(image: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.helpers import need
+from tests.helpers import need_wasm_compiler
 from tests.web.conftest import ROOT, start_dev_server
 from wasm_kernels import build
 
@@ -50,10 +50,7 @@ window.runPool = (threads, helperUrl) => new Promise((resolve) => {
 
 @pytest.fixture(scope="module")
 def pool_site(tmp_path_factory):
-    try:
-        build.find_wasm_compiler()
-    except build.BuildError as e:
-        need(False, str(e))
+    need_wasm_compiler()
     root = tmp_path_factory.mktemp("pool-site")
     build.build_wasm_threads(root)
     for name in ("kernel-pool.js", "kernel-helper.js"):
