@@ -32,12 +32,13 @@
     let profile = null;
     const now = () => performance.now();
 
+    // one loop for plain and profiled runs: the profile's branches are per call, not per element
     function run(address) {
-      if (profile) return profiled(address);
       const words = module.HEAPU32, ints = module.HEAP32, floats = module.HEAPF32, own = module.HEAPU8;
       const shared = views();
       let at = address >>> 2;
       const calls = words[at++];
+      if (profile) profile.runs++;
       for (let c = 0; c < calls; c++) {
         const entry = table[words[at]];
         const count = words[at + 1], copiesIn = words[at + 2], copiesOut = words[at + 3];
@@ -46,60 +47,38 @@
         for (let i = 0; i < count; i++) args[i] = ints[at + i];
         for (const i of entry.floats) args[i] = floats[at + i];
         at += count;
+        const t = profile && now();
         for (let i = 0; i < copiesIn; i++, at += 3) {
           const from = words[at], to = words[at + 1], bytes = words[at + 2];
           shared.set(own.subarray(from, from + bytes), to);
+          if (profile) count_bytes(entry.name, 0, bytes);
         }
+        const copied = profile && now();
         const result = entry.fn.apply(null, args) || 0;
+        if (profile) {
+          const called = now();
+          profile.copy_ms += copied - t;
+          profile.kernel_ms += called - copied;
+          (profile.by_export[entry.name] ||= [0, 0])[0] += called - copied;
+          profile.by_export[entry.name][1]++;
+          profile.calls++;
+        }
         if (result) return result;
+        const back = profile && now();
         for (let i = 0; i < copiesOut; i++, at += 3) {
           const from = words[at], to = words[at + 1], bytes = words[at + 2];
           own.set(shared.subarray(from, from + bytes), to);
+          if (profile) count_bytes(entry.name, 1, bytes);
         }
+        if (profile) profile.copy_ms += now() - back;
       }
       return 0;
     }
 
-    function profiled(address) {
-      const words = module.HEAPU32, ints = module.HEAP32, floats = module.HEAPF32, own = module.HEAPU8;
-      const shared = views();
-      let at = address >>> 2;
-      const calls = words[at++];
-      profile.runs++;
-      for (let c = 0; c < calls; c++) {
-        const entry = table[words[at]];
-        const count = words[at + 1], copiesIn = words[at + 2], copiesOut = words[at + 3];
-        at += 4;
-        const args = entry.args;
-        for (let i = 0; i < count; i++) args[i] = ints[at + i];
-        for (const i of entry.floats) args[i] = floats[at + i];
-        at += count;
-        let t = now();
-        for (let i = 0; i < copiesIn; i++, at += 3) {
-          const from = words[at], to = words[at + 1], bytes = words[at + 2];
-          shared.set(own.subarray(from, from + bytes), to);
-          profile.bytes_in += bytes;
-          (profile.bytes_by_export[entry.name] ||= [0, 0])[0] += bytes;
-        }
-        const copied = now();
-        const result = entry.fn.apply(null, args) || 0;
-        const called = now();
-        profile.copy_ms += copied - t;
-        profile.kernel_ms += called - copied;
-        (profile.by_export[entry.name] ||= [0, 0])[0] += called - copied;
-        profile.by_export[entry.name][1]++;
-        profile.calls++;
-        if (result) return result;
-        t = now();
-        for (let i = 0; i < copiesOut; i++, at += 3) {
-          const from = words[at], to = words[at + 1], bytes = words[at + 2];
-          own.set(shared.subarray(from, from + bytes), to);
-          profile.bytes_out += bytes;
-          (profile.bytes_by_export[entry.name] ||= [0, 0])[1] += bytes;
-        }
-        profile.copy_ms += now() - t;
-      }
-      return 0;
+    // bytes copied in (direction 0) or out (1), in all and per export
+    function count_bytes(name, direction, bytes) {
+      profile[direction ? "bytes_out" : "bytes_in"] += bytes;
+      (profile.bytes_by_export[name] ||= [0, 0])[direction] += bytes;
     }
 
     return {
