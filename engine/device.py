@@ -34,11 +34,6 @@ def available() -> list[str]:
 # by 10x and more; natively NumPy's BLAS (multi-threaded, AVX) beats our kernels on a plain
 # matmul, so it stays the native default for tensors and for whatever has no entry below.
 PREFERENCE = {"emscripten": ["webgpu", "simd", "numpy"], "native": ["webgpu", "numpy", "simd"]}
-# Natively, the backend a task's pipeline runs on when no device is named, where a model measured
-# faster there than on the default (docs/benchmarks.md, "Natively": the simd kernels on every
-# core, built for this machine, against NumPy's BLAS). Text generation picks simd through
-# best_for_quantized; Whisper stays on numpy.
-NATIVE_PIPELINES = {"image-classification": "simd", "sentence-embedding": "simd", "feature-extraction": "simd"}
 
 
 def auto_selectable(name: str) -> bool:
@@ -66,11 +61,13 @@ def best_for_quantized() -> str:
     return "simd" if unavailable_reason("simd") is None else _default
 
 
-def best_for_pipeline(task: str) -> str | None:
-    """The backend a pipeline of `task` runs on when no device is named: natively the one in
-    NATIVE_PIPELINES when it is available here, else None (the default)."""
+def best_for_pipeline(native_device: str | None) -> str | None:
+    """The backend a model's pipeline runs on when no device is named: natively its registry
+    entry's `native_device` (where it measured faster than the default: docs/benchmarks.md,
+    "Natively") when that is available here, else None (the default). Text generation picks simd
+    through best_for_quantized; Whisper stays on numpy."""
     import sys
-    name = None if sys.platform == "emscripten" else NATIVE_PIPELINES.get(task)
+    name = None if sys.platform == "emscripten" else native_device
     return name if name is not None and unavailable_reason(name) is None else None
 
 

@@ -61,6 +61,8 @@ class Model:
     ignored: tuple[str, ...] = ()               # checkpoint tensors the model does not use (not on the site)
     max_shard_kb: int = 4096
     options: dict = field(default_factory=dict)  # pipeline settings (batch size, labels, preprocess, ...)
+    native_device: str | None = None            # natively, the backend its pipeline runs on when no device is
+                                                # named, where it measured faster there (None: the default)
     convert: Callable | None = None             # build time: (checkpoint's {name: Tensor}) -> iterable of
                                                 # (site name, Tensor); None: the checkpoint's tensors as they are
 

@@ -112,7 +112,7 @@ def pipeline(task: str, device: str | None = None, weights=None, model: str | No
     if task not in entry.tasks:
         raise InputError(f"model {entry.name} does not serve the task {task!r}; it serves: {', '.join(entry.tasks)}")
     if device is None:
-        device = best_for_pipeline(task)      # natively simd where it was measured faster, else the default
+        device = best_for_pipeline(entry.native_device)   # natively simd where measured faster, else the default
     get_backend(device)                       # a clear error for an unknown device, before loading
     if entry.pipeline is None:
         raise InputError(f"no pipeline runs {entry.name} yet")

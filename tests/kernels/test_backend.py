@@ -185,9 +185,10 @@ def test_moving_between_numpy_and_simd_shares_memory():
 
 
 def test_pipelines_measured_faster_on_simd_default_to_it_natively():
-    """engine.device.NATIVE_PIPELINES: natively a pipeline of these tasks runs on simd when no
-    device is named (docs/benchmarks.md, "Natively"); the others keep the default."""
-    from engine import device
-    assert device.best_for_pipeline("image-classification") == "simd"
-    assert device.best_for_pipeline("sentence-embedding") == "simd"
-    assert device.best_for_pipeline("speech-recognition") is None
+    """A registry entry's native_device: natively its pipeline runs on simd when no device is
+    named (docs/benchmarks.md, "Natively"); the others keep the default."""
+    from engine import device, registry
+    assert device.best_for_pipeline(registry.for_task("image-classification").native_device) == "simd"
+    assert device.best_for_pipeline(registry.for_task("sentence-embedding").native_device) == "simd"
+    assert device.best_for_pipeline(registry.for_task("feature-extraction").native_device) == "simd"
+    assert device.best_for_pipeline(registry.for_task("speech-recognition").native_device) is None
