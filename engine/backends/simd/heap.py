@@ -40,7 +40,7 @@ from numpy.lib.array_utils import byte_bounds
 
 from ... import quants
 from . import library
-from .kernels import call_with_scratch
+from .kernels import call_with_scratch, conv_out_size
 
 ALIGN = 64
 # the calls that split across the pool, and the work (multiply-adds) below which one stays on
@@ -83,13 +83,9 @@ def _gemm_spans(a, b_itemsize=4):
     return spans
 
 
-def _out_size(size, kernel, stride, dilation, pad):
-    return (size + pad - dilation * (kernel - 1) - 1) // stride + 1
-
-
 def _conv_spans(a):
     n, c, h, w, o, kh, kw, groups = a[0], a[1], a[2], a[3], a[5], a[6], a[7], a[9]
-    ho, wo = _out_size(h, kh, a[10], a[12], a[14] + a[16]), _out_size(w, kw, a[11], a[13], a[15] + a[17])
+    ho, wo = conv_out_size(h, kh, a[10], a[12], a[14] + a[16]), conv_out_size(w, kw, a[11], a[13], a[15] + a[17])
     spans = [(4, _extent(a[4], 4, ((n * c * h * w, 1),), IN)),
              (8, _extent(a[8], 4, ((o * (c // groups) * kh * kw, 1),), IN)),
              (20, _extent(a[20], 4, ((n * o * ho * wo, 1),), OUT))]
@@ -100,7 +96,7 @@ def _conv_spans(a):
 
 def _depthwise_spans(a):
     n, c, h, w, kh, kw = a[0], a[1], a[2], a[3], a[5], a[6]
-    ho, wo = _out_size(h, kh, a[8], a[10], a[12] + a[14]), _out_size(w, kw, a[9], a[11], a[13] + a[15])
+    ho, wo = conv_out_size(h, kh, a[8], a[10], a[12] + a[14]), conv_out_size(w, kw, a[9], a[11], a[13] + a[15])
     spans = [(4, _extent(a[4], 4, ((n * c * h * w, 1),), IN)),
              (7, _extent(a[7], 4, ((c * kh * kw, 1),), IN)),
              (18, _extent(a[18], 4, ((n * c * ho * wo, 1),), OUT))]
@@ -132,13 +128,13 @@ def _linear_q_spans(a):
 
 
 def _conv_work(a):
-    ho = _out_size(a[2], a[6], a[10], a[12], a[14] + a[16])
-    wo = _out_size(a[3], a[7], a[11], a[13], a[15] + a[17])
+    ho = conv_out_size(a[2], a[6], a[10], a[12], a[14] + a[16])
+    wo = conv_out_size(a[3], a[7], a[11], a[13], a[15] + a[17])
     return a[0] * a[5] * ho * wo * (a[1] // a[9]) * a[6] * a[7]
 
 
 def _depthwise_work(a):
-    ho = _out_size(a[2], a[5], a[8], a[10], a[12] + a[14])
+    ho = conv_out_size(a[2], a[5], a[8], a[10], a[12] + a[14])
     return a[0] * a[1] * ho * a[3] * a[5] * a[6] // max(a[9], 1)
 
 

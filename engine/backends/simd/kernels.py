@@ -184,6 +184,12 @@ def _pair(v) -> tuple[int, int]:
     return (int(v[0]), int(v[1])) if isinstance(v, (tuple, list)) else (int(v), int(v))
 
 
+def conv_out_size(size, kernel, stride, dilation, padding) -> int:
+    """A convolution's output extent along one dim (padding: both sides together), as the C
+    kernels compute it."""
+    return (size + padding - dilation * (kernel - 1) - 1) // stride + 1
+
+
 def _conv_geometry(x, weight, stride, padding, dilation):
     (sh, sw), (dh, dw) = _pair(stride), _pair(dilation)
     if isinstance(padding, (tuple, list)) and isinstance(padding[0], (tuple, list)):
@@ -195,8 +201,7 @@ def _conv_geometry(x, weight, stride, padding, dilation):
         raise ValueError("conv2d: stride and dilation must be >= 1, padding >= 0")
     h, w = x.shape[2:]
     kh, kw = weight.shape[2:]
-    ho = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
-    wo = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    ho, wo = conv_out_size(h, kh, sh, dh, pt + pb), conv_out_size(w, kw, sw, dw, pl + pr)
     if ho < 1 or wo < 1:
         raise ValueError(f"conv2d: input {x.shape} (padded) is smaller than the kernel {weight.shape[2:]}")
     return (sh, sw, dh, dw, pt, pl, pb, pr), (ho, wo)
