@@ -322,6 +322,45 @@ def _averaging_matrix(n: int, out: int) -> np.ndarray:
 
 
 # --- normalisation ----------------------------------------------------------------------
+def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest",  # noqa: A002
+                align_corners=None, recompute_scale_factor=None, antialias: bool = False) -> Tensor:
+    """torch's interpolate for mode="nearest" over the last one or two dims ((N, C, L) or
+    (N, C, H, W)): output index i reads input index min(floor(i * scale), in - 1), with
+    scale = 1 / scale_factor when given (torch's rule unless recompute_scale_factor), else
+    in / out. An integer scale factor repeats each pixel (a broadcast and one copy); any other
+    size gathers rows and columns by index."""
+    if mode != "nearest":
+        raise NotImplementedError(f"interpolate(mode={mode!r}); only 'nearest' is supported")
+    if align_corners is not None or antialias:
+        raise ValueError("align_corners and antialias do not apply to mode='nearest'")
+    spatial = input.ndim - 2
+    if spatial not in (1, 2):
+        raise ValueError(f"interpolate expects (N, C, L) or (N, C, H, W), got {input.shape}")
+    if (size is None) == (scale_factor is None):
+        raise ValueError("interpolate needs exactly one of size and scale_factor")
+    sizes_in = input.shape[2:]
+    if size is not None:
+        out = (size,) * spatial if isinstance(size, int) else tuple(int(v) for v in size)
+        steps = [i / o for i, o in zip(sizes_in, out)]
+    else:
+        factors = (scale_factor,) * spatial if isinstance(scale_factor, (int, float)) else tuple(scale_factor)
+        out = tuple(int(math.floor(i * f)) for i, f in zip(sizes_in, factors))
+        steps = [i / o for i, o in zip(sizes_in, out)] if recompute_scale_factor else [1.0 / f for f in factors]
+    if len(out) != spatial or _any(o <= 0 for o in out):
+        raise ValueError(f"interpolate: bad output size {out} for input {input.shape}")
+    repeats = [o // i if o % i == 0 and s * (o // i) == 1 else 0 for i, o, s in zip(sizes_in, out, steps)]
+    if _all(repeats):                                 # whole repeats: x[..., i, :] -> rows i*r .. i*r+r-1
+        lead = input.shape[:2]
+        spread = lead + _sum(((i, 1) for i in sizes_in), ())
+        wide = lead + _sum(((i, r) for i, r in zip(sizes_in, repeats)), ())
+        return input.reshape(spread).expand(wide).contiguous().reshape(lead + out)
+    x = input
+    for axis, (i, o, s) in enumerate(zip(sizes_in, out, steps)):
+        index = np.minimum(np.floor(np.arange(o, dtype=np.float64) * s).astype(np.int64), i - 1)
+        x = index_select(x, 2 + axis, index)
+    return x
+
+
 def batch_norm(input: Tensor, running_mean: Tensor, running_var: Tensor, weight: Tensor | None = None,  # noqa: A002
                bias: Tensor | None = None, training: bool = False, momentum: float = 0.1,
                eps: float = 1e-5) -> Tensor:
