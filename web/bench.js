@@ -12,6 +12,7 @@
 // ?llm=simd,webgpu on those: prefill/decode tokens/s, first token, the wasm heap; with ?peer=1 (and
 // `python build.py --peers`) the same case on llama.cpp in WebAssembly in this page, for the ratios.
 // ?speech=1 (or ?speech=simd,webgpu) adds Whisper's real-time factor on the 28 s speech sample (benchSpeech).
+// ?yolo=1 adds YOLO detection and pose against ONNX Runtime Web, and a live-camera loop (bench-yolo.js).
 // ?startup=N (1: 3 rounds) compares the site's start with a bare Pyodide start (bare-start.js) in this
 // page, N rounds alternating which goes first (benchStartup). ?threads=1,2 times EfficientNet b1 and
 // MiniLM 1x128/8x128 on simd at each kernel thread count (the scaling curve); ?ort=1 runs ONNX Runtime
@@ -19,6 +20,7 @@
 // ratios (benchThreads; `python build.py --peers`); ?thread_repeat=N: that section's repeats,
 // ?thread_rounds=N: the whole section N times, interleaved. Each section's wall time goes into sections_ms.
 import { EngineClient } from "./engine-client.js";
+import { benchYolo } from "./bench-yolo.js";
 
 const params = new URLSearchParams(location.search);
 const repeat = Number(params.get("repeat")) || 20;
@@ -126,6 +128,7 @@ async function main() {
   if (threadCounts.length || ortThreads.length) await section("threads", () => benchThreads(client, results));
   if (params.has("llm") && params.get("llm") !== "0") await section("llm", () => benchLlm(client, results));
   if (params.has("speech") && params.get("speech") !== "0") await section("speech", () => benchSpeech(client, results));
+  if (params.has("yolo") && params.get("yolo") !== "0") await section("yolo", () => benchYolo(client, results, params, info));
   return results;
 }
 

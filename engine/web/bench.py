@@ -173,4 +173,74 @@ async def bench_peer_cases() -> str:
     return json.dumps({"device": state.current["device"], "cases": cases})
 
 
-ENTRY_POINTS = (bench_digit, bench_image, bench_text, bench_threads, bench_peer_cases, bench_gemm, bench_ops, bench_qlinear, bench_llm, bench_speech)
+# --- YOLO (the bench page's YOLO section, web/bench-yolo.js) ---------------------------------
+YOLO_TASKS = ("object-detection", "pose-estimation")
+YOLO_CHECK_ANCHORS = 32             # the peer's output is checked at our best-scoring anchors
+
+
+def yolo_input(image: np.ndarray, size: int) -> np.ndarray:
+    """(1, 3, size, size) float32: `image` letterboxed to a square, the fixed shape of the peer's
+    ONNX exports (ultralytics exports at imgsz x imgsz)."""
+    from ..vision.detection import letterbox
+    x, _ = letterbox(image, size=size, auto=False)
+    return x[None]
+
+
+def _yolo_cases(pixels, width, height, sizes):
+    """(name, pipeline, input) per loaded YOLO model and size: name "<model>_<size>"."""
+    image = np.ascontiguousarray(state.rgba(pixels, width, height)[..., :3])
+    for task in YOLO_TASKS:
+        if task in state.current["pipelines"]:
+            pipe = state.loaded(task)
+            for size in sizes:
+                yield f"{pipe.entry.name}_{int(size)}", pipe, yolo_input(image, int(size))
+
+
+def _yolo_forward(pipe, x: np.ndarray) -> np.ndarray:
+    """The model's decoded head output (1, 4 + nc + nk, anchors) on `x`."""
+    from ..tensor import from_numpy
+    return pipe.run(lambda model: model(from_numpy(x, pipe.device)).numpy())
+
+
+async def bench_yolo(pixels, width: int, height: int, sizes=(640, 320), repeat: int = 5) -> str:
+    """Median network time (the model's forward, batch 1, no pre- or post-processing) of each
+    loaded YOLO model at each square size, on an image from the page (RGBA pixels), on the
+    current device: {"device", "cases": {"<model>_<size>": ms}}."""
+    from ..bench import median_ms
+    out = {}
+    async with state.lock:
+        for name, pipe, x in _yolo_cases(pixels, width, height, sizes):
+            out[name] = round(median_ms(lambda: _yolo_forward(pipe, x), int(repeat)), 2)
+    return json.dumps({"device": state.current["device"], "cases": out})
+
+
+async def bench_yolo_cases(pixels, width: int, height: int, sizes=(640, 320)) -> str:
+    """The cases bench_yolo times, for the peer (ONNX Runtime Web, web/bench-ort.js) to run on the
+    same inputs: per case its input as the ultralytics exports name it ("images": {"type", "dims",
+    "base64"}) and, to check the peer's output, ours at our YOLO_CHECK_ANCHORS best anchors:
+    {"anchors": [index...], "values": [[channel values of that anchor]...], "channels", "classes"}."""
+    import base64
+    cases = {}
+    async with state.lock:
+        for name, pipe, x in _yolo_cases(pixels, width, height, sizes):
+            raw = _yolo_forward(pipe, x)[0]                      # (4 + nc + nk, anchors)
+            classes = int(raw.shape[0] - 4 - _keypoint_channels(pipe))
+            best = raw[4:4 + classes].max(0)
+            anchors = np.argsort(-best, kind="stable")[:YOLO_CHECK_ANCHORS]
+            data = np.ascontiguousarray(x, dtype="<f4")
+            cases[name] = {"feeds": {"images": {"type": "float32", "dims": list(x.shape),
+                                                "base64": base64.b64encode(data.tobytes()).decode()}},
+                           "anchors": anchors.tolist(), "values": raw[:, anchors].T.round(4).tolist(),
+                           "channels": int(raw.shape[0]), "classes": classes}
+    return json.dumps({"device": state.current["device"], "cases": cases})
+
+
+def _keypoint_channels(pipe) -> int:
+    """17 * 3 for a pose model, 0 for a detector (from its config's kpt_shape)."""
+    config = getattr(pipe, "config", None) or getattr(getattr(pipe, "model", None), "config", None)
+    shape = config.get("kpt_shape") if isinstance(config, dict) else getattr(config, "kpt_shape", None)
+    return int(np.prod(shape)) if shape else 0
+
+
+ENTRY_POINTS = (bench_digit, bench_image, bench_text, bench_threads, bench_peer_cases, bench_gemm, bench_ops, bench_qlinear, bench_llm, bench_speech,
+                bench_yolo, bench_yolo_cases)
