@@ -103,7 +103,7 @@ function check(theirs, ours) {
 async function liveLoop(client, frame, task, size, frames) {
   const overlay = new OffscreenCanvas(FRAME.width, FRAME.height);
   const live = window.detectLive;
-  const parts = { grab_ms: [], call_ms: [], preprocess_ms: [], network_ms: [], postprocess_ms: [], draw_ms: [], jpeg_ms: [] };
+  const parts = { grab_ms: [], call_ms: [], pre_ms: [], network_ms: [], post_ms: [], draw_ms: [], jpeg_ms: [] };
   const grab = () => frame.ctx.getImageData(0, 0, FRAME.width, FRAME.height);
   await live.detect(client, task, grab().data, FRAME.width, FRAME.height, { size, threshold: 0.25 });     // untimed
   let found = 0;
@@ -121,7 +121,7 @@ async function liveLoop(client, frame, task, size, frames) {
     parts.grab_ms.push(t1 - t0);
     parts.call_ms.push(t2 - t1);
     parts.draw_ms.push(t3 - t2);
-    for (const k of ["preprocess_ms", "network_ms", "postprocess_ms"]) if (reply.timings && reply.timings[k] !== undefined) parts[k].push(reply.timings[k]);
+    for (const k of ["pre", "network", "post"]) if (reply.timings && reply.timings[k] !== undefined) parts[`${k}_ms`].push(reply.timings[k]);
   }
   const seconds = (performance.now() - start) / 1000;
   // the other way to send a frame: a JPEG (its encoding alone, outside the loop)
@@ -218,7 +218,7 @@ function table(out, reference) {
   lines.push("", `live loop on ${out.frame.join("x")} frames of ${out.image} at 320 (grab, worker: letterbox + network + NMS, draw):`);
   for (const l of out.live) {
     lines.push(`${l.task.padEnd(18)} ${l.fps.toFixed(1)} frames/s, ${l.frame_ms.toFixed(1)} ms a frame: grab ${l.grab_ms} · ` +
-               `worker call ${l.call_ms} (pre ${l.preprocess_ms ?? "-"} · network ${l.network_ms ?? "-"} · post ${l.postprocess_ms ?? "-"}) · ` +
+               `worker call ${l.call_ms} (pre ${l.pre_ms ?? "-"} · network ${l.network_ms ?? "-"} · post ${l.post_ms ?? "-"}) · ` +
                `draw ${l.draw_ms} ms; ${l.detections} found; a JPEG encode of the frame instead: ${l.jpeg_ms} ms`);
   }
   return lines;

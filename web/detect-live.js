@@ -11,8 +11,11 @@
 // post-processing as natively (engine/tasks/object_detection.py, pose_estimation.py).
 "use strict";
 
-// the worker's entry point per task: (pixels, width, height, options JSON) -> JSON
-const ENTRY = { "object-detection": "detect_objects", "pose-estimation": "estimate_poses" };
+// the worker's entry point for both tasks (engine/tasks/object_detection.py):
+// detect_image(pixels, width, height, size, threshold, task) -> JSON {detections, timings: {pre,
+// network, post} (ms), input: [h, w], device, ...}
+const ENTRY = "detect_image";
+const TASKS = ["object-detection", "pose-estimation"];
 
 // COCO's 17 keypoints, by index, and the skeleton's limbs between them (ultralytics' pose drawing)
 const KEYPOINTS = ["nose", "left_eye", "right_eye", "left_ear", "right_ear", "left_shoulder", "right_shoulder",
@@ -82,12 +85,13 @@ function drawSkeleton(ctx, keypoints, line) {
   }
 }
 
-// One call of the task's entry point on RGBA pixels (their buffer is transferred to the worker).
+// One call of the worker's entry point on RGBA pixels (their buffer is transferred to the worker);
+// options: {size, threshold}.
 async function detect(client, task, pixels, width, height, options) {
-  const entry = ENTRY[task];
-  if (!entry) throw new Error(`no detection entry point for the task ${task}`);
+  if (!TASKS.includes(task)) throw new Error(`no detection task named ${task}`);
   const t = performance.now();
-  const reply = await client.call(entry, { args: [pixels, width, height, JSON.stringify(options)] }, [pixels.buffer]);
+  const args = [pixels, width, height, Number(options.size) || 640, Number(options.threshold ?? 0.25), task];
+  const reply = await client.call(ENTRY, { args }, [pixels.buffer]);
   const result = typeof reply === "string" ? JSON.parse(reply) : reply;
   result.wall_ms = performance.now() - t;             // the worker's time plus the messages both ways
   return result;
@@ -96,6 +100,20 @@ async function detect(client, task, pixels, width, height, options) {
 // The still image's pixels, as the browser decodes it (EXIF orientation applied, no colour
 // management), drawn on `still` (sized to it); refused above maxPixels before reading them.
 async function decode(blob, name, still, maxPixels) {
+  if (!blob.size) throw new Error(`${name}: the file is empty`);
+  const head = new Uint8Array(await blob.slice(0, 1 << 16).arrayBuffer());
+  const declared = headerSize(head);
+  if (declared && (!declared.width || !declared.height)) throw new Error(`${name}: the image is empty (0 pixels)`);
+  if (declared && declared.width * declared.height > maxPixels) {
+    throw new Error(`${name}: ${declared.width}x${declared.height} is too large (limit ${maxPixels.toLocaleString("en")} pixels)`);
+  }
+  // a browser shows what it could decode of a file cut short (the rest grey): refused here instead
+  const tail = new Uint8Array(await blob.slice(Math.max(0, blob.size - 64)).arrayBuffer());
+  const ends = (...bytes) => tail.some((_, i) => bytes.every((b, j) => tail[i + j] === b));
+  if ((head[0] === 0xff && head[1] === 0xd8 && !ends(0xff, 0xd9)) ||
+      (head[0] === 0x89 && head[1] === 0x50 && !ends(0x49, 0x45, 0x4e, 0x44))) {
+    throw new Error(`${name}: the file is cut short (its end marker is missing): a truncated image`);
+  }
   let bitmap;
   try {
     bitmap = await createImageBitmap(blob, { imageOrientation: "from-image", colorSpaceConversion: "none",
@@ -138,10 +156,34 @@ function show(section, reply, times = null) {
   $("fps").textContent = times ? times.fps.toFixed(1) : "–";
   const t = reply.timings || {};
   const part = (label, ms) => (ms === undefined || ms === null ? null : `${label} ${ms.toFixed(1)}`);
-  const parts = [part("pre-processing", t.preprocess_ms), part("network", t.network_ms),
-                 part("post-processing", t.postprocess_ms), part("in the worker", t.preprocess_ms === undefined ? reply.ms : undefined),
+  const parts = [part("pre-processing", t.pre), part("network", t.network), part("post-processing", t.post),
+                 part("in the worker", t.pre === undefined ? reply.ms : undefined),
                  times && part("frame grab", times.grab_ms), times && part("drawing", times.draw_ms)].filter(Boolean);
   $("split").textContent = parts.length ? `${parts.join(" · ")} ms` + (reply.input ? ` (input ${reply.input.join("x")})` : "") : "";
+}
+
+// The size a PNG, GIF or JPEG declares in its header ({width, height}), or null: read before the
+// browser decodes it, so that a huge image is refused before its pixels are allocated.
+function headerSize(b) {
+  const view = new DataView(b.buffer, b.byteOffset, b.byteLength);
+  if (b.length >= 24 && view.getUint32(0) === 0x89504e47 && view.getUint32(12) === 0x49484452) {
+    return { width: view.getUint32(16), height: view.getUint32(20) };                    // PNG's IHDR
+  }
+  if (b.length >= 10 && view.getUint32(0) === 0x47494638) {                                 // "GIF8"
+    return { width: view.getUint16(6, true), height: view.getUint16(8, true) };
+  }
+  if (b.length >= 4 && view.getUint16(0) === 0xffd8) {                                      // JPEG: find its SOFn
+    for (let at = 2; at + 9 < b.length;) {
+      if (b[at] !== 0xff) return null;
+      const marker = b[at + 1];
+      if (marker === 0xff) { at += 1; continue; }
+      if (marker >= 0xc0 && marker <= 0xcf && ![0xc4, 0xc8, 0xcc].includes(marker)) {
+        return { width: view.getUint16(at + 7), height: view.getUint16(at + 5) };
+      }
+      at += 2 + view.getUint16(at + 2);
+    }
+  }
+  return null;
 }
 
 // The camera: frames from the card's <video> through an OffscreenCanvas to the worker, one at a

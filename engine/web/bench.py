@@ -197,9 +197,8 @@ def _yolo_cases(pixels, width, height, sizes):
 
 
 def _yolo_forward(pipe, x: np.ndarray) -> np.ndarray:
-    """The model's decoded head output (1, 4 + nc + nk, anchors) on `x`."""
-    from ..tensor import from_numpy
-    return pipe.run(lambda model: model(from_numpy(x, pipe.device)).numpy())
+    """The model's decoded head output (4 + nc + nk, anchors) on `x` (1, 3, h, w)."""
+    return pipe.raw(x[0])
 
 
 async def bench_yolo(pixels, width: int, height: int, sizes=(640, 320), repeat: int = 5) -> str:
@@ -210,7 +209,7 @@ async def bench_yolo(pixels, width: int, height: int, sizes=(640, 320), repeat: 
     out = {}
     async with state.lock:
         for name, pipe, x in _yolo_cases(pixels, width, height, sizes):
-            out[name] = round(median_ms(lambda: _yolo_forward(pipe, x), int(repeat)), 2)
+            out[name] = round(median_ms(lambda pipe=pipe, x=x: _yolo_forward(pipe, x), int(repeat)), 2)
     return json.dumps({"device": state.current["device"], "cases": out})
 
 
@@ -223,8 +222,8 @@ async def bench_yolo_cases(pixels, width: int, height: int, sizes=(640, 320)) ->
     cases = {}
     async with state.lock:
         for name, pipe, x in _yolo_cases(pixels, width, height, sizes):
-            raw = _yolo_forward(pipe, x)[0]                      # (4 + nc + nk, anchors)
-            classes = int(raw.shape[0] - 4 - _keypoint_channels(pipe))
+            raw = _yolo_forward(pipe, x)                         # (4 + nc + nk, anchors)
+            classes = int(pipe.config["nc"])
             best = raw[4:4 + classes].max(0)
             anchors = np.argsort(-best, kind="stable")[:YOLO_CHECK_ANCHORS]
             data = np.ascontiguousarray(x, dtype="<f4")
@@ -233,13 +232,6 @@ async def bench_yolo_cases(pixels, width: int, height: int, sizes=(640, 320)) ->
                            "anchors": anchors.tolist(), "values": raw[:, anchors].T.round(4).tolist(),
                            "channels": int(raw.shape[0]), "classes": classes}
     return json.dumps({"device": state.current["device"], "cases": cases})
-
-
-def _keypoint_channels(pipe) -> int:
-    """17 * 3 for a pose model, 0 for a detector (from its config's kpt_shape)."""
-    config = getattr(pipe, "config", None) or getattr(getattr(pipe, "model", None), "config", None)
-    shape = config.get("kpt_shape") if isinstance(config, dict) else getattr(config, "kpt_shape", None)
-    return int(np.prod(shape)) if shape else 0
 
 
 ENTRY_POINTS = (bench_digit, bench_image, bench_text, bench_threads, bench_peer_cases, bench_gemm, bench_ops, bench_qlinear, bench_llm, bench_speech,

@@ -33,7 +33,7 @@ def licence_of(entry):
 
 def start(card):
     client = card.client
-    state = {"busy": False, "live": None, "photo": False, "entries": {}}
+    state = {"busy": False, "live": None, "photo": False, "entries": {}, "samples_shown": False}
     section = card.section
 
     def live_js():
@@ -230,6 +230,41 @@ def start(card):
         show_view(False)
         state["photo"] = task is not None              # the last analysed frame stays, as a photo
 
+    async def from_sample(file, title):
+        try:
+            response = await js.fetch(f"samples/detection/{file}")
+            if not response.ok:
+                raise ValueError(f"{file}: HTTP {response.status}")
+            blob = await response.blob()
+        except Exception as e:
+            card.error(message(e))
+            return
+        take_photo(blob, title)
+
+    async def show_samples():
+        """The site's sample photos (samples/detection/samples.json), as buttons."""
+        try:
+            samples = to_py(await (await js.fetch("samples/detection/samples.json")).json())
+        except Exception:
+            return                                    # a site built without them
+        box = by_id("detect-samples")
+        box.textContent = "Try a sample: "
+        for sample in samples:
+            button = js.document.createElement("button")
+            button.type = "button"
+            button.dataset.sample = sample["file"]
+            button.setAttribute("data-testid", "detect-sample")
+            button.title = sample.get("credit", "")
+            button.textContent = sample["title"]
+            button.addEventListener("click", create_proxy(
+                lambda e, file=sample["file"], title=sample["title"]: asyncio.create_task(from_sample(file, title))))
+            box.appendChild(button)
+
+    def on_open():
+        if not state["samples_shown"]:
+            state["samples_shown"] = True
+            asyncio.create_task(show_samples())
+
     take_files("detect-input", "detect-drop", take_photo)
     by_id("detect-camera").addEventListener("click", create_proxy(lambda e: asyncio.create_task(camera())))
     by_id("detect-stop").addEventListener("click", create_proxy(lambda e: asyncio.create_task(stop_camera())))
@@ -237,3 +272,4 @@ def start(card):
         by_id(f"detect-{name}").addEventListener("change", create_proxy(lambda e: asyncio.create_task(again())))
     client.subscribe(create_proxy(on_progress))
     card.on("ready", on_ready)
+    card.on("open", on_open)
