@@ -14,7 +14,7 @@ import os
 from .ctranslate2 import CTranslate2File, load_ctranslate2  # noqa: F401
 from .gguf import GGUFFile, QuantizedTensor  # noqa: F401
 from .gguf import load_gguf as _open_gguf_file
-from .pth import load_pth, read_pth_arrays  # noqa: F401
+from .pth import ModuleCheckpoint, ModuleRecord, load_pth, read_module_checkpoint, read_pth_arrays  # noqa: F401
 from .safetensors import (SafetensorsFile, ShardedSafetensors, TensorInfo,  # noqa: F401
                           load_safetensors, save_safetensors)
 from .sources import (ByteSource, BytesSource, FileSource, HttpSource,  # noqa: F401

@@ -11,17 +11,19 @@ kept beside it. Two layouts exist:
   in that order, an 8-byte little-endian element count and the elements. Persistent ids
   are `('storage', storage_type, root_key, location, numel, view_metadata)`.
 
-Unpickling goes through `_Unpickler.find_class`, which hands out harmless stand-ins for
-the few globals a state dict needs (`_GLOBALS`) and refuses every other one before
-it can run. The stand-ins only record descriptors (storage, offset, size, stride);
+Unpickling goes through engine.io.pickled, whose unpickler hands out harmless stand-ins for
+the few globals a state dict needs and refuses every other one before it can run; for a whole
+module saved by torch.save (`read_module_checkpoint`, ultralytics' .pt files) every other class
+becomes an inert record. The stand-ins only record descriptors (storage, offset, size, stride);
 arrays are cut from the storage bytes afterwards, bounds-checked, as contiguous copies.
+
+`load_pth` reads both: a state dict by its names, a module checkpoint by module path.
 """
 from __future__ import annotations
 
 import io
 import math
 import os
-import pickle
 import struct
 import zipfile
 import zlib
@@ -31,10 +33,27 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import dtypes
-from ..errors import (FetchError, InvalidHeader, InvalidOffsets, SizeMismatch, SourceNotFound,
-                      TruncatedFile, UnknownDtype, UnsafePickle, WeightsError)
+from ..errors import (
+    FetchError,
+    InvalidHeader,
+    InvalidOffsets,
+    SizeMismatch,
+    SourceNotFound,
+    TruncatedFile,
+    UnsafePickle,
+)
 from ..tensor import Tensor, from_raw
 from ..untrusted import INT64_MAX, checked_shape, shown
+from .pickled import (
+    ModuleRecord,
+    ModuleUnpickler,
+    StorageRef,
+    TensorRef,
+    Unpickler,
+    model_of,
+    module_tree,
+    unpickle,
+)
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
@@ -46,146 +65,9 @@ _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, O
                struct.error, NotImplementedError, RuntimeError, KeyError, IndexError, OverflowError)
 
 
-class _StorageType(NamedTuple):      # stands in for torch.FloatStorage & co.
-    name: str
-    dtype: dtypes.DType
-
-
-class _StorageRef(NamedTuple):       # a persistent id, resolved
-    key: str                         # root storage key
-    dtype: dtypes.DType
-    numel: int                       # elements visible through this reference
-    base: int                        # element offset in the root (old storage views)
-
-
-class _TensorRef(NamedTuple):        # what torch._utils._rebuild_tensor* would build
-    storage: object
-    offset: object
-    size: object
-    stride: object
-
-
-def _rebuild_tensor(storage, storage_offset, size, stride):
-    return _TensorRef(storage, storage_offset, size, stride)
-
-
-def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, backward_hooks,
-                       metadata=None):
-    return _TensorRef(storage, storage_offset, size, stride)
-
-
-def _rebuild_parameter(data, requires_grad, backward_hooks):
-    if not isinstance(data, _TensorRef):       # _unpickle names the file
-        raise ValueError(f"a Parameter wraps a {type(data).__name__}, not a tensor")
-    return data                      # parameters load as plain tensors
-
-
-_STORAGES = {"FloatStorage": dtypes.float32, "DoubleStorage": dtypes.float64,
-             "HalfStorage": dtypes.float16, "BFloat16Storage": dtypes.bfloat16,
-             "LongStorage": dtypes.int64, "IntStorage": dtypes.int32,
-             "ShortStorage": dtypes.int16, "CharStorage": dtypes.int8,
-             "ByteStorage": dtypes.uint8, "BoolStorage": dtypes.bool_}
-
-# the whole allowlist: "module.name" -> stand-in
-_GLOBALS = {"collections.OrderedDict": OrderedDict,
-            "torch._utils._rebuild_tensor": _rebuild_tensor,
-            "torch._utils._rebuild_tensor_v2": _rebuild_tensor_v2,
-            "torch._utils._rebuild_parameter": _rebuild_parameter,
-            **{f"torch.{name}": _StorageType(name, dtype) for name, dtype in _STORAGES.items()}}
-
-
-def _check_pickle(stream: io.BytesIO, file: str) -> None:
-    """Walk the next pickle's opcodes (pickletools, which reads only the bytes there are) before the
-    C unpickler runs it: the unpickler allocates what an opcode claims before reading it, a
-    BINBYTES8 length or the memo size a PUT names (LONG_BINPUT 2**31 asks for 16 GB), so a few
-    hostile bytes would exhaust memory. An argument past the end is refused here; so is a memo
-    index past what the pickle's bytes could fill (it stores at most one object per byte)."""
-    import pickletools                          # here: 50 ms to import in Pyodide, for .pth files only
-    start = stream.tell()
-    limit = len(stream.getbuffer()) - start
-    try:
-        for opcode, argument, _ in pickletools.genops(stream):
-            if opcode.name in ("PUT", "BINPUT", "LONG_BINPUT") and not 0 <= argument <= limit:
-                raise InvalidHeader(f"malformed pickle: memo index {argument} past what its {limit} bytes "
-                                    f"can hold", file=file)
-            if opcode.name == "STOP":
-                break
-    except (ValueError, struct.error) as e:        # truncated or unknown opcodes (UnicodeDecodeError too)
-        if "remain" in str(e) or "exhausted" in str(e):
-            raise TruncatedFile(f"file truncated inside a pickle: {e}", file=file) from None
-        raise InvalidHeader(f"malformed pickle: {e}", file=file) from None
-    finally:
-        stream.seek(start)
-
-
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, file, name: str, legacy: bool, storages: bool = True):
-        super().__init__(file, encoding="utf-8")
-        self.stream = file
-        self.name, self.legacy, self.storages_allowed = name, legacy, storages
-        self.roots: dict[str, tuple[dtypes.DType, int]] = {}    # key -> (dtype, numel)
-
-    def load(self):
-        _check_pickle(self.stream, self.name)
-        return super().load()
-
-    def find_class(self, module, name):
-        qualified = f"{module}.{name}"
-        if qualified in _GLOBALS:
-            return _GLOBALS[qualified]
-        qualified = qualified if len(qualified) <= 200 else qualified[:200] + "..."     # for the message
-        if qualified == "torch._utils._rebuild_tensor_v3":   # dtypes without a *Storage class
-            raise UnknownDtype(f"{qualified}: torch writes it for dtypes the engine lacks "
-                               f"(uint16/32/64, float8 ...)", file=self.name)
-        if module in ("torch", "torch.storage") and name.endswith("Storage"):
-            raise UnknownDtype(f"unsupported storage type {qualified} (supported: "
-                               f"{', '.join(f'torch.{n}' for n in _STORAGES)})", file=self.name)
-        raise UnsafePickle(f"refusing to load global {qualified}: only plain tensor state dicts "
-                           f"are read (allowed: collections.OrderedDict, torch._utils."
-                           f"_rebuild_tensor[_v2], torch._utils._rebuild_parameter, "
-                           f"torch.<dtype>Storage)", file=self.name)
-
-    def persistent_load(self, pid):
-        fields = 6 if self.legacy else 5
-        if not (self.storages_allowed and isinstance(pid, tuple) and len(pid) == fields
-                and pid[0] in ("storage", b"storage")):
-            raise InvalidHeader(f"unexpected persistent id {shown(pid, 200)}", file=self.name)
-        storage_type, key, numel = pid[1], pid[2], pid[4]
-        if not isinstance(storage_type, _StorageType) or not isinstance(key, str) \
-                or type(numel) is not int or not 0 <= numel <= INT64_MAX:
-            raise InvalidHeader(f"malformed storage reference {shown(pid, 200)}", file=self.name)
-        if self.roots.setdefault(key, (storage_type.dtype, numel)) != (storage_type.dtype, numel):
-            raise InvalidHeader(f"storage {shown(key)} is referenced with different types or sizes",
-                                file=self.name)
-        view = pid[5] if self.legacy else None
-        if view is None:
-            return _StorageRef(key, storage_type.dtype, numel, 0)
-        if not (isinstance(view, tuple) and len(view) == 3
-                and all(type(v) is int and 0 <= v <= INT64_MAX for v in view[1:])):
-            raise InvalidHeader(f"malformed storage view {shown(view, 200)}", file=self.name)
-        _, base, view_size = view
-        if base + view_size > numel:
-            raise InvalidOffsets(f"storage view [{base}, {base + view_size}) runs past storage "
-                                 f"{shown(key)} of {numel} elements", file=self.name)
-        return _StorageRef(key, storage_type.dtype, view_size, base)
-
-
-def _unpickle(unpickler: _Unpickler):
-    try:
-        return unpickler.load()
-    except (WeightsError, MemoryError):
-        raise
-    except Exception as e:   # anything the untrusted bytes provoke; only stand-ins ran
-        if isinstance(e, EOFError) or "truncated" in str(e):
-            raise TruncatedFile(f"file truncated inside a pickle: {e}",
-                                file=unpickler.name) from None
-        raise InvalidHeader(f"malformed pickle: {type(e).__name__}: {e}",
-                            file=unpickler.name) from None
-
-
 def _state_dict(obj, file: str) -> dict:
     """The {name: tensor} dict: the object itself, or its 'state_dict'/'model' entry."""
-    if isinstance(obj, dict) and not all(isinstance(v, _TensorRef) for v in dict.values(obj)):
+    if isinstance(obj, dict) and not all(isinstance(v, TensorRef) for v in dict.values(obj)):
         for key in ("state_dict", "model"):
             if isinstance(dict.get(obj, key), dict):
                 obj = dict.get(obj, key)
@@ -196,16 +78,16 @@ def _state_dict(obj, file: str) -> dict:
     for name, value in dict.items(obj):
         if not isinstance(name, str):
             raise InvalidHeader(f"tensor names must be strings, got {shown(name)}", file=file)
-        if not isinstance(value, _TensorRef):
+        if not isinstance(value, TensorRef):
             raise InvalidHeader(f"value is a {type(value).__name__}, not a tensor (only plain "
                                 f"tensor state dicts are read)", file=file, tensor=name)
     return obj
 
 
-def _materialize(name: str, ref: _TensorRef, buffer, order: str, file: str):
+def _materialize(name: str, ref: TensorRef, buffer, order: str, file: str):
     """(contiguous native array, DType, shape) for `ref`, cut from its root storage's bytes."""
     storage, offset, size, stride = ref
-    if not isinstance(storage, _StorageRef):
+    if not isinstance(storage, StorageRef):
         raise InvalidHeader(f"tensor storage is a {type(storage).__name__}, not a storage",
                             file=file, tensor=name)
 
@@ -239,17 +121,27 @@ def _materialize(name: str, ref: _TensorRef, buffer, order: str, file: str):
     return np.array(view, dtype=dtype.storage, order="C"), dtype, size
 
 
-def _build(state: dict, fetch, order: str, file: str) -> OrderedDict:
-    """Materialize every tensor, one root storage at a time, in the dict's order."""
+def _build(state: dict, fetch, order: str, file: str, budget: int) -> OrderedDict:
+    """Materialize every tensor, one root storage at a time, in the dict's order. One TensorRef
+    (a pickle's memo shares it) gives one array; all of them together may hold at most `budget`
+    bytes: overlapping views are legal, but a hostile file could name one storage a million times."""
     groups: dict[str, list[str]] = {}
     for name, ref in dict.items(state):
-        key = ref.storage.key if isinstance(ref.storage, _StorageRef) else None
+        key = ref.storage.key if isinstance(ref.storage, StorageRef) else None
         groups.setdefault(key, []).append(name)
-    arrays = {}
+    arrays, made, total = {}, {}, 0
     for key, names in groups.items():
         buffer = fetch(key, names[0]) if key is not None else None
         for name in names:
-            arrays[name] = _materialize(name, state[name], buffer, order, file)
+            ref = state[name]
+            if id(ref) not in made:
+                made[id(ref)] = _materialize(name, ref, buffer, order, file)
+                total += made[id(ref)][0].nbytes
+                if total > budget:
+                    raise InvalidOffsets(f"the tensors up to this one hold over {budget} bytes, more than "
+                                         f"the file can back (views of one storage named again and again)",
+                                         file=file, tensor=name)
+            arrays[name] = made[id(ref)]
         del buffer                       # one storage's bytes in memory at a time
     return OrderedDict((name, arrays[name]) for name in dict.keys(state))
 
@@ -290,7 +182,14 @@ def _zip_pickle(file_object, file: str) -> tuple[zipfile.ZipFile, str, bytes]:
     return archive, pickles[0][:-len("data.pkl")], pickled
 
 
-def _read_zip(file_object, file: str) -> OrderedDict:
+class _Kind(NamedTuple):
+    """What a checkpoint's pickle holds and how to read it: the unpickler, and select(obj, file) ->
+    ({name: TensorRef} to materialize, anything else the caller wants from the object)."""
+    unpickler: type
+    select: object
+
+
+def _read_zip(file_object, file: str, kind: _Kind, budget: int):
     archive, prefix, pickled = _zip_pickle(file_object, file)
     names = set(archive.namelist())
     order = "<"
@@ -299,8 +198,8 @@ def _read_zip(file_object, file: str) -> OrderedDict:
         if byteorder not in (b"little", b"big"):
             raise InvalidHeader(f"unknown byteorder {byteorder!r:.50}", file=file)
         order = "<" if byteorder == b"little" else ">"
-    unpickler = _Unpickler(io.BytesIO(pickled), file, legacy=False)
-    state = _state_dict(_unpickle(unpickler), file)
+    unpickler = kind.unpickler(io.BytesIO(pickled), file, legacy=False)
+    state, extra = kind.select(unpickle(unpickler), file)
 
     def fetch(key: str, tensor: str):
         entry = f"{prefix}data/{key}"
@@ -318,14 +217,14 @@ def _read_zip(file_object, file: str) -> OrderedDict:
                                 f"{numel} {dtype.name} elements need {need}", file=file, tensor=tensor)
         return data
 
-    return _build(state, fetch, order, file)
+    return _build(state, fetch, order, file, budget), extra
 
 
 def _legacy_header(stream, file: str):
     """Read the legacy stream's first pickle (torch's magic number) and return a reader of the
     next ones (pickles of plain values: no storages)."""
     def header():
-        return _unpickle(_Unpickler(stream, file, legacy=True, storages=False))
+        return unpickle(Unpickler(stream, file, legacy=True, storages=False))
 
     try:
         magic = header()
@@ -337,7 +236,7 @@ def _legacy_header(stream, file: str):
     return header
 
 
-def _read_legacy(data: bytes, file: str) -> OrderedDict:
+def _read_legacy(data: bytes, file: str, kind: _Kind, budget: int):
     stream = io.BytesIO(data)            # shares the bytes, no copy
     header = _legacy_header(stream, file)
     protocol = header()
@@ -347,14 +246,14 @@ def _read_legacy(data: bytes, file: str) -> OrderedDict:
     if not isinstance(sys_info, dict) or sys_info.get("little_endian") is not True:
         raise InvalidHeader(f"only checkpoints written on little-endian machines are read "
                             f"(sys_info {shown(sys_info, 200)})", file=file)
-    unpickler = _Unpickler(stream, file, legacy=True)
-    state = _state_dict(_unpickle(unpickler), file)
+    unpickler = kind.unpickler(stream, file, legacy=True)
+    state, extra = kind.select(unpickle(unpickler), file)
     keys = header()
     if not (isinstance(keys, list) and all(isinstance(k, str) for k in keys)):
         raise InvalidHeader("malformed storage key list", file=file)
     owner = {}                           # storage key -> first tensor using it, for errors
     for name, ref in dict.items(state):
-        if isinstance(ref.storage, _StorageRef):
+        if isinstance(ref.storage, StorageRef):
             owner.setdefault(ref.storage.key, name)
     spans, position = {}, stream.tell()
     for key in keys:
@@ -382,15 +281,15 @@ def _read_legacy(data: bytes, file: str) -> OrderedDict:
         dtype, numel = unpickler.roots[key]
         return memoryview(data)[spans[key]:spans[key] + numel * dtype.itemsize]
 
-    return _build(state, fetch, "<", file)
+    return _build(state, fetch, "<", file, budget), extra
 
 
-def read_pth_arrays(path_or_bytes, *, name: str | None = None) -> OrderedDict:
-    """{tensor name: (contiguous storage-dtype array, DType, shape)}, in file order."""
+def _read(path_or_bytes, name: str | None, kind: _Kind):
+    """(arrays {name: (contiguous storage-dtype array, DType, shape)} in the selection's order, extra)."""
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         file = name or "<bytes>"
         data = bytes(path_or_bytes)      # copies only a bytearray or memoryview
-        handle = None
+        handle, size = None, len(data)
     else:
         file = name or os.fspath(path_or_bytes)
         try:
@@ -399,26 +298,88 @@ def read_pth_arrays(path_or_bytes, *, name: str | None = None) -> OrderedDict:
             raise SourceNotFound("no such file", file=file) from None
         except (OSError, ValueError) as e:      # a directory, a NUL in the name...
             raise FetchError(f"cannot open: {getattr(e, 'strerror', None) or e}", file=file) from None
-        data = handle.read(4)
+        data, size = handle.read(4), os.fstat(handle.fileno()).st_size
+    budget = 2 * size + (64 << 20)       # what the tensors may hold together (_build)
     try:
         if data[:4] in (b"PK\x03\x04", b"PK\x05\x06"):
             if handle is not None:
                 handle.seek(0)
-            arrays = _read_zip(handle or io.BytesIO(data), file)
-        else:
-            if handle is not None:
-                handle.seek(0)
-                data = handle.read()     # the one read of a legacy file
-            if not data:
-                raise TruncatedFile("empty file", file=file)
-            if data[257:262] == b"ustar":
-                raise InvalidHeader("tar-format checkpoints (torch < 0.4) are not supported",
-                                    file=file)
-            arrays = _read_legacy(data, file)
+            return _read_zip(handle or io.BytesIO(data), file, kind, budget)
+        if handle is not None:
+            handle.seek(0)
+            data = handle.read()         # the one read of a legacy file
+        if not data:
+            raise TruncatedFile("empty file", file=file)
+        if data[257:262] == b"ustar":
+            raise InvalidHeader("tar-format checkpoints (torch < 0.4) are not supported",
+                                file=file)
+        return _read_legacy(data, file, kind, budget)
     finally:
         if handle is not None:
             handle.close()
-    return arrays
+
+
+class _NoModule(Exception):
+    """The pickle holds no module: not a module checkpoint (read_pth_arrays then keeps its own error)."""
+
+
+def _select_modules(obj, file: str):
+    if model_of(obj) is None:
+        raise _NoModule
+    tree = module_tree(obj, file)
+    state = OrderedDict(tree.tensors)
+    for (path, attribute), ref in tree.settings.items():
+        key = f"{path}.{attribute}" if path else attribute
+        if key in state:
+            raise InvalidHeader(f"module {shown(path or '<root>', 200)} has both a tensor and a setting "
+                                f"named {shown(attribute)}", file=file, tensor=key)
+        state[key] = ref
+    return state, tree
+
+
+_STATE_DICT = _Kind(Unpickler, lambda obj, file: (_state_dict(obj, file), None))
+_MODULES = _Kind(ModuleUnpickler, _select_modules)
+
+
+class ModuleCheckpoint(NamedTuple):
+    tensors: OrderedDict         # module path ("model.0.conv.weight") -> array, as stored (bfloat16: uint16 bits)
+    modules: dict                # module path ("" the model) -> ModuleRecord(type, attrs)
+    meta: dict                   # the checkpoint's plain top-level entries (date, version, license...)
+
+
+def read_module_checkpoint(path_or_bytes, *, name: str | None = None) -> ModuleCheckpoint:
+    """A whole module saved by torch.save (zip or legacy): the model is the checkpoint's "model"
+    entry, else its "ema" one (ultralytics), else the pickled object itself. Its parameters and
+    buffers by module path, in state-dict order; each module's class name and plain settings (small
+    tensor settings, such as Detect.stride, as lists); the checkpoint's plain entries. No code of
+    the file runs: every class it names is an inert record (engine.io.pickled)."""
+    file = name or (os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else "<bytes>")
+    try:
+        arrays, tree = _read(path_or_bytes, name, _MODULES)
+    except _NoModule:
+        raise InvalidHeader("the checkpoint holds no torch module (neither itself nor its 'model' or 'ema' "
+                            "entry); a state dict is read by load_pth", file=file) from None
+    modules = {path: ModuleRecord(record.type, dict(record.attrs)) for path, record in tree.modules.items()}
+    for path, attribute in tree.settings:
+        array, dtype, _ = arrays[f"{path}.{attribute}" if path else attribute]
+        if dtype.name == "bfloat16":
+            array = (array.astype(np.uint32) << 16).view(np.float32)
+        modules[path].attrs[attribute] = array.tolist()
+    tensors = OrderedDict((key, arrays[key][0]) for key in tree.tensors)
+    return ModuleCheckpoint(tensors, modules, tree.meta)
+
+
+def read_pth_arrays(path_or_bytes, *, name: str | None = None) -> OrderedDict:
+    """{tensor name: (contiguous storage-dtype array, DType, shape)}, in file order: a state dict's
+    tensors, or a module checkpoint's parameters and buffers by module path (read_module_checkpoint)."""
+    try:
+        return _read(path_or_bytes, name, _STATE_DICT)[0]
+    except UnsafePickle as refused:
+        try:
+            arrays, tree = _read(path_or_bytes, name, _MODULES)
+        except _NoModule:
+            raise refused from None
+    return OrderedDict((key, arrays[key]) for key in tree.tensors)
 
 
 def read_pth_header(path) -> tuple[list[tuple[str, dtypes.DType, tuple[int, ...]]], str]:
@@ -430,7 +391,7 @@ def read_pth_header(path) -> tuple[list[tuple[str, dtypes.DType, tuple[int, ...]
         if handle.read(4) in (b"PK\x03\x04", b"PK\x05\x06"):
             handle.seek(0)
             _, _, data = _zip_pickle(handle, file)
-            state = _state_dict(_unpickle(_Unpickler(io.BytesIO(data), file, legacy=False)), file)
+            state = _state_dict(unpickle(Unpickler(io.BytesIO(data), file, legacy=False)), file)
             layout = "zip"
         else:
             handle.seek(0)
@@ -441,7 +402,7 @@ def read_pth_header(path) -> tuple[list[tuple[str, dtypes.DType, tuple[int, ...]
             header()                                   # protocol version
             header()                                   # sys_info
             try:
-                state = _state_dict(_unpickle(_Unpickler(stream, file, legacy=True)), file)
+                state = _state_dict(unpickle(Unpickler(stream, file, legacy=True)), file)
             except TruncatedFile:
                 if len(head) < limit:
                     raise
@@ -451,7 +412,7 @@ def read_pth_header(path) -> tuple[list[tuple[str, dtypes.DType, tuple[int, ...]
     entries = []
     for name, ref in dict.items(state):
         storage, size = ref.storage, ref.size
-        if not isinstance(storage, _StorageRef) or not isinstance(size, tuple):
+        if not isinstance(storage, StorageRef) or not isinstance(size, tuple):
             raise InvalidHeader(f"malformed tensor: storage {shown(storage, 50)}, size {shown(size)}",
                                 file=file, tensor=name)
         size = checked_shape(size, lambda message: InvalidHeader(f"malformed tensor: {message}", file=file,
@@ -463,8 +424,9 @@ def read_pth_header(path) -> tuple[list[tuple[str, dtypes.DType, tuple[int, ...]
 def load_pth(path_or_bytes, *, name: str | None = None) -> OrderedDict[str, Tensor]:
     """A PyTorch state dict (zip or legacy .pth/.pt) as {name: Tensor}, in file order.
 
-    Only plain tensor dicts are read, optionally wrapped one level deep under
-    "state_dict" or "model"; `name` labels a bytes input in error messages.
+    Plain tensor dicts are read, optionally wrapped one level deep under "state_dict" or
+    "model"; so is a whole module saved by torch.save (its parameters and buffers by module
+    path: read_module_checkpoint). `name` labels a bytes input in error messages.
     """
     return OrderedDict((key, from_raw(array, dtype, shape))
                        for key, (array, dtype, shape) in read_pth_arrays(path_or_bytes,

@@ -1,0 +1,511 @@
+"""What a torch pickle may build here: inert stand-ins, never the objects it names, and no code run.
+
+A torch checkpoint's pickle (`data.pkl`, or the legacy stream's object) is unpickled by `Unpickler`,
+whose `find_class` hands out stand-ins and whose `persistent_load` resolves storages to
+`StorageRef`s. Two policies:
+
+- state dicts (`Unpickler`): the allowlist `GLOBALS` only: collections.OrderedDict, the tensor and
+  parameter rebuild functions (they return `TensorRef` descriptors) and torch.<dtype>Storage.
+  Every other global is refused (UnsafePickle) before anything is built.
+- whole modules (`ModuleUnpickler`, as ultralytics saves its models: `torch.save({"model": model})`):
+  the same allowlist plus builtins.set/frozenset, torch.Size, torch dtypes and devices (as names),
+  and stand-ins for getattr and copyreg._reconstructor that return inert references. Every other
+  global becomes a `Record` class: NEWOBJ makes an instance that keeps its arguments, BUILD keeps its
+  state (a module's __dict__). Nothing is called: REDUCE of a record class or of a record, i.e. of
+  anything the allowlist does not name (a function such as os.system looks like a class from here),
+  is refused with UnsafePickle, and globals of the modules that reach the system (os, subprocess,
+  builtins...) are refused by name even where they would stay inert.
+
+`module_tree` then reads a module checkpoint's records: tensors by module path, each module's type
+and plain settings, the checkpoint's plain top-level entries. It walks iteratively, within
+MAX_MODULE_DEPTH levels and MAX_VALUE_DEPTH for settings, so no hostile nesting reaches Python's
+recursion limit; each record is visited once, so shared or cyclic references cannot multiply work.
+"""
+from __future__ import annotations
+
+import io
+import pickle
+import struct
+from collections import OrderedDict
+from typing import NamedTuple
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import (
+    InvalidHeader,
+    InvalidOffsets,
+    TruncatedFile,
+    UnknownDtype,
+    UnsafePickle,
+    WeightsError,
+)
+from ..untrusted import INT64_MAX, shown
+
+MAX_MODULE_DEPTH = 64          # module nesting: YOLO's deepest path is 7 levels (model.22.m.0.m.0.cv1.conv)
+MAX_VALUE_DEPTH = 32           # a setting's nesting: a model's yaml dict nests 4 levels
+MAX_TENSOR_SETTING = 64        # tensor settings up to this many elements (Detect.stride) become lists
+
+
+class StorageType(NamedTuple):       # stands in for torch.FloatStorage & co.
+    name: str
+    dtype: dtypes.DType
+
+
+class StorageRef(NamedTuple):        # a persistent id, resolved
+    key: str                         # root storage key
+    dtype: dtypes.DType
+    numel: int                       # elements visible through this reference
+    base: int                        # element offset in the root (old storage views)
+
+
+class TensorRef(NamedTuple):         # what torch._utils._rebuild_tensor* would build
+    storage: object
+    offset: object
+    size: object
+    stride: object
+
+
+def _rebuild_tensor(storage, storage_offset, size, stride):
+    return TensorRef(storage, storage_offset, size, stride)
+
+
+def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, backward_hooks,
+                       metadata=None):
+    return TensorRef(storage, storage_offset, size, stride)
+
+
+def _rebuild_parameter(data, requires_grad, backward_hooks, state=None):
+    if not isinstance(data, TensorRef):        # _unpickle names the file
+        raise ValueError(f"a Parameter wraps a {type(data).__name__}, not a tensor")
+    return data                      # parameters load as plain tensors
+
+
+STORAGES = {"FloatStorage": dtypes.float32, "DoubleStorage": dtypes.float64,
+            "HalfStorage": dtypes.float16, "BFloat16Storage": dtypes.bfloat16,
+            "LongStorage": dtypes.int64, "IntStorage": dtypes.int32,
+            "ShortStorage": dtypes.int16, "CharStorage": dtypes.int8,
+            "ByteStorage": dtypes.uint8, "BoolStorage": dtypes.bool_}
+
+# the state dicts' whole allowlist: "module.name" -> stand-in
+GLOBALS = {"collections.OrderedDict": OrderedDict,
+           "torch._utils._rebuild_tensor": _rebuild_tensor,
+           "torch._utils._rebuild_tensor_v2": _rebuild_tensor_v2,
+           "torch._utils._rebuild_parameter": _rebuild_parameter,
+           **{f"torch.{name}": StorageType(name, dtype) for name, dtype in STORAGES.items()}}
+
+
+def check_pickle(stream: io.BytesIO, file: str) -> None:
+    """Walk the next pickle's opcodes (pickletools, which reads only the bytes there are) before the
+    C unpickler runs it: the unpickler allocates what an opcode claims before reading it, a
+    BINBYTES8 length or the memo size a PUT names (LONG_BINPUT 2**31 asks for 16 GB), so a few
+    hostile bytes would exhaust memory. An argument past the end is refused here; so is a memo
+    index past what the pickle's bytes could fill (it stores at most one object per byte)."""
+    import pickletools  # here: 50 ms to import in Pyodide, for .pth files only
+    start = stream.tell()
+    limit = len(stream.getbuffer()) - start
+    try:
+        for opcode, argument, _ in pickletools.genops(stream):
+            if opcode.name in ("PUT", "BINPUT", "LONG_BINPUT") and not 0 <= argument <= limit:
+                raise InvalidHeader(f"malformed pickle: memo index {argument} past what its {limit} bytes "
+                                    f"can hold", file=file)
+            if opcode.name == "STOP":
+                break
+    except (ValueError, struct.error) as e:        # truncated or unknown opcodes (UnicodeDecodeError too)
+        if "remain" in str(e) or "exhausted" in str(e):
+            raise TruncatedFile(f"file truncated inside a pickle: {e}", file=file) from None
+        raise InvalidHeader(f"malformed pickle: {e}", file=file) from None
+    finally:
+        stream.seek(start)
+
+
+class Unpickler(pickle.Unpickler):
+    """A torch pickle's unpickler for plain state dicts: globals from GLOBALS only."""
+
+    def __init__(self, file, name: str, legacy: bool, storages: bool = True):
+        super().__init__(file, encoding="utf-8")
+        self.stream = file
+        self.name, self.legacy, self.storages_allowed = name, legacy, storages
+        self.roots: dict[str, tuple[dtypes.DType, int]] = {}    # key -> (dtype, numel)
+
+    def load(self):
+        check_pickle(self.stream, self.name)
+        return super().load()
+
+    def find_class(self, module, name):
+        qualified = f"{module}.{name}"
+        if qualified in GLOBALS:
+            return GLOBALS[qualified]
+        self.refuse_storage(module, name)
+        raise UnsafePickle(f"refusing to load global {_cut(qualified)}: a state dict holds only tensors "
+                           f"(allowed: collections.OrderedDict, torch._utils._rebuild_tensor[_v2], "
+                           f"torch._utils._rebuild_parameter, torch.<dtype>Storage; whole-module "
+                           f"checkpoints: engine.io.read_module_checkpoint)", file=self.name)
+
+    def refuse_storage(self, module, name):
+        qualified = _cut(f"{module}.{name}")
+        if qualified == "torch._utils._rebuild_tensor_v3":   # dtypes without a *Storage class
+            raise UnknownDtype(f"{qualified}: torch writes it for dtypes the engine lacks "
+                               f"(uint16/32/64, float8 ...)", file=self.name)
+        if module in ("torch", "torch.storage") and name.endswith("Storage"):
+            raise UnknownDtype(f"unsupported storage type {qualified} (supported: "
+                               f"{', '.join(f'torch.{n}' for n in STORAGES)})", file=self.name)
+
+    def persistent_load(self, pid):
+        fields = 6 if self.legacy else 5
+        if not (self.storages_allowed and isinstance(pid, tuple) and len(pid) == fields
+                and pid[0] in ("storage", b"storage")):
+            raise InvalidHeader(f"unexpected persistent id {shown(pid, 200)}", file=self.name)
+        storage_type, key, numel = pid[1], pid[2], pid[4]
+        if not isinstance(storage_type, StorageType) or not isinstance(key, str) \
+                or type(numel) is not int or not 0 <= numel <= INT64_MAX:
+            raise InvalidHeader(f"malformed storage reference {shown(pid, 200)}", file=self.name)
+        if self.roots.setdefault(key, (storage_type.dtype, numel)) != (storage_type.dtype, numel):
+            raise InvalidHeader(f"storage {shown(key)} is referenced with different types or sizes",
+                                file=self.name)
+        view = pid[5] if self.legacy else None
+        if view is None:
+            return StorageRef(key, storage_type.dtype, numel, 0)
+        if not (isinstance(view, tuple) and len(view) == 3
+                and all(type(v) is int and 0 <= v <= INT64_MAX for v in view[1:])):
+            raise InvalidHeader(f"malformed storage view {shown(view, 200)}", file=self.name)
+        _, base, view_size = view
+        if base + view_size > numel:
+            raise InvalidOffsets(f"storage view [{base}, {base + view_size}) runs past storage "
+                                 f"{shown(key)} of {numel} elements", file=self.name)
+        return StorageRef(key, storage_type.dtype, view_size, base)
+
+
+def _cut(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def unpickle(unpickler: Unpickler):
+    try:
+        return unpickler.load()
+    except (WeightsError, MemoryError):
+        raise
+    except Exception as e:   # anything the untrusted bytes provoke; only stand-ins ran
+        if isinstance(e, EOFError) or "truncated" in str(e):
+            raise TruncatedFile(f"file truncated inside a pickle: {e}",
+                                file=unpickler.name) from None
+        raise InvalidHeader(f"malformed pickle: {type(e).__name__}: {shown(str(e), 300)}",
+                            file=unpickler.name) from None
+
+
+# --- whole modules as inert records ------------------------------------------------------------------
+
+# Modules that reach the system or run code: refused by name, though a record of them would be inert.
+_REFUSED_MODULES = frozenset((
+    "os", "posix", "nt", "posixpath", "ntpath", "subprocess", "_posixsubprocess", "sys", "builtins",
+    "__builtin__", "importlib", "imp", "shutil", "socket", "pickle", "_pickle", "marshal", "ctypes",
+    "runpy", "code", "codeop", "types", "functools", "operator", "io", "_io", "pty", "webbrowser",
+    "multiprocessing", "asyncio", "signal", "tempfile", "pathlib", "urllib", "http", "platform", "pdb",
+    "bdb", "timeit", "trace", "profile", "cProfile", "site", "gc", "inspect", "copyreg", "copy_reg",
+    "commands", "popen2", "threading", "_thread", "ftplib", "smtplib", "telnetlib", "numpy"))
+
+
+class _RecordClass(type):
+    """The type of record classes: calling one (REDUCE) is refused, since from the file alone a
+    class cannot be told from a function such as os.system."""
+
+    def __call__(cls, *args, **kwargs):
+        raise UnsafePickle(f"refusing to call {cls.qualified_name}: of the file's globals only the "
+                           f"allowlist is called; other classes are built by NEWOBJ, as inert records",
+                           file=cls.file)
+
+
+class Record(metaclass=_RecordClass):
+    """An instance of a class the file names, kept inert: NEWOBJ's arguments and BUILD's state."""
+    qualified_name = "?"
+    file = None
+
+    def __new__(cls, *args, **kwargs):            # NEWOBJ: cls.__new__(cls, *args)
+        record = object.__new__(cls)
+        record.args, record.kwargs, record.state = args, kwargs, None
+        return record
+
+    def __setstate__(self, state):                # BUILD
+        self.state = state
+
+    def __call__(self, *args, **kwargs):
+        raise UnsafePickle(f"refusing to call an instance of {self.qualified_name}", file=self.file)
+
+    def __repr__(self):
+        return f"<record of {self.qualified_name}>"
+
+
+class AttributeRef(NamedTuple):
+    """What getattr(owner, name) stands for (ultralytics: Pose.detect = Detect.forward); never looked up."""
+    owner: object
+    name: str
+
+    def __call__(self, *args, **kwargs):
+        raise UnsafePickle(f"refusing to call getattr(..., {self.name!r:.100})", file=None)
+
+
+class TorchName(str):
+    """torch.float16, torch.device('cpu') ...: kept as their names."""
+
+
+_OBJECT = TorchName("builtins.object")
+
+
+def _getattr(owner, name, *default):
+    if not isinstance(name, str):
+        raise TypeError(f"getattr with a {type(name).__name__} name")
+    return AttributeRef(owner, name)
+
+
+def _reconstructor(cls, base, state):
+    """copyreg._reconstructor (protocols 0-1): object.__new__ of a record class, nothing else."""
+    if not (isinstance(cls, _RecordClass) and base is _OBJECT and state is None):
+        raise ValueError(f"copyreg._reconstructor of {shown(cls, 100)} over {shown(base, 100)}: only "
+                         f"records over builtins.object are rebuilt")
+    return cls.__new__(cls)
+
+
+def _size(values=()):
+    if not (isinstance(values, (tuple, list)) and all(type(v) is int for v in values)):
+        raise ValueError(f"torch.Size of {shown(values, 100)}")
+    return tuple(values)
+
+
+def _device(*args):
+    if not all(isinstance(a, (str, int)) or a is None for a in args):
+        raise ValueError(f"torch.device of {shown(args, 100)}")
+    return TorchName(":".join(str(a) for a in args if a is not None))
+
+
+_DTYPE_NAMES = ("float16", "float32", "float64", "bfloat16", "half", "float", "double", "int8", "int16",
+                "int32", "int64", "uint8", "bool", "long", "int", "short")
+MODULE_GLOBALS = {**GLOBALS,
+                  "builtins.set": set, "builtins.frozenset": frozenset, "builtins.getattr": _getattr,
+                  "builtins.object": _OBJECT, "copyreg._reconstructor": _reconstructor,
+                  "torch._utils._rebuild_parameter_with_state": _rebuild_parameter,
+                  "torch.Size": _size, "torch.device": _device,
+                  **{f"torch.{name}": TorchName(f"torch.{name}") for name in _DTYPE_NAMES}}
+
+
+class ModuleUnpickler(Unpickler):
+    """A torch pickle's unpickler for whole modules: MODULE_GLOBALS, and every other class a Record."""
+
+    def __init__(self, file, name: str, legacy: bool, storages: bool = True):
+        super().__init__(file, name, legacy, storages)
+        self.classes: dict[str, type] = {}
+
+    def find_class(self, module, name):
+        # Python 2's names, as pickle's own find_class maps them for protocols < 3 (torch writes 2)
+        module = {"__builtin__": "builtins", "copy_reg": "copyreg"}.get(module, module)
+        qualified = f"{module}.{name}"
+        if qualified in MODULE_GLOBALS:
+            return MODULE_GLOBALS[qualified]
+        self.refuse_storage(module, name)
+        if module.split(".")[0] in _REFUSED_MODULES or qualified.startswith(("torch._C", "torch.jit",
+                                                                             "torch.ops", "torch.hub")):
+            raise UnsafePickle(f"refusing to load global {_cut(qualified)}: it reaches the system or runs "
+                               f"code", file=self.name)
+        if qualified not in self.classes:
+            self.classes[qualified] = _RecordClass("Record", (Record,), {"qualified_name": _cut(qualified),
+                                                                         "file": self.name})
+        return self.classes[qualified]
+
+    def persistent_load(self, pid):
+        # a legacy stream names each module's class as ('module', class, source file, source): the class
+        if self.legacy and isinstance(pid, tuple) and len(pid) == 4 and pid[0] in ("module", b"module"):
+            if not isinstance(pid[1], _RecordClass):
+                raise InvalidHeader(f"a module persistent id names a {_kind(pid[1])}, not a class",
+                                    file=self.name)
+            return pid[1]
+        return super().persistent_load(pid)
+
+
+class ModuleRecord(NamedTuple):
+    type: str            # the class's qualified name, e.g. "ultralytics.nn.modules.block.C3k2"
+    attrs: dict          # its plain settings: public __dict__ entries of plain values
+
+
+class ModuleTree(NamedTuple):
+    tensors: OrderedDict     # module path -> TensorRef: parameters, then buffers, then children
+    settings: dict           # (module path, attribute) -> TensorRef of a small tensor setting
+    modules: dict            # module path -> ModuleRecord
+    meta: dict               # the checkpoint's plain top-level entries
+
+
+def _is_module(value) -> bool:
+    return isinstance(value, Record) and isinstance(value.state, dict) and (
+        "_modules" in value.state or "_parameters" in value.state)
+
+
+def _kind(value) -> str:
+    """What `value` is, for a message: never its repr (a hostile nesting has none within the stack)."""
+    if isinstance(value, Record):
+        return f"record of {value.qualified_name}"
+    return type(value).__name__
+
+
+_CONTAINERS = (list, tuple, dict, OrderedDict)
+
+
+class _NotPlain(Exception):
+    pass
+
+
+class _Walker:
+    """plain() over one checkpoint, with one memo: a container shared by many records (a memo GET is
+    two bytes) is converted once, so the work stays within the file's size."""
+
+    def __init__(self, file: str):
+        self.file = file
+        self.memo: dict[int, object] = {}        # id(container) -> its plain copy, or _NotPlain
+
+    def scalar(self, value):
+        if value is None or type(value) in (bool, float, str):
+            return value
+        if type(value) is int and -(1 << 63) <= value < (1 << 64):
+            return value
+        if isinstance(value, TorchName):
+            return str(value)
+        raise _NotPlain
+
+    def plain(self, value, where: str):
+        """`value` when it is None/bool/int/float/str or lists, tuples, dicts of those; _NotPlain
+        otherwise; InvalidHeader past MAX_VALUE_DEPTH levels or for a container inside itself.
+        Iterative, so a hostile nesting never reaches Python's recursion limit."""
+        if type(value) not in _CONTAINERS:
+            return self.scalar(value)
+        path: set[int] = set()                  # ids of the containers being converted
+        stack = [(value, False)]
+        while stack:
+            node, children_done = stack.pop()
+            if id(node) in self.memo and not children_done:
+                continue
+            items = list(dict.items(node)) if isinstance(node, dict) else list(node)
+            values = [v for _, v in items] if isinstance(node, dict) else items
+            if not children_done:
+                if id(node) in path:
+                    raise InvalidHeader(f"{where} contains itself", file=self.file)
+                if len(path) >= MAX_VALUE_DEPTH:
+                    raise InvalidHeader(f"{where} nests deeper than {MAX_VALUE_DEPTH} levels", file=self.file)
+                path.add(id(node))
+                stack.append((node, True))
+                stack.extend((v, False) for v in values if type(v) in _CONTAINERS and id(v) not in self.memo)
+                continue
+            path.discard(id(node))
+            try:
+                def convert(v):
+                    if type(v) not in _CONTAINERS:
+                        return self.scalar(v)
+                    done = self.memo[id(v)]
+                    if done is _NotPlain:
+                        raise _NotPlain
+                    return done
+                if isinstance(node, dict):
+                    result = {self.scalar(k): convert(v) for k, v in items}
+                else:
+                    result = type(node)(convert(v) for v in items) if type(node) is not list else \
+                        [convert(v) for v in items]
+            except _NotPlain:
+                result = _NotPlain
+            self.memo[id(node)] = result
+        result = self.memo[id(value)]
+        if result is _NotPlain:
+            raise _NotPlain
+        return result
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _small_size(size) -> bool:
+    return (type(size) is tuple and len(size) <= 8 and all(type(n) is int and 0 <= n <= MAX_TENSOR_SETTING
+                                                            for n in size)
+            and int(np.prod(size, dtype=np.int64)) <= MAX_TENSOR_SETTING)
+
+
+def model_of(obj):
+    """The module record a checkpoint holds: obj["model"], else obj["ema"], else obj; None if none is."""
+    if type(obj) in (dict, OrderedDict):
+        return next((dict.get(obj, key) for key in ("model", "ema") if _is_module(dict.get(obj, key))), None)
+    return obj if _is_module(obj) else None
+
+
+def module_tree(obj, file: str) -> ModuleTree:
+    """The module checkpoint's tensors, modules and plain entries: the model is obj["model"], else
+    obj["ema"], else obj itself. Each record is visited once (a module shared by two parents is read
+    at its first path, as torch's named_modules does); module paths nest at most MAX_MODULE_DEPTH."""
+    walker = _Walker(file)
+    meta, root = {}, model_of(obj)
+    if type(obj) in (dict, OrderedDict):
+        if root is None:
+            kinds = {key: _kind(dict.get(obj, key)) for key in ("model", "ema")}
+            raise InvalidHeader(f"the checkpoint holds no module: its 'model' is a {kinds['model']}, its 'ema' a "
+                                f"{kinds['ema']}", file=file)
+        for key, value in dict.items(obj):
+            if isinstance(key, str) and value is not root:
+                try:
+                    meta[str(key)] = walker.plain(value, f"checkpoint entry {shown(key)}")
+                except _NotPlain:
+                    pass
+    elif not _is_module(root):
+        raise InvalidHeader(f"the checkpoint holds a {_kind(root)}, not a torch module", file=file)
+
+    tensors, settings, modules, seen = OrderedDict(), {}, {}, set()
+
+    def fail(message: str, path: str, tensor: str | None = None):
+        return InvalidHeader(f"module {shown(path or '<root>', 200)}: {message}", file=file, tensor=tensor)
+
+    def entries(state: dict, group: str, path: str) -> list:
+        found = dict.get(state, group)
+        if found is None:
+            return []
+        if type(found) not in (dict, OrderedDict):
+            raise fail(f"its {group} is a {_kind(found)}, not a dict", path)
+        for name in dict.keys(found):
+            if not isinstance(name, str):
+                raise fail(f"a name in its {group} is a {_kind(name)}, not a str", path)
+        return list(dict.items(found))
+
+    stack = [("", root, 0)]
+    while stack:
+        path, record, depth = stack.pop()
+        if id(record) in seen:
+            continue
+        seen.add(id(record))
+        if path in modules:
+            raise fail("two modules have this path", path)
+        state = record.state
+        for group in ("_parameters", "_buffers"):
+            for name, value in entries(state, group, path):
+                if value is None:
+                    continue
+                full = _join(path, name)
+                if not isinstance(value, TensorRef):
+                    raise fail(f"{group[1:-1]} {shown(name)} is a {_kind(value)}, not a tensor", path, full)
+                if full in tensors:
+                    raise fail("two tensors have this path", path, full)
+                tensors[full] = value
+        attrs = {}
+        for key, value in dict.items(state):
+            if not isinstance(key, str) or key.startswith("_"):
+                continue
+            if isinstance(value, TensorRef):
+                if _small_size(value.size):
+                    settings[(path, key)] = value
+                continue
+            try:
+                attrs[key] = walker.plain(value, f"module {shown(path or '<root>', 200)}'s {shown(key)}")
+            except _NotPlain:
+                pass
+        modules[path] = ModuleRecord(record.qualified_name, attrs)
+        children = entries(state, "_modules", path)
+        if children and depth >= MAX_MODULE_DEPTH:
+            raise fail(f"modules nest deeper than {MAX_MODULE_DEPTH} levels", path)
+        for name, child in reversed(children):
+            if child is None:
+                continue
+            if not _is_module(child):
+                raise fail(f"submodule {shown(name)} is a {_kind(child)}, not a torch module", path)
+            stack.append((_join(path, name), child, depth + 1))
+    return ModuleTree(tensors, settings, modules, meta)
