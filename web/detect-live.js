@@ -5,10 +5,10 @@
 //
 // Live mode keeps one frame in flight and drops the rest: a frame is grabbed only when the answer
 // for the previous one came back, so the overlay is never more than one analysed frame behind the
-// video. Frames go as RGBA bytes, transferred (not copied) to the worker: a canvas read of a
-// 640x480 frame costs ~1 ms, where a JPEG encode costs more and its decode in the worker more still
-// (bench.html?yolo=1 measures both). The worker letterboxes and runs the model and its
-// post-processing as natively (engine/tasks/object_detection.py, pose_estimation.py).
+// video. Frames go as RGBA bytes: reading a 640x480 frame costs ~1 ms (VideoFrame.copyTo) to ~3 ms
+// (a canvas), where a JPEG encode alone costs ~5-8 ms and its decode in the worker more
+// (bench.html?yolo=1 measures them). The worker letterboxes, runs the model and its
+// post-processing as natively (engine/tasks/object_detection.py).
 "use strict";
 
 // the worker's entry point for both tasks (engine/tasks/object_detection.py):
@@ -196,8 +196,9 @@ class Live {
     this.overlay = section.querySelector("canvas.overlay");
     this.running = false;
     this.loop = null;
-    this.canvas = null;                               // holds the last frame sent, until the next one
-    this.last = null;                                 // the answer for the frame in this.canvas
+    this.canvas = null;                               // where frames are read when VideoFrame cannot
+    this.copyFrames = null;                           // whether VideoFrame.copyTo(RGBA) works here
+    this.last = null;                                 // the last frame analysed: its pixels and answer
     this.frames = 0;
   }
 
@@ -228,26 +229,49 @@ class Live {
   // the task, size or threshold for the next frames
   set(options) { this.options = options; }
 
+  // The video's current frame as RGBA: copied out of a VideoFrame (~1 ms for 640x480 here), else
+  // drawn on a canvas and read back (~3 ms); a JPEG encode alone costs ~5-8 ms.
+  async grab() {
+    if (this.copyFrames !== false && typeof VideoFrame === "function") {
+      let frame = null;
+      try {
+        frame = new VideoFrame(this.video);
+        const { width, height } = frame.visibleRect;
+        const pixels = new Uint8ClampedArray(frame.allocationSize({ format: "RGBA" }));
+        await frame.copyTo(pixels, { format: "RGBA" });
+        this.copyFrames = true;
+        return { pixels, width, height };
+      } catch (err) {
+        if (this.copyFrames) throw err;
+        this.copyFrames = false;                      // this browser cannot convert a frame to RGBA
+      } finally {
+        if (frame) frame.close();
+      }
+    }
+    const width = this.video.videoWidth, height = this.video.videoHeight;
+    if (!this.canvas || this.canvas.width !== width || this.canvas.height !== height) {
+      this.canvas = new OffscreenCanvas(width, height);
+      this.context = this.canvas.getContext("2d", { willReadFrequently: true });
+    }
+    this.context.drawImage(this.video, 0, 0, width, height);
+    return { pixels: this.context.getImageData(0, 0, width, height).data, width, height };
+  }
+
   async run() {
     let previous = null;
     while (this.running) {
-      const width = this.video.videoWidth, height = this.video.videoHeight;
-      if (this.video.readyState < 2 || !width) {
+      if (this.video.readyState < 2 || !this.video.videoWidth) {
         await new Promise((resolve) => setTimeout(resolve, 30));
         continue;
       }
       const t0 = performance.now();
-      if (!this.canvas || this.canvas.width !== width || this.canvas.height !== height) {
-        this.canvas = new OffscreenCanvas(width, height);
-        this.context = this.canvas.getContext("2d", { willReadFrequently: true });
-      }
-      this.context.drawImage(this.video, 0, 0, width, height);
-      const frame = this.context.getImageData(0, 0, width, height);
+      const { pixels, width, height } = await this.grab();
+      const kept = pixels.slice();                     // the worker gets (and keeps) a copy
       const t1 = performance.now();
       const { task, ...options } = this.options;
       let reply;
       try {
-        reply = await detect(this.client, task, frame.data, width, height, options);
+        reply = await detect(this.client, task, kept, width, height, options);
       } catch (err) {
         this.running = false;
         this.stopCamera();
@@ -261,7 +285,7 @@ class Live {
       }
       draw(this.overlay, reply.detections, task, reply.labels || null);
       const t3 = performance.now();
-      this.last = { reply, task, width, height };
+      this.last = { reply, task, pixels, width, height };
       this.frames += 1;
       const interval = previous === null ? t3 - t0 : t3 - previous;
       previous = t3;
@@ -286,10 +310,11 @@ class Live {
     if (this.loop) await this.loop;
     this.loop = null;
     this.stopCamera();
-    if (!this.last || !this.canvas) return null;
-    still.width = this.canvas.width;
-    still.height = this.canvas.height;
-    still.getContext("2d").drawImage(this.canvas, 0, 0);
+    if (!this.last) return null;
+    const { pixels, width, height } = this.last;
+    still.width = width;
+    still.height = height;
+    still.getContext("2d").putImageData(new ImageData(pixels, width, height), 0, 0);
     return this.last.task;
   }
 }
