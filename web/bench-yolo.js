@@ -8,8 +8,9 @@
 // (letterbox, network, NMS, as the Detect card calls them) and drawn, for frames/s end to end.
 const SIZES = [640, 320];
 const TASKS = ["object-detection", "pose-estimation"];
-// the ultralytics exports the build places in peers/onnxruntime/ (buildtools/peers.py), by model and size
-const ORT_FILE = (model, size) => `${model}-${size}.onnx`;
+// the ultralytics exports the build places in peers/onnxruntime/ (buildtools/peers.py YOLO_ONNX), by
+// our registry name and size: yolo11n_pose at 640 -> yolo11n-pose-640.onnx
+const ORT_FILE = (model, size) => `${model.replace(/_/g, "-")}-${size}.onnx`;
 const FRAME = { width: 640, height: 480 };          // what a webcam gives by default
 const IMAGES = ["samples/bus.jpg", "samples/astronaut.png"];    // the first the site has
 

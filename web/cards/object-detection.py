@@ -57,7 +57,6 @@ def start(card):
         by_id("detect-view").hidden = False
         by_id("detect-video").hidden = not live
         by_id("detect-still").hidden = live
-        section.querySelector(".drop-hint").hidden = True
 
     def clear():
         box = by_id("detect-list")
