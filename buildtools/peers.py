@@ -10,6 +10,9 @@ dist/peers/
                              its package.json and licence (bench.html?ort=1)
     onnxruntime/<model>.onnx the models the bench page times ours on, exported at build time from
                              the same weights the site converts, with torch.onnx.export
+    onnxruntime/yolo11n-pose-<S>.onnx, yolov10n-<S>.onnx (S = 640, 320): ultralytics' own export
+                             (static 1x3xSxS), made outside the build by scripts/yolo_reference.py
+                             --export-onnx in an environment with ultralytics, kept in <cache>/peers/
 
 The ONNX files are the peer's format, not a path of our engine: the engine reads the original
 checkpoints. An export needs torch, onnx and onnxscript, and the model's reference code
@@ -218,6 +221,21 @@ def export_onnx(name: str, files: dict[str, bytes], out: Path, store: Path | Non
         os.replace(temporary, kept)
 
 
+# The YOLO peers: ultralytics exports them itself (its graph, its head's export output), and
+# ultralytics needs a ~6 GB environment that neither the build nor the tests install. Its
+# reference script writes them into <cache>/peers/; the build copies what it finds there.
+YOLO_ONNX = ("yolo11n-pose-640", "yolo11n-pose-320", "yolov10n-640", "yolov10n-320")
+YOLO_ONNX_COMMAND = ("python scripts/yolo_reference.py --export-onnx --out {folder}  (with a Python that has "
+                     "ultralytics==8.4.190; the script's docstring says how to make one)")
+
+
+def write_copy(out: Path, source: Path, name: str) -> None:
+    """out/peers/onnxruntime/<name>: a file made outside the build, copied as it is."""
+    folder = out / "peers" / "onnxruntime"
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, folder / name)
+
+
 def code_digest(*functions) -> str:
     """This module's source, or with `functions` theirs only (an export's key: editing the rest of
     this file does not export again)."""
@@ -253,3 +271,23 @@ def build_peers(b, fetched: dict[str, Path], root: Path, cache: Path, offline: b
             b.run(Step(f"peers-onnx-{name}", inputs, export))
         except ExportFailed as e:
             log(f"  peers-onnx-{name}: skipped, ONNX Runtime Web will not run {model} on the bench page: {e}")
+    copy_yolo_onnx(b, cache, log)
+
+
+def copy_yolo_onnx(b, cache: Path, log=print) -> list[str]:
+    """dist/peers/onnxruntime/<name>.onnx for each of YOLO_ONNX found in <cache>/peers/; the
+    build log names the missing ones and the command that makes them. Returns the missing names."""
+    from .steps import Step
+    folder = cache / "peers"
+    missing = []
+    for name in YOLO_ONNX:
+        made = folder / f"{name}.onnx"
+        if not made.is_file():
+            missing.append(name)
+            continue
+        b.run(Step(f"peers-onnx-{name}", {"file": b.digest(made), "code": code_digest(write_copy)},
+                   lambda out, made=made, name=name: write_copy(out, made, f"{name}.onnx")))
+    if missing:
+        log(f"  peers-onnx-yolo: {', '.join(missing)} not in {folder}, so ONNX Runtime Web will not run them on "
+            f"the bench page; make them with {YOLO_ONNX_COMMAND.format(folder=folder)}")
+    return missing
