@@ -183,7 +183,11 @@ def _cut(text: str, limit: int = 200) -> str:
 def unpickle(unpickler: Unpickler):
     try:
         return unpickler.load()
-    except (WeightsError, MemoryError):
+    except WeightsError as e:
+        if e.file is None:               # a stand-in's refusal: it knows no file
+            raise type(e)(str(e), file=unpickler.name) from None
+        raise
+    except MemoryError:
         raise
     except Exception as e:   # anything the untrusted bytes provoke; only stand-ins ran
         if isinstance(e, EOFError) or "truncated" in str(e):

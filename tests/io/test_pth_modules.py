@@ -154,7 +154,6 @@ FACTS = {  # from the module trees: tensor count, dtype, head, and settings the 
 }
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("model", sorted(FACTS))
 def test_the_yolo_checkpoints(model):
     data = checkpoint(model)
