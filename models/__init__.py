@@ -4,4 +4,4 @@ Each file declares its registry entry (`ENTRY`, or `ENTRIES` for several checkpo
 architecture; see engine/registry.py); MODULES lists the
 files the registry reads, in the order the page shows their cards.
 """
-MODULES = ("mnist_cnn", "efficientnet_lite", "bert", "llama", "whisper")
+MODULES = ("mnist_cnn", "efficientnet_lite", "yolo", "bert", "llama", "whisper")

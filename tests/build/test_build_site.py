@@ -348,7 +348,8 @@ def test_build_info_has_the_download_sizes(dist):
         },
         "models": {name: {"bytes": json.loads((dist / f"models/{name}/manifest.json").read_text())["total_bytes"],
                           "manifest": f"models/{name}/manifest.json"}
-                   for name in ("mnist_cnn", "efficientnet_lite0", "all-MiniLM-L6-v2", "SmolLM2-135M-Instruct",
+                   for name in ("mnist_cnn", "efficientnet_lite0", "yolo11n_pose", "yolov10n", "all-MiniLM-L6-v2",
+                                "SmolLM2-135M-Instruct",
                                 "whisper-base", "whisper-tiny.en")},
     }
 
@@ -382,8 +383,9 @@ def test_registry_drives_the_model_build():
     model = convert.models()["mnist_cnn"]
     assert model.max_shard_kb == 256
     assert convert.locate(model, ROOT, ROOT / ".cache", True) == [ROOT / "models" / "mnist_cnn.safetensors"]
-    assert list(convert.models()) == ["mnist_cnn", "efficientnet_lite0", "all-MiniLM-L6-v2", "SmolLM2-135M-Instruct",
-                                      "whisper-base", "whisper-tiny.en"]     # models/whisper.py declares two
+    assert list(convert.models()) == ["mnist_cnn", "efficientnet_lite0", "yolo11n_pose", "yolov10n",
+                                      "all-MiniLM-L6-v2", "SmolLM2-135M-Instruct",
+                                      "whisper-base", "whisper-tiny.en"]     # yolo.py and whisper.py declare two
 
 
 def test_registry_json_lists_every_model_and_task(dist):
@@ -395,7 +397,8 @@ def test_registry_json_lists_every_model_and_task(dist):
             tasks.setdefault(task, m["name"])
     assert tasks == {"digit-classification": "mnist_cnn", "image-classification": "efficientnet_lite0",
                      "sentence-embedding": "all-MiniLM-L6-v2", "feature-extraction": "all-MiniLM-L6-v2",
-                     "text-generation": "SmolLM2-135M-Instruct", "speech-recognition": "whisper-base"}
+                     "text-generation": "SmolLM2-135M-Instruct", "speech-recognition": "whisper-base",
+                     "pose-estimation": "yolo11n_pose", "object-detection": "yolov10n"}
     for m in listing:
         assert (dist / m["folder"] / "manifest.json").is_file()
 
