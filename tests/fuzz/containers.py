@@ -426,4 +426,33 @@ def pickle_edit(rng, data: bytes, ctx) -> bytes:
     return int_field(rng, data, ctx)
 
 
-PICKLE = ((pickle_edit, 10),)
+# the opcodes that build a module checkpoint's structure: one swapped for another calls a class
+# (NEWOBJ -> REDUCE), gives state to a stand-in (-> BUILD), drops or misplaces an object
+_STRUCTURE = {"NEWOBJ": b"\x81", "REDUCE": b"R", "BUILD": b"b", "SETITEM": b"s", "SETITEMS": b"u", "APPEND": b"a",
+              "APPENDS": b"e", "TUPLE": b"t", "TUPLE1": b"\x85", "TUPLE2": b"\x86", "TUPLE3": b"\x87", "EMPTY_DICT": b"}",
+              "EMPTY_LIST": b"]", "EMPTY_TUPLE": b")", "POP": b"0", "MARK": b"(", "NONE": b"N", "DUP": b"2"}
+# globals a whole-module checkpoint may name (stand-ins, records) or must never reach
+_MODULE_GLOBALS = ("builtins\ngetattr", "__builtin__\nset", "builtins\nfrozenset", "torch\nSize", "torch\ndevice",
+                   "torch\nfloat16", "copyreg\n_reconstructor", "builtins\nobject", "collections\nOrderedDict",
+                   "ultralytics.nn.modules.conv\nConv", "torch.nn.modules.conv\nConv2d", "posix\nsystem",
+                   "subprocess\nPopen", "torch._utils\n_rebuild_parameter_with_state")
+
+
+def pickle_structure(rng, data: bytes, ctx) -> bytes:
+    """One structural opcode replaced by another, or a global by one a module checkpoint may name."""
+    ops = _pickle_ops(data)
+    structural = [o for o in ops if o[0].name in _STRUCTURE]
+    globals_ = [o for o in ops if o[0].name == "GLOBAL"]
+    if globals_ and (rng.random() < 0.3 or not structural):
+        _, _, start, end = rng.choice(globals_)
+        ctx.note("pickle:module-global")
+        return data[:start] + b"c" + rng.choice(_MODULE_GLOBALS).encode() + b"\n" + data[end:]
+    if not structural:
+        return int_field(rng, data, ctx)
+    op, _, start, end = rng.choice(structural)
+    replacement = rng.choice(sorted(_STRUCTURE))
+    ctx.note(f"pickle:{op.name}->{replacement}")
+    return data[:start] + _STRUCTURE[replacement] + data[end:]
+
+
+PICKLE = ((pickle_edit, 10), (pickle_structure, 6))

@@ -6,7 +6,7 @@ Each seed is a file (or, for readers that open a folder, a folder) that its read
 fuzzer mutates copies of them. They are made by the writers the formats come from, so the corpus
 holds what real files hold: safetensors by our writer, GGUF by gguf-py's GGUFWriter, CTranslate2
 model.bin field by field as its writer lays them out (tests/io/ctranslate2_writer.py), .pth by
-torch.save (zip and legacy), PNG by Pillow and by the hand encoder of tests/vision/test_image.py
+torch.save (zip and legacy; whole modules too), PNG by Pillow and by the hand encoder of tests/vision/test_image.py
 (interlaced, 2-bit, 16-bit, every filter type), .npy by NumPy, JPEG/GIF/BMP/WebP/TIFF by Pillow,
 tokenizer.json by the `tokenizers` package and from all-MiniLM-L6-v2's (vocabulary cut down), WAV
 by sox (every sample format, EXTENSIBLE) and Python's wave (with chunks sox does not write added), and
@@ -125,6 +125,57 @@ def pth_seeds(out: Path) -> None:
     torch.save({"state_dict": linear.state_dict()}, out / "wrapped_zip.pth")
     torch.save({"w": torch.nn.Parameter(torch.ones(2, 2))}, out / "parameter_legacy.pth",
                _use_new_zipfile_serialization=False)
+
+
+def _tiny_modules():
+    """Module classes shaped like ultralytics' (Conv = conv + bn + act, a head with settings, a model
+    holding a Sequential), defined here so torch.save pickles them by this module's name."""
+    import torch
+
+    class TinyConv(torch.nn.Module):
+        def __init__(self, c1: int, c2: int, stride: int = 1):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(c1, c2, 3, stride, 1, bias=False)
+            self.bn = torch.nn.BatchNorm2d(c2, eps=1e-3)
+            self.act = torch.nn.SiLU(inplace=True)
+
+    class TinyHead(torch.nn.Module):
+        def __init__(self, c: int):
+            super().__init__()
+            self.nc, self.kpt_shape, self.f = 1, [17, 3], [0]
+            self.cv = torch.nn.ModuleList(torch.nn.Sequential(TinyConv(c, c), torch.nn.Conv2d(c, 2, 1))
+                                          for _ in range(2))
+            self.stride = torch.tensor([8.0, 16.0])
+            self.shape = torch.Size([1, 2, 3])
+            self.detect = getattr(TinyConv, "forward")          # as Pose.detect = Detect.forward
+
+    class TinyModel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = torch.nn.Sequential(TinyConv(3, 4, 2), TinyHead(4))
+            self.names, self.save, self.task = {0: "person"}, [1], "pose"
+            self.yaml = {"nc": 1, "backbone": [[-1, 1, "Conv", [4, 3, 2]]], "head": [[[0], 1, "Pose", [1, [17, 3]]]]}
+            self.stride = torch.tensor([8.0, 16.0])
+            self.args = {"imgsz": 64}
+
+    for cls in (TinyConv, TinyHead, TinyModel):
+        cls.__qualname__ = cls.__name__
+        globals()[cls.__name__] = cls
+    return TinyModel
+
+
+def pth_modules_seeds(out: Path) -> None:
+    """Whole modules saved by torch.save, as ultralytics saves its models (zip, float16 and float32;
+    legacy; the model alone)."""
+    import torch
+    from tests.fuzz import make_seeds           # its classes, as pickle finds them by name
+    torch.manual_seed(0)
+    model = make_seeds._tiny_modules()().eval()
+    meta = {"date": "2024-09-25T21:10:28", "version": "8.2.100", "license": "AGPL-3.0", "epoch": -1,
+            "ema": None, "optimizer": None, "train_args": {"imgsz": 64}}
+    torch.save({**meta, "model": model.half()}, out / "model_zip.pt")
+    torch.save({"model": model.float()}, out / "model_legacy.pt", _use_new_zipfile_serialization=False)
+    torch.save(model, out / "alone_zip.pt")
 
 
 def png_seeds(out: Path) -> None:
@@ -277,6 +328,7 @@ def manifest_seeds(out: Path) -> None:
 
 
 MAKERS = {"safetensors": safetensors_seeds, "gguf": gguf_seeds, "ctranslate2": ctranslate2_seeds, "pth": pth_seeds,
+          "pth_modules": pth_modules_seeds,
           "png": png_seeds, "npy": npy_seeds, "pillow": pillow_seeds, "tokenizer": tokenizer_seeds, "manifest": manifest_seeds,
           "wav": wav_seeds}
 

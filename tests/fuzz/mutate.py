@@ -14,7 +14,8 @@ assumes about bytes; the format-aware ones reach past the first checks a random 
   the archive rebuilt with deflate/bzip2/lzma, a corrupt deflate stream, an entry that inflates to a
   gigabyte, or its pickle mutated;
 - pickle (.pth): memo indices, integers (as small or as enormous as a pickle can write), strings
-  and globals of the opcodes;
+  and globals of the opcodes; structural opcodes swapped (NEWOBJ for REDUCE: a class called) and
+  the globals a whole-module checkpoint names;
 - PNG: IHDR fields, chunk lengths and order, PLTE/tRNS sizes, the inflated scanlines (filter bytes),
   zlib bombs that declare millions of pixels in a few kB; CRCs fixed so the decoder reads on;
 - .npy: the header's descr/shape/fortran_order, text that breaks Python's tokenizer, the header

@@ -89,6 +89,17 @@ def read_pth(path, case) -> None:
         tensor.numpy()
 
 
+def read_pth_modules(path, case) -> None:
+    """A whole-module checkpoint: its records (whose settings must be plain, JSON-ready values) and
+    its tensors by module path through load_pth's door."""
+    import json
+    from engine.io import load_pth, read_module_checkpoint
+    checkpoint = read_module_checkpoint(path)
+    json.dumps([checkpoint.meta, {path: record.attrs for path, record in checkpoint.modules.items()}])
+    for tensor in load_pth(path).values():
+        tensor.numpy()
+
+
 def read_ctranslate2(path, case) -> None:
     from engine.io import load_ctranslate2
     with load_ctranslate2(path) as weights:
@@ -170,6 +181,7 @@ READERS = {reader.name: reader for reader in (
     Reader("safetensors", read_safetensors, (WeightsError,), (WeightsError,)),
     Reader("gguf", read_gguf, (WeightsError,), (WeightsError,)),
     Reader("pth", read_pth, (WeightsError,), (WeightsError,)),
+    Reader("pth_modules", read_pth_modules, (WeightsError,), (WeightsError,)),
     Reader("ctranslate2", read_ctranslate2, (WeightsError,), (WeightsError,)),
     Reader("png", read_image_file, (InputError,), (InputError,)),
     Reader("npy", read_image_file, (InputError,), (InputError,)),
