@@ -3,7 +3,7 @@
 The task modules (engine/tasks/) bring their own subcommands: `digit IMAGE...`, `classify
 IMAGE...`, `embed TEXT...`, `similarity QUERY CANDIDATE...`, `generate PROMPT`, `chat`, and
 whatever a new task module adds. This module adds the commands that are no task's: `tokenize
---model NAME TEXT...`, `tasks`, `bench mnist|effnet|minilm|gemm|ops|qlinear|llm|whisper`, `inspect FILE`.
+--model NAME TEXT...`, `tasks`, `bench mnist|effnet|minilm|gemm|ops|qlinear|llm|whisper|yolo`, `inspect FILE`.
 
 `python -m engine --threads N COMMAND ...` runs the C kernels on N threads (engine.set_num_threads).
 
@@ -65,7 +65,7 @@ def _add_inspect_arguments(i: argparse.ArgumentParser) -> None:
 
 def _add_bench_arguments(b: argparse.ArgumentParser) -> None:
     from .device import known
-    b.add_argument("model", choices=["mnist", "effnet", "minilm", "gemm", "ops", "qlinear", "llm", "whisper"])
+    b.add_argument("model", choices=["mnist", "effnet", "minilm", "gemm", "ops", "qlinear", "llm", "whisper", "yolo"])
     b.add_argument("--new-tokens", type=int, default=128, help="llm: tokens generated per run (default 128)")
     b.add_argument("--repeat", type=int, default=None, help="timed runs per case, the median reported (default "
                                                           "20; llm: 1 after a warm-up run)")
@@ -83,6 +83,11 @@ def _add_bench_arguments(b: argparse.ArgumentParser) -> None:
     w.add_argument("--audio", default=None, help="the audio file to transcribe (default: samples/speech/gettysburg-en.wav)")
     w.add_argument("--models", default=None, help="speech models, comma-separated (default whisper-tiny.en,whisper-base)")
     w.add_argument("--no-reference", action="store_true", help="skip openai-whisper on torch")
+    y = b.add_argument_group("yolo")
+    y.add_argument("--sizes", default=None, help="input sizes, comma-separated (default 640,320)")
+    y.add_argument("--rounds", type=int, default=None, help="interleaved rounds, the median reported (default 3)")
+    y.add_argument("--reference-python", default=None, metavar="PYTHON",
+                   help="a Python with ultralytics and torch: also time ultralytics there (scripts/yolo_reference.py)")
     q = b.add_argument_group("qlinear")
     q.add_argument("--types", default=None, help="GGML types, comma-separated (default q4_0,q4_1,q8_0,q4_k,q6_k)")
     q.add_argument("--shapes", default=None, help="INxOUT features, comma-separated (default "
@@ -122,6 +127,10 @@ def _bench_once(args) -> int:
         return _bench_llm(args)
     if args.model == "whisper":
         return _bench_whisper(args)
+    if args.model == "yolo":
+        return _bench_yolo(args)
+    if args.sizes is not None or args.rounds is not None or args.reference_python is not None:
+        raise EngineError(f"--sizes, --rounds and --reference-python are options of bench yolo, not of bench {args.model}")
     if args.audio is not None or args.models is not None or args.no_reference:
         raise EngineError(f"--audio, --models and --no-reference are options of bench whisper, not of bench {args.model}")
     args.repeat = args.repeat or 20
@@ -175,6 +184,29 @@ def _bench_whisper(args) -> int:
     models = tuple(args.models.split(",")) if args.models else MODELS
     result = bench_whisper(devices, models, args.audio, repeat=args.repeat or 1, reference=not args.no_reference)
     print(json.dumps(result) if args.json else format_whisper(result))
+    return 0
+
+
+def _bench_yolo(args) -> int:
+    from .bench.detection import SIZES, bench_yolo, format_yolo, main_args_check
+    from .device import available
+    if any(v is not None for v in (args.types, args.shapes, args.rows, args.min_time, args.weights, args.audio,
+                                   args.models)) or args.quick or args.profile or args.no_reference:
+        raise EngineError("bench yolo takes --device, --sizes, --repeat, --rounds, --reference-python and --json")
+    devices = [d for d in available() if d != "webgpu"] if not args.device else \
+        available() if args.device == ["all"] else args.device
+    try:
+        sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else SIZES
+    except ValueError:
+        sizes = ()
+    if not sizes or any(s < 32 or s % 32 for s in sizes):
+        raise EngineError(f"--sizes: multiples of 32, comma-separated (e.g. 640,320), got {args.sizes!r}")
+    if (args.repeat is not None and args.repeat < 1) or (args.rounds is not None and args.rounds < 1):
+        raise EngineError("bench yolo needs --repeat >= 1 and --rounds >= 1")
+    main_args_check(args.reference_python)
+    result = bench_yolo(devices, sizes=sizes, repeat=args.repeat or 10, rounds=args.rounds or 3,
+                        reference_python=args.reference_python)
+    print(json.dumps(result) if args.json else format_yolo(result))
     return 0
 
 
@@ -268,7 +300,9 @@ GENERAL = {
                     "linear layers with GGML quantized weights (SmolLM2 shapes, 1 and 37 rows) in GB/s of weights "
                     "and GFLOP/s, against float32 on the same backend; `bench llm` times SmolLM2 chat (prefill "
                     "and decode tokens/s) on every available backend and on torch/transformers; `bench whisper` times speech "
-                    "recognition (real-time factor, encoder and decoder) per backend against openai-whisper on torch.",
+                    "recognition (real-time factor, encoder and decoder) per backend against openai-whisper on torch; "
+                    "`bench yolo` times YOLO11n-pose and YOLOv10n (network and whole pipeline, 640 and 320) per "
+                    "backend, against ultralytics on torch with --reference-python.",
         add_arguments=_add_bench_arguments, run=_bench),
 }
 

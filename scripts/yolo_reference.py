@@ -44,9 +44,11 @@ Other modes:
                                 (static 1x3xSxS, opset 17): <DIR>/yolo11n-pose-<S>.onnx,
                                 yolov10n-<S>.onnx (default DIR .cache/peers, where
                                 `build.py --peers` takes them from)
-    --serve-timing [--threads N]  read lines "MODEL SIZE REPEAT" on stdin, answer one JSON line
-                                each: the median ms of the fused torch model's forward pass on a
-                                1x3xSIZExSIZE input (`engine bench yolo --reference-python`)
+    --serve-timing [--threads N]  read lines "KIND MODEL SIZE REPEAT" on stdin, answer one JSON
+                                line each with the median ms: KIND network, the fused torch
+                                module's forward pass on a 1x3xSIZExSIZE input; pipeline,
+                                YOLO.predict on bus.jpg's pixels (`engine bench yolo
+                                --reference-python`)
 """
 from __future__ import annotations
 
@@ -251,36 +253,52 @@ def export_onnx(args) -> None:
 
 
 def serve_timing(args) -> None:
-    """The bench's torch side: load both models once, then answer "MODEL SIZE REPEAT" lines."""
+    """The bench's torch side: load both models once, then answer "KIND MODEL SIZE REPEAT" lines
+    (KIND network: the fused module's forward pass on a seeded 1x3xSIZExSIZE input; pipeline:
+    YOLO.predict on bus.jpg's pixels at imgsz SIZE) with {"ms": median of REPEAT runs}."""
+    import cv2
     import torch
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    nets = {}
+    models = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in WEIGHTS:
-            model = load_yolo(weights_path(name, args.pose_weights if "pose" in name else args.detect_weights,
-                                           Path(tmp)))
-            model.predict(str(IMAGES["bus"]), imgsz=320, verbose=False, **predict_args(name))
-            nets[name] = model.predictor.model.model.eval()
+            models[name] = load_yolo(weights_path(name, args.pose_weights if "pose" in name else args.detect_weights,
+                                                  Path(tmp)))
+            models[name].predict(str(IMAGES["bus"]), imgsz=320, verbose=False, **predict_args(name))
     import ultralytics
+
+    # ultralytics sets OMP_NUM_THREADS=1 on import and its select_device() sets torch's threads to
+    # min(8, cores - 1): set the count asked for after loading, and again before each timing
+    threads = args.threads or torch.get_num_threads()
+    torch.set_num_threads(threads)
     print(json.dumps({"ready": True, "torch": torch.__version__, "ultralytics": ultralytics.__version__,
                       "threads": torch.get_num_threads()}), flush=True)
+    bgr = cv2.imread(str(IMAGES["bus"]))
     rng = np.random.default_rng(0)
     for line in sys.stdin:
         if not line.strip():
             continue
-        name, size, repeat = line.split()
+        kind, name, size, repeat = line.split()
         size, repeat = int(size), int(repeat)
-        x = torch.from_numpy(rng.random((1, 3, size, size), dtype=np.float32))
-        net = nets[name]
+        model = models[name]
+        if kind == "network":
+            net = model.predictor.model.model
+            x = torch.from_numpy(rng.random((1, 3, size, size), dtype=np.float32))
+
+            def run(net=net, x=x):
+                with torch.inference_mode():
+                    net(x)
+        else:
+            def run(model=model, size=size, name=name):
+                model.predict(bgr, imgsz=size, verbose=False, **predict_args(name))
+        run()
+        torch.set_num_threads(threads)
         times = []
-        with torch.inference_mode():
-            net(x)
-            for _ in range(repeat):
-                t0 = time.perf_counter()
-                net(x)
-                times.append((time.perf_counter() - t0) * 1e3)
-        print(json.dumps({"model": name, "size": size, "ms": statistics.median(times), "runs": repeat}), flush=True)
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            run()
+            times.append((time.perf_counter() - t0) * 1e3)
+        print(json.dumps({"kind": kind, "model": name, "size": size, "ms": statistics.median(times),
+                          "runs": repeat}), flush=True)
 
 
 def main(argv=None) -> None:

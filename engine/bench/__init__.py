@@ -6,6 +6,7 @@ One module per subject; `python -m engine bench ...` and the bench page's worker
 - `text`: all-MiniLM-L6-v2 sentence embeddings against transformers, and the tokenizer's throughput;
 - `quant`: linear layers with GGML quantized weights against the float32 product;
 - `llm`: SmolLM2 chat prefill and decode tokens/s against transformers.
+- `detection`: YOLO11n-pose and YOLOv10n (network and pipeline) against ultralytics on torch.
 
 This module holds what they share: the timers, the machine's description and the per-kernel
 profile. Numbers are reported as times and ratios; they are never test assertions.
