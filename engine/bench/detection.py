@@ -78,7 +78,7 @@ def bench_yolo(devices, models=tuple(MODELS), sizes=SIZES, repeat: int = 10, rou
                reference_python: str | None = None, weights: dict | None = None) -> dict:
     """{"cases": [{model, size, kind, <device>_ms..., torch_ms, <device>_ratio...}], ...}: the
     median over `rounds` interleaved rounds of each side's median of `repeat` runs."""
-    from .. import pipeline
+    from ..tasks import pipeline
     from ..tensor import from_numpy
     from ..threads import get_num_threads
     image = sample_image()

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import engine
+import engine.tasks
 from engine.bench import detection
 from engine.cli import main
 from engine.errors import EngineError
@@ -29,7 +30,7 @@ class FakePipeline:
 @pytest.fixture
 def calls(monkeypatch):
     calls = []
-    monkeypatch.setattr(engine, "pipeline", lambda task, model, device: FakePipeline(calls, model, device))
+    monkeypatch.setattr(engine.tasks, "pipeline", lambda task, model, device: FakePipeline(calls, model, device))
     monkeypatch.setattr(detection, "sample_image", lambda: np.zeros((90, 120, 3), np.uint8))
     return calls
 
