@@ -44,6 +44,7 @@ from ..untrusted import INT64_MAX, shown
 
 MAX_MODULE_DEPTH = 64          # module nesting: YOLO's deepest path is 7 levels (model.22.m.0.m.0.cv1.conv)
 MAX_VALUE_DEPTH = 32           # a setting's nesting: a model's yaml dict nests 4 levels
+MAX_CLASSES = 10_000           # distinct classes a module pickle may name (YOLO's: about 30); each is a class here
 MAX_TENSOR_SETTING = 64        # tensor settings up to this many elements (Detect.stride) become lists
 
 
@@ -221,6 +222,7 @@ class _RecordClass(type):
 
 class Record(metaclass=_RecordClass):
     """An instance of a class the file names, kept inert: NEWOBJ's arguments and BUILD's state."""
+    __slots__ = ("args", "kwargs", "state")      # as small as a dict: a pickle makes one in 4 bytes
     qualified_name = "?"
     file = None
 
@@ -310,8 +312,11 @@ class ModuleUnpickler(Unpickler):
             raise UnsafePickle(f"refusing to load global {_cut(qualified)}: it reaches the system or runs "
                                f"code", file=self.name)
         if qualified not in self.classes:
+            if len(self.classes) >= MAX_CLASSES:
+                raise InvalidHeader(f"the pickle names over {MAX_CLASSES} classes; a model names tens",
+                                    file=self.name)
             self.classes[qualified] = _RecordClass("Record", (Record,), {"qualified_name": _cut(qualified),
-                                                                         "file": self.name})
+                                                                         "file": self.name, "__slots__": ()})
         return self.classes[qualified]
 
     def persistent_load(self, pid):

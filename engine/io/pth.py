@@ -382,16 +382,13 @@ def read_pth_arrays(path_or_bytes, *, name: str | None = None) -> OrderedDict:
     return OrderedDict((key, arrays[key]) for key in tree.tensors)
 
 
-def read_pth_header(path) -> tuple[list[tuple[str, dtypes.DType, tuple[int, ...]]], str]:
-    """The tensors of a checkpoint from its pickle alone, no storage read: [(name, storage dtype,
-    shape)] in file order, and its layout ("zip" or "legacy"). `engine inspect` (engine.io.describe)
-    lists them; unlike the reader it does not refuse a legacy file for its protocol or byte order."""
-    file = os.fspath(path)
+def _header_state(file: str, kind: _Kind) -> tuple[dict, str]:
+    """({name: TensorRef}, layout) of a checkpoint, from its pickle alone."""
     with open(file, "rb") as handle:
         if handle.read(4) in (b"PK\x03\x04", b"PK\x05\x06"):
             handle.seek(0)
             _, _, data = _zip_pickle(handle, file)
-            state = _state_dict(unpickle(Unpickler(io.BytesIO(data), file, legacy=False)), file)
+            state, extra = kind.select(unpickle(kind.unpickler(io.BytesIO(data), file, legacy=False)), file)
             layout = "zip"
         else:
             handle.seek(0)
@@ -402,13 +399,29 @@ def read_pth_header(path) -> tuple[list[tuple[str, dtypes.DType, tuple[int, ...]
             header()                                   # protocol version
             header()                                   # sys_info
             try:
-                state = _state_dict(unpickle(Unpickler(stream, file, legacy=True)), file)
+                state, extra = kind.select(unpickle(kind.unpickler(stream, file, legacy=True)), file)
             except TruncatedFile:
                 if len(head) < limit:
                     raise
                 raise InvalidHeader(f"the state dict's pickle runs past {MAX_PICKLE_BYTES} bytes; a checkpoint's "
                                     f"is kilobytes", file=file) from None
             layout = "legacy"
+    return (state if extra is None else extra.tensors), layout
+
+
+def read_pth_header(path) -> tuple[list[tuple[str, dtypes.DType, tuple[int, ...]]], str]:
+    """The tensors of a checkpoint from its pickle alone, no storage read: [(name, storage dtype,
+    shape)] in file order (a module checkpoint's by module path), and its layout ("zip" or "legacy").
+    `engine inspect` (engine.io.describe) lists them; unlike the reader it does not refuse a legacy
+    file for its protocol or byte order."""
+    file = os.fspath(path)
+    try:
+        state, layout = _header_state(file, _STATE_DICT)
+    except UnsafePickle as refused:
+        try:
+            state, layout = _header_state(file, _MODULES)
+        except _NoModule:
+            raise refused from None
     entries = []
     for name, ref in dict.items(state):
         storage, size = ref.storage, ref.size

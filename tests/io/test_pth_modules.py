@@ -14,6 +14,7 @@ import torch
 
 from engine.errors import InvalidHeader
 from engine.io import ModuleCheckpoint, ModuleRecord, load_pth, read_module_checkpoint, read_pth_arrays
+from engine.io.pth import read_pth_header
 from tests.io.test_pth import FORMATS, save, torch_bits
 from tests.yolo_files import checkpoint
 
@@ -101,6 +102,9 @@ def test_a_module_checkpoint_matches_the_module(fmt, tmp_path):
     assert list(arrays) == list(got.tensors)
     assert all(arrays[k][0].tobytes() == v.tobytes() for k, v in got.tensors.items())
     assert load_pth(path)["model.0.conv.weight"].dtype.name == "float16"
+    # and `engine inspect`'s header, from the pickle alone
+    entries, layout = read_pth_header(path)
+    assert layout == fmt and [(n, s) for n, _, s in entries] == [(k, v.shape) for k, v in got.tensors.items()]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
