@@ -92,6 +92,11 @@ def test_calling_a_class_is_refused():
     refused(make_zip(blob, {}), UnsafePickle, "refusing to call .*FakeModule")
 
 
+def test_a_pickle_naming_twenty_thousand_classes():
+    names = b"".join(f"c{FakeModule.__module__}.c{i}\nC\n".encode() for i in range(20_000))
+    refused(make_zip(b"\x80\x02(" + names + b"l.", {}), InvalidHeader, "names over 10000 classes")
+
+
 # --- nesting ------------------------------------------------------------------------------------
 
 def put(index: int) -> bytes:
