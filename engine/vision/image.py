@@ -51,10 +51,19 @@ _EASY_ROWS_BYTES = 1 << 22
 _WAVEFRONT_STEP_BYTES = 600
 _WAVEFRONT_PER_BYTE = 256
 _WAVEFRONT_FLOOR = 1 << 25
+# Whatever the data's size, this work is at most _WAVEFRONT_MAX: measured at about 32 ns a unit here,
+# that is about 2 s, and takes a 12-megapixel RGB image (4000 x 3000) all in Paeth (work 45 million),
+# fewer pixels in a very wide image, whose narrow bands take a step per column each. Beyond it Pillow
+# decodes the file natively when it is installed; otherwise it is refused (read_image's docstring).
+_WAVEFRONT_MAX = 60_000_000
 
 
 class _Bad(Exception):
     """A one-line reason the bytes are no readable image; the public functions add the name."""
+
+
+class _TooSlow(_Bad):
+    """A legal PNG whose filters would take longer than _WAVEFRONT_MAX to undo here."""
 
 
 # --- public API --------------------------------------------------------------------------
@@ -63,7 +72,18 @@ def read_image(source, *, max_pixels: int = 64_000_000) -> np.ndarray:
     """Decode a PNG, .npy or (natively, with Pillow) any other image to uint8 (H, W, C).
 
     `source` is a path or the file's bytes. The size is checked from the header before
-    anything is decoded: zero-sized or larger than `max_pixels` images are refused.
+    anything is decoded: zero-sized images, and images of more than `max_pixels` pixels
+    (64,000,000 by default, 192 MB as RGB; Pillow's MAX_IMAGE_PIXELS, 89,478,485, plays the
+    same part) are refused without allocating them.
+
+    PNG rows filtered with Average or Paeth depend on their left neighbour, so NumPy undoes them
+    one anti-diagonal at a time. That work is bounded: at most 256 units per byte of compressed
+    data (a zlib bomb is refused), and at most about 2 s (_WAVEFRONT_MAX: a 4000 x 3000 RGB
+    image all in Paeth fits; a 64000 x 1000 one does not, its narrow bands taking a step per
+    column each). Natively, with Pillow installed, a PNG that could pass that bound were all its
+    rows Paeth, and is no bomb by the first rule, is decoded by Pillow instead; otherwise one
+    that does pass it is refused with a message that says so. None, Sub and Up rows have no such
+    limit (a 64000 x 1000 RGB PNG decodes in about 1.5 s of CPU here, Pillow's in about 1.2 s).
     """
     name = _name(source)
     with _opened(source, name) as f:
@@ -72,7 +92,11 @@ def read_image(source, *, max_pixels: int = 64_000_000) -> np.ndarray:
             _check_size(width, height, max_pixels)
             f.seek(0)
             if fmt == "PNG":
-                return _decode_png(f.read(), max_pixels)
+                data = f.read()
+                worst = _png_worst_work(data)     # a file that is no zlib bomb but may be slow here
+                if _pillow() is not None and _WAVEFRONT_MAX < worst <= _WAVEFRONT_PER_BYTE * len(data):
+                    return _decode_with_pillow(io.BytesIO(data), fmt, max_pixels)
+                return _decode_png(data, max_pixels)
             if fmt == "NPY":
                 return _decode_npy(f)
             return _decode_with_pillow(f, fmt, max_pixels)
@@ -298,42 +322,82 @@ def _decode_png(data: bytes, max_pixels: int) -> np.ndarray:
 
     bytes_per_pixel = max(1, channels * depth // 8)      # filter unit; 1 for sub-byte depths
     budget = max(_WAVEFRONT_FLOOR, _WAVEFRONT_PER_BYTE * compressed)
+    if not interlace and depth == 8:                     # the common case: unfiltered in place, no copy
+        rows = raw.reshape(height, row_bytes[0] + 1)
+        _check_work(_unfilter(rows, bytes_per_pixel, budget), budget, compressed, width, height)
+        return _png_to_8bit(_drop_filter_bytes(raw, height, row_bytes[0]).reshape(height, width, channels),
+                            colour, depth, palette, transparency)
     img = np.empty((height, width, channels), np.uint16 if depth == 16 else np.uint8)
     pos = 0
     for (x0, y0, dx, dy), (h, w), n in zip(passes, shapes, row_bytes):
         if h and w:
             rows = raw[pos : pos + h * (n + 1)].reshape(h, n + 1)
             pos += h * (n + 1)
-            unfiltered, work = _unfilter(rows, bytes_per_pixel, budget)
-            if work > budget:
-                raise _Bad(f"PNG image data of {compressed} bytes declares {width}x{height} pixels whose Average/"
-                           f"Paeth filters would take too long to undo here (work {work}, at most {budget} for "
-                           f"data of this size: a zlib bomb?)")
+            work = _check_work(_unfilter(rows, bytes_per_pixel, budget), budget, compressed, width, height)
             budget -= work
-            img[y0::dy, x0::dx] = _unpack(unfiltered, w, channels, depth)
+            img[y0::dy, x0::dx] = _unpack(rows[:, 1:], w, channels, depth)
     return _png_to_8bit(img, colour, depth, palette, transparency)
 
 
+def _png_worst_work(data: bytes) -> int:
+    """The wavefront's work were every row of the PNG filtered with Paeth (0 for a bad header)."""
+    if len(data) < 26:
+        return 0
+    width, height, depth, colour = struct.unpack_from(">IIBB", data, 16)
+    bpp = max(1, _PNG_CHANNELS.get(colour, 1) * depth // 8)
+    cols = max(1, (width * _PNG_CHANNELS.get(colour, 1) * depth + 7) // 8 // bpp)
+    band = _band_rows(height, cols, bpp)
+    return height * cols * bpp + -(-height // band) * (band + cols + 1) * _WAVEFRONT_STEP_BYTES
+
+
+def _drop_filter_bytes(raw: np.ndarray, h: int, n: int) -> np.ndarray:
+    """The (h, n) bytes of rows (h, 1 + n) laid out in `raw`, moved to its start without their
+    filter-type bytes: in place, a chunk of rows at a time (each chunk's bytes move to an
+    earlier place than any later chunk's)."""
+    rows = raw[: h * (n + 1)].reshape(h, n + 1)
+    chunk = max(1, _EASY_ROWS_BYTES // max(1, n))
+    for start in range(0, h, chunk):
+        stop = min(start + chunk, h)
+        raw[start * n : stop * n] = rows[start:stop, 1:].reshape(-1)     # overlap: NumPy copies the chunk first
+    return raw[: h * n].reshape(h, n)
+
+
+def _check_work(work: int, budget: int, compressed: int, width: int, height: int) -> int:
+    if work > budget:
+        raise _Bad(f"PNG image data of {compressed} bytes declares {width}x{height} pixels whose Average/"
+                   f"Paeth filters would take too long to undo here (work {work}, at most {budget} for "
+                   f"data of this size: a zlib bomb?)")
+    if work > _WAVEFRONT_MAX:
+        raise _TooSlow(f"PNG of {width}x{height} pixels whose Average/Paeth filters would take too long to undo "
+                       f"here (work {work}, at most {_WAVEFRONT_MAX}: about 2 s); natively, installing Pillow "
+                       f"decodes it")
+    return work
+
+
 def _inflate(chunks, expected: int) -> np.ndarray:
-    """Inflate IDAT bodies to exactly `expected` bytes; never produce more than expected + 1."""
-    stream, out = zlib.decompressobj(), bytearray()
+    """Inflate IDAT bodies to exactly `expected` bytes, into one writable array; never produce
+    more than expected + 1."""
+    stream, out, size = zlib.decompressobj(), np.empty(expected, np.uint8), 0
     try:
         for chunk in chunks:
-            out += stream.decompress(chunk, expected - len(out) + 1)
-            if len(out) > expected:
+            piece = stream.decompress(chunk, expected - size + 1)
+            if size + len(piece) > expected:
                 raise _Bad(f"PNG image data inflates to more than the {expected} bytes the header implies")
+            out[size:size + len(piece)] = np.frombuffer(piece, np.uint8)
+            size += len(piece)
             if stream.eof:
                 break
     except zlib.error as e:
         raise _Bad(f"corrupt PNG image data (zlib: {e})") from None
-    if len(out) < expected:
-        raise _Bad(f"PNG image data too short ({len(out)} of {expected} bytes)")
-    return np.frombuffer(out, np.uint8)
+    if size < expected:
+        raise _Bad(f"PNG image data too short ({size} of {expected} bytes)")
+    return out
 
 
-def _unfilter(rows: np.ndarray, bpp: int, budget: int) -> tuple[np.ndarray, int]:
-    """Undo per-row filters: rows (h, 1 + n) with the filter type first -> ((h, n) bytes, the
-    wavefront's work); past a `budget` of work it stops (unfinished) and says how much it needed."""
+def _unfilter(rows: np.ndarray, bpp: int, budget: int) -> int:
+    """Undo per-row filters in place: rows (h, 1 + n) with the filter type first; afterwards
+    rows[:, 1:] holds the bytes. Returns the wavefront's work; past a `budget` (or
+    _WAVEFRONT_MAX) of work it stops, unfinished, and says how much it needed."""
     types, data = rows[:, 0].copy(), rows[:, 1:]
     if types.size and types.max() > 4:
         raise _Bad(f"corrupt PNG (unknown filter type {int(types.max())})")
@@ -343,38 +407,37 @@ def _unfilter(rows: np.ndarray, bpp: int, budget: int) -> tuple[np.ndarray, int]
         types[types == 4] = 2
     if types.size and types[0] == 4:
         types[0] = 1
-    out = np.empty_like(data)
     # Average and Paeth need the left neighbour's result, so rows with them go through the
     # wavefront; encoders mix types row by row, so it takes every row from the first to the
     # last such row (its cost is per band, not per row), the rest go a chunk of rows at a time.
     hard = np.flatnonzero(types >= 3)
     lo, hi = (hard[0], hard[-1] + 1) if hard.size else (len(types), len(types))
     zeros = np.zeros(data.shape[1], np.uint8)
-    _unfilter_rows(data[:lo], types[:lo], out[:lo], zeros, bpp)
     work = 0
     if hard.size:
         band = _band_rows(hi - lo, data.shape[1] // bpp, bpp)
         steps = -(-(hi - lo) // band) * (band + data.shape[1] // bpp + 1)
         work = (hi - lo) * data.shape[1] + steps * _WAVEFRONT_STEP_BYTES
-        if work > budget:
-            return out, work
-        out[lo:hi] = _unfilter_wavefront(data[lo:hi], types[lo:hi], out[lo - 1] if lo else zeros, bpp, band)
-    _unfilter_rows(data[hi:], types[hi:], out[hi:], out[hi - 1] if hi else zeros, bpp)
-    return out, work
+        if work > min(budget, _WAVEFRONT_MAX):
+            return work
+    _unfilter_rows(data[:lo], types[:lo], zeros, bpp)
+    if hard.size:
+        data[lo:hi] = _unfilter_wavefront(data[lo:hi], types[lo:hi], data[lo - 1] if lo else zeros, bpp, band)
+    _unfilter_rows(data[hi:], types[hi:], data[hi - 1] if hi else zeros, bpp)
+    return work
 
 
-def _unfilter_rows(data, types, out, prev, bpp):
-    """None, Sub and Up rows into `out`, `prev` being the row above the first. Sub is a running sum
-    along each row's byte lanes; Up adds the row above. All sums are mod 256 (uint8)."""
+def _unfilter_rows(data, types, prev, bpp):
+    """None, Sub and Up rows, in place, `prev` being the row above the first. Sub is a running
+    sum along each row's byte lanes; Up adds the row above. All sums are mod 256 (uint8)."""
     if data.shape[1] >= _WIDE_ROW_BYTES:           # few long rows: one NumPy call per row
         for i, kind in enumerate(types):
-            if kind == 0:
-                out[i] = data[i]
-            elif kind == 1:
-                out[i] = np.cumsum(data[i].reshape(-1, bpp), axis=0, dtype=np.uint8).reshape(-1)
-            else:
-                np.add(data[i], prev, out=out[i])
-            prev = out[i]
+            if kind == 1:
+                lanes = data[i].reshape(-1, bpp)
+                np.cumsum(lanes, axis=0, dtype=np.uint8, out=lanes)
+            elif kind == 2:
+                np.add(data[i], prev, out=data[i])
+            prev = data[i]
         return
     # Many short rows (a zlib bomb can declare millions): no Python step per row. A run of Up rows
     # is a running sum down the columns from the last row that is not Up (or from `prev`).
@@ -391,9 +454,9 @@ def _unfilter_rows(data, types, out, prev, bpp):
         before = np.concatenate([np.zeros((1, rows.shape[1]), np.uint8), total])
         result = total - before[np.maximum(restart, 0)]
         result[restart < 0] += prev
-        out[start:start + chunk] = result
+        rows[...] = result
         if len(result):
-            prev = result[-1]
+            prev = rows[-1]
 
 
 def _band_rows(m: int, cols: int, bpp: int) -> int:
