@@ -76,6 +76,11 @@ class Detection(Pipeline):
         self.config = self._config()
         self.stats: dict = {}
 
+    def build(self, device: str | None):
+        """The model on `device`, with config.json from the checkpoint (in the page the weights
+        are a mapping of tensors, with nothing beside them for the model to read)."""
+        return self.entry.load(self.checkpoint.tensors, device, config=self.checkpoint.file("config.json"))
+
     def _config(self) -> dict:
         config = getattr(self.model, "config", None)
         if config is None:
