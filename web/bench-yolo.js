@@ -12,7 +12,7 @@ const TASKS = ["object-detection", "pose-estimation"];
 // our registry name and size: yolo11n_pose at 640 -> yolo11n-pose-640.onnx
 const ORT_FILE = (model, size) => `${model.replace(/_/g, "-")}-${size}.onnx`;
 const FRAME = { width: 640, height: 480 };          // what a webcam gives by default
-const IMAGES = ["samples/bus.jpg", "samples/astronaut.png"];    // the first the site has
+const IMAGES = ["samples/detection/bus.jpg", "samples/astronaut.png"];    // the first the site has
 
 const median = (list) => {
   const sorted = [...list].sort((a, b) => a - b);

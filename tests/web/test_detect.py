@@ -61,8 +61,8 @@ def assert_same(got: list[dict], want: list[dict], min_iou=0.99, score=0.01, whe
 
 def result(page, timeout=240_000) -> list[dict]:
     """The card's detections once its list says done (an error shown fails with its text)."""
-    page.wait_for_function(f"['done', 'error'].includes(document.querySelector('{LIST}').dataset.state)",
-                           timeout=timeout)
+    page.wait_for_function(f"(({{dataset: d}}) => ['done', 'error'].includes(d.state) && d.busy !== 'true')"
+                           f"(document.querySelector('{LIST}'))", timeout=timeout)
     if page.get_attribute(LIST, "data-state") == "error":
         raise AssertionError(page.text_content("[data-testid=detect-error]"))
     return json.loads(page.get_attribute(LIST, "data-result"))

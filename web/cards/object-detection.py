@@ -33,7 +33,7 @@ def licence_of(entry):
 
 def start(card):
     client = card.client
-    state = {"busy": False, "live": None, "photo": False, "entries": {}, "samples_shown": False}
+    state = {"busy": False, "pending": None, "live": None, "photo": False, "entries": {}, "samples_shown": False}
     section = card.section
 
     def live_js():
@@ -123,10 +123,31 @@ def start(card):
         if getattr(reply, "notice", None):
             card.error(reply.notice)
 
+    def set_busy(busy):
+        state["busy"] = busy
+        by_id("detect-list").dataset.busy = "true" if busy else "false"
+
+    def submit(job):
+        """Run job() now, or after the one running: one still image at a time, the latest asked
+        waiting (a re-run does not replace a photo waiting: that one runs with the new options)."""
+        if state["busy"]:
+            if not (job is rerun and state["pending"] is not None):
+                state["pending"] = job
+            return
+        asyncio.create_task(drain(job))
+
+    async def drain(job):
+        set_busy(True)
+        try:
+            while job is not None:
+                await job()
+                job, state["pending"] = state["pending"], None
+        finally:
+            set_busy(False)
+
     async def photo(blob, name):
         if state["live"] is not None:
             await stop_camera()
-        state["busy"] = True
         card.error(None)
         clear()
         show_view(False)
@@ -139,16 +160,26 @@ def start(card):
         except Exception as e:
             by_id("detect-list").dataset.state = "error"
             card.error(message(e))
-        finally:
-            state["busy"] = False
+
+    async def rerun():
+        """The photo shown, again with the options as they are now."""
+        if not state["photo"] or state["live"] is not None:
+            return
+        card.error(None)
+        clear()
+        still = by_id("detect-still")
+        try:
+            frame = still.getContext("2d").getImageData(0, 0, still.width, still.height)
+            await run_still(frame, options())
+        except Exception as e:
+            by_id("detect-list").dataset.state = "error"
+            card.error(message(e))
 
     def take_photo(blob, name):
         if not card.ready:
             card.error("the engine is still starting; try again in a moment")
             return
-        if state["busy"]:
-            return
-        asyncio.create_task(photo(blob, name))
+        submit(lambda: photo(blob, name))
 
     async def again():
         """The options changed: the photo shown (or the camera's frames from now on) with them."""
@@ -164,20 +195,8 @@ def start(card):
             if state["live"] is live:
                 live.set(to_js(opts))
             return
-        if not state["photo"] or state["busy"] or not card.ready:
-            return
-        state["busy"] = True
-        card.error(None)
-        clear()
-        still = by_id("detect-still")
-        try:
-            frame = still.getContext("2d").getImageData(0, 0, still.width, still.height)
-            await run_still(frame, opts)
-        except Exception as e:
-            by_id("detect-list").dataset.state = "error"
-            card.error(message(e))
-        finally:
-            state["busy"] = False
+        if state["photo"] and card.ready:
+            submit(rerun)
 
     def on_live_error(text):
         state["live"] = None
@@ -197,7 +216,7 @@ def start(card):
             card.error("the engine is still starting; try again in a moment")
             return
         card.error(None)
-        state["busy"] = True
+        set_busy(True)
         by_id("detect-camera").disabled = True
         opts = options()
         live = live_js().Live.new(client, section, create_proxy(on_live_error))
@@ -214,7 +233,7 @@ def start(card):
             card.error(message(e))
             return
         finally:
-            state["busy"] = False
+            set_busy(False)
         state["photo"] = False
         set_camera(True)
 
