@@ -17,9 +17,22 @@ import numpy as np
 import pytest
 import torch
 
-from engine.errors import InvalidHeader, InvalidOffsets, TruncatedFile, UnsafePickle, WeightsError
+from engine.errors import (
+    InvalidHeader,
+    InvalidOffsets,
+    TruncatedFile,
+    UnsafePickle,
+    WeightsError,
+)
 from engine.io import load_pth, read_module_checkpoint
-from tests.io.test_pth import FakeStorage, FakeTensor, make_zip, pickle_with_storages, save, text
+from tests.io.test_pth import (
+    FakeStorage,
+    FakeTensor,
+    make_zip,
+    pickle_with_storages,
+    save,
+    text,
+)
 
 
 class FakeModule:

@@ -5,15 +5,24 @@ from __future__ import annotations
 
 import io
 import pickle
+import subprocess
+import sys
 import types
 from collections import OrderedDict
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from engine.errors import InvalidHeader
-from engine.io import ModuleCheckpoint, ModuleRecord, load_pth, read_module_checkpoint, read_pth_arrays
+from engine.io import (
+    ModuleCheckpoint,
+    ModuleRecord,
+    load_pth,
+    read_module_checkpoint,
+    read_pth_arrays,
+)
 from engine.io.pth import read_pth_header
 from tests.io.test_pth import FORMATS, save, torch_bits
 from tests.yolo_files import checkpoint
@@ -37,7 +46,7 @@ class Block(torch.nn.Module):
         self.shape, self.nested = (1, 2), {"k": [1, (2, 3)], 4: "four"}
         self.size = torch.Size([3, 4])
         self.dtype = torch.float16
-        self.detect = getattr(torch.nn.Conv2d, "forward")          # as ultralytics' Pose.detect
+        self.detect = getattr(torch.nn.Conv2d, "forward")  # noqa: B009 (a getattr in the pickle, as Pose.detect)
         self._private = 7
 
 
@@ -187,3 +196,16 @@ def test_the_yolo_checkpoints(model):
     # and through the front door, by the same module paths
     arrays = read_pth_arrays(data, name=f"{model}.pt")
     assert list(arrays) == list(got.tensors)
+
+
+def test_runs_without_torch():
+    """The reader imports nothing of torch (the site reads these files in the page)."""
+    root = Path(__file__).resolve().parents[2]
+    seed = root / "tests" / "fuzz" / "seeds" / "pth_modules" / "model_zip.pt"
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from engine.io import read_module_checkpoint\n"
+            f"c = read_module_checkpoint({str(seed)!r})\n"
+            "print(len(c.tensors), c.modules['model.1'].attrs['kpt_shape'], c.meta['version'])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "22 [17, 3] 8.2.100"
