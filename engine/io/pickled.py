@@ -194,7 +194,7 @@ def unpickle(unpickler: Unpickler):
         if isinstance(e, EOFError) or "truncated" in str(e):
             raise TruncatedFile(f"file truncated inside a pickle: {e}",
                                 file=unpickler.name) from None
-        raise InvalidHeader(f"malformed pickle: {type(e).__name__}: {shown(str(e), 300)}",
+        raise InvalidHeader(f"malformed pickle: {type(e).__name__}: {_cut(str(e), 300)}",
                             file=unpickler.name) from None
 
 

@@ -180,6 +180,23 @@ def test_a_shared_setting_is_converted_once():
     assert len(got.modules["m999"].attrs["values"]) == 1000 and time.perf_counter() - start < 5
 
 
+def test_a_protocol_1_pickle_rebuilds_records_through_copyreg():
+    # copyreg._reconstructor(cls, object, None): object.__new__ of a record class, then BUILD
+    weight = FakeTensor(FakeStorage("0", 3), 0, (3,), (1,))
+
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, o):
+            return ("storage", o.kind, o.key, "cpu", o.numel) if isinstance(o, FakeStorage) else None
+    out = io.BytesIO()
+    Pickler(out, protocol=1).dump({"model": FakeModule(modules={"conv": FakeModule(parameters={"w": weight}, k=3)})})
+    assert b"_reconstructor" in out.getvalue()
+    got = read_module_checkpoint(make_zip(out.getvalue(), {"0": np.arange(3, dtype="<f4").tobytes()}))
+    assert got.tensors["conv.w"].tolist() == [0, 1, 2] and got.modules["conv"].attrs == {"k": 3}
+    # its arguments are checked: a base other than object is refused
+    blob = out.getvalue().replace(b"c__builtin__\nobject\n", b"ccollections\nOrderedDict\n", 1)
+    refused(make_zip(blob, {"0": bytes(12)}), InvalidHeader, "only records over builtins.object")
+
+
 # --- what the records hold ----------------------------------------------------------------------------
 
 def test_malformed_records_name_the_module():
