@@ -264,8 +264,21 @@ def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,  
     if _any(a or b for a, b in pads):
         fill = -math.inf if x.dtype.is_floating_point else int(np.iinfo(x.dtype.storage).min)
         x = run_op(Op.PAD, [x], x.dtype, pads=pads, value=fill)
-    win = _windows(x, k, s, d, (geo[0][0], geo[1][0]))
-    out = run_op(Op.MAX, [win], x.dtype, axes=(4, 5), keepdim=False)
+    ho, wo = geo[0][0], geo[1][0]
+    if s == (1, 1) and k[0] * k[1] > 2:
+        # stride 1 (YOLO's SPPF: 5x5, three times): the window max as kw shifted maxima along the
+        # rows, then kh along the columns (max is associative, so the same values): k_h + k_w - 2
+        # elementwise passes instead of a reduction over a (kh, kw) strided window per pixel
+        rows = x[:, :, :, 0:wo]
+        for j in range(1, k[1]):
+            rows = maximum(rows, x[:, :, :, j * d[1]:j * d[1] + wo])
+        out = rows[:, :, 0:ho]
+        for i in range(1, k[0]):
+            out = maximum(out, rows[:, :, i * d[0]:i * d[0] + ho])
+        out = out.contiguous()
+    else:
+        win = _windows(x, k, s, d, (ho, wo))
+        out = run_op(Op.MAX, [win], x.dtype, axes=(4, 5), keepdim=False)
     return out.squeeze(0) if input.ndim == 3 else out
 
 
