@@ -4,6 +4,9 @@ PNG is decoded here (spec: https://www.w3.org/TR/png-3/), `.npy` through NumPy; 
 formats (JPEG, GIF, BMP, WebP, ...) go through Pillow when it is importable natively. In
 the browser the page decodes those formats and hands pixels to Python.
 
+EXIF orientation is applied (engine/vision/exif.py): JPEG and PNG pixels come out the way up the
+photo is meant to be shown, as browsers and Pillow's ImageOps.exif_transpose show them.
+
 Convention: `read_image` returns uint8 (H, W, C) with C = 1 gray, 2 gray+alpha, 3 RGB,
 4 RGBA. Alpha is present when the file has an alpha channel or PNG tRNS transparency.
 16-bit PNG samples keep their high byte (as Pillow does for 16-bit RGB); 1/2/4-bit gray
@@ -25,6 +28,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..untrusted import shown
+from .exif import apply_orientation, exif_orientation
 
 __all__ = ["read_image", "image_size", "from_pillow", "to_float", "to_grayscale"]
 
@@ -96,7 +100,7 @@ def read_image(source, *, max_pixels: int = 64_000_000) -> np.ndarray:
                 worst = _png_worst_work(data)     # a file that is no zlib bomb but may be slow here
                 if _pillow() is not None and _WAVEFRONT_MAX < worst <= _WAVEFRONT_PER_BYTE * len(data):
                     return _decode_with_pillow(io.BytesIO(data), fmt, max_pixels)
-                return _decode_png(data, max_pixels)
+                return apply_orientation(_decode_png(data, max_pixels), exif_orientation(data))
             if fmt == "NPY":
                 return _decode_npy(f)
             return _decode_with_pillow(f, fmt, max_pixels)
@@ -645,9 +649,12 @@ def _decode_with_pillow(f, fmt: str, max_pixels: int) -> np.ndarray:
         raise _Bad(f"{fmt} images need Pillow when running natively (pip install pillow); "
                    "in the browser the page decodes them")
     Image, ImageOps = _pillow()
+    data = f.read()
     try:
-        with _no_bomb_warning(Image), Image.open(f) as im:    # lazy: pixels are decoded by load()
+        with _no_bomb_warning(Image), Image.open(io.BytesIO(data)) as im:    # lazy: load() decodes
             _check_size(*im.size, max_pixels)
+            if fmt in ("JPEG", "PNG"):                 # EXIF orientation read here (engine/vision/exif.py)
+                return apply_orientation(from_pillow(im), exif_orientation(data))
             return from_pillow(ImageOps.exif_transpose(im))
     except _Bad:
         raise
