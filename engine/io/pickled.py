@@ -366,7 +366,7 @@ class _Walker:
 
     def __init__(self, file: str):
         self.file = file
-        self.memo: dict[int, object] = {}        # id(container) -> its plain copy, or _NotPlain
+        self.memo: dict[int, tuple] = {}         # id(container) -> (its plain copy or _NotPlain, height)
 
     def scalar(self, value):
         if value is None or type(value) in (bool, float, str):
@@ -379,7 +379,8 @@ class _Walker:
 
     def plain(self, value, where: str):
         """`value` when it is None/bool/int/float/str or lists, tuples, dicts of those; _NotPlain
-        otherwise; InvalidHeader past MAX_VALUE_DEPTH levels or for a container inside itself.
+        otherwise; InvalidHeader for a container inside itself or nesting over MAX_VALUE_DEPTH levels
+        (its height, whatever path reached it: memo references can stack converted containers).
         Iterative, so a hostile nesting never reaches Python's recursion limit."""
         if type(value) not in _CONTAINERS:
             return self.scalar(value)
@@ -401,26 +402,27 @@ class _Walker:
                 stack.extend((v, False) for v in values if type(v) in _CONTAINERS and id(v) not in self.memo)
                 continue
             path.discard(id(node))
+            height = 1 + max((self.memo[id(v)][1] for v in values if type(v) in _CONTAINERS), default=0)
+            if height > MAX_VALUE_DEPTH:
+                raise InvalidHeader(f"{where} nests deeper than {MAX_VALUE_DEPTH} levels", file=self.file)
             try:
                 def convert(v):
                     if type(v) not in _CONTAINERS:
                         return self.scalar(v)
-                    done = self.memo[id(v)]
-                    if done is _NotPlain:
+                    if self.memo[id(v)][0] is _NotPlain:
                         raise _NotPlain
-                    return done
+                    return self.memo[id(v)][0]
                 if isinstance(node, dict):
                     result = {self.scalar(k): convert(v) for k, v in items}
                 else:
-                    result = type(node)(convert(v) for v in items) if type(node) is not list else \
-                        [convert(v) for v in items]
+                    result = [convert(v) for v in items]
+                    result = tuple(result) if type(node) is tuple else result
             except _NotPlain:
                 result = _NotPlain
-            self.memo[id(node)] = result
-        result = self.memo[id(value)]
-        if result is _NotPlain:
+            self.memo[id(node)] = (result, height)
+        if self.memo[id(value)][0] is _NotPlain:
             raise _NotPlain
-        return result
+        return self.memo[id(value)][0]
 
 
 def _join(path: str, name: str) -> str:

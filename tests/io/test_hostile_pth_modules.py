@@ -152,6 +152,15 @@ def test_lists_nested_a_hundred_thousand_deep():
     assert sys.getrecursionlimit() <= 100_000            # the nestings above are deeper than it
 
 
+def test_nesting_stacked_through_memo_references():
+    # [L200, L199, ..., L0] with L(i+1) = [Li]: each list is converted (and memoized) before the one
+    # holding it, so no path is deep; the heights still are
+    chain = [[]]
+    for _ in range(200):
+        chain.append([chain[-1]])
+    refused(module_file(FakeModule(deep=chain[::-1])), InvalidHeader, "'deep' nests deeper than 32 levels")
+
+
 def test_a_list_inside_itself():
     cls = f"c{FakeModule.__module__}\nFakeModule\n".encode()
     blob = (b"\x80\x02}" + text("model") + cls + b")\x81}" + text("_modules") + b"}s" + text("loop") + b"]" + put(0)
