@@ -124,9 +124,11 @@ def draw_detections(image, detections: list[dict], keypoint_threshold: float = 0
         b = det["box"]
         draw_rectangle(out, (b["xmin"], b["ymin"], b["xmax"], b["ymax"]), color, thickness)
         tag = f"{label} {det['score']:.2f}"
-        tag_height = 7 * scale
+        tag_height, tag_width = 7 * scale, (4 * len(tag) + 1) * scale
         top = b["ymin"] - tag_height if b["ymin"] >= tag_height else b["ymin"]
-        draw_text(out, b["xmin"], top, tag, (255, 255, 255), background=color, scale=scale)
+        left = max(0, min(b["xmin"], w - tag_width))                    # inside the image where it fits
+        light = float(color @ np.array([0.299, 0.587, 0.114])) > 150     # dark text on light colours
+        draw_text(out, left, top, tag, (0, 0, 0) if light else (255, 255, 255), background=color, scale=scale)
         points = det.get("keypoints")
         if points:
             seen = [p["score"] >= keypoint_threshold for p in points]
