@@ -81,11 +81,14 @@ EXPORT void im2col_f32(size_t c, size_t h, size_t w, const float *x, size_t kh, 
  * makes the columns of the whole plane). Every output is summed as on one thread: the same bits. */
 #define CONV_PART_WORK 65536        /* multiply-adds a part at least (measured: see README, Threads) */
 #define CONV_PART_COLUMNS 64        /* output positions a part at least when splitting rows */
+#define CONV_BLOCK_FLOATS (1u << 19)  /* im2col columns made and multiplied at once: 2 MB, so they are
+                                         read back from cache (whole 160x160 planes of YOLO's 3x3
+                                         convolutions ran 1.5-5x slower through memory) */
 
 enum { CONV_IMAGES, CONV_ROWS, CONV_CHANNELS };
 
 typedef struct {
-    size_t n, c, h, w, o, groups, cg, og, depth, plane, rows_per_part, per_part;
+    size_t n, c, h, w, o, groups, cg, og, depth, plane, rows_per_part, per_part, block;
     const float *x, *weight, *bias;
     const geometry *g;
     int act, direct, split;
@@ -101,17 +104,20 @@ static void conv_part(void *arg, size_t part, size_t parts) {
     else pool_range_step(j->og, MR, part, parts, &m0, &m1);
     if (img0 >= img1 || oy0 >= oy1 || m0 >= m1) return;
     float *scratch = j->scratch + part * j->per_part, *cols = scratch + GEMM_SCRATCH;
-    size_t width = (oy1 - oy0) * g->wo, at = oy0 * g->wo;
     for (size_t img = img0; img < img1; ++img)
-        for (size_t grp = 0; grp < j->groups; ++grp) {
-            const float *xg = j->x + (img * j->c + grp * j->cg) * j->h * j->w;
-            matrix b = {j->direct ? xg + at : cols, j->direct ? (ptrdiff_t)j->plane : (ptrdiff_t)width, 1, 0};
-            if (!j->direct) im2col(j->cg, j->h, j->w, xg, g, oy0, oy1, cols);
-            matrix a = {j->weight + (grp * j->og + m0) * j->depth, (ptrdiff_t)j->depth, 1, 0};
-            epilogue ep = {j->bias ? j->bias + grp * j->og + m0 : 0, 1, 0, j->act};
-            gemm_run(m1 - m0, width, j->depth, a, b, j->y + (img * j->o + grp * j->og + m0) * j->plane + at,
-                     (ptrdiff_t)j->plane, &ep, scratch);
-        }
+        for (size_t grp = 0; grp < j->groups; ++grp)
+            for (size_t r0 = oy0; r0 < oy1; r0 += j->block) {     /* blocks of output rows: the same
+                                                                    sums, the GEMM split by columns */
+                size_t r1 = oy1 - r0 < j->block ? oy1 : r0 + j->block;
+                size_t width = (r1 - r0) * g->wo, at = r0 * g->wo;
+                const float *xg = j->x + (img * j->c + grp * j->cg) * j->h * j->w;
+                matrix b = {j->direct ? xg + at : cols, j->direct ? (ptrdiff_t)j->plane : (ptrdiff_t)width, 1, 0};
+                if (!j->direct) im2col(j->cg, j->h, j->w, xg, g, r0, r1, cols);
+                matrix a = {j->weight + (grp * j->og + m0) * j->depth, (ptrdiff_t)j->depth, 1, 0};
+                epilogue ep = {j->bias ? j->bias + grp * j->og + m0 : 0, 1, 0, j->act};
+                gemm_run(m1 - m0, width, j->depth, a, b, j->y + (img * j->o + grp * j->og + m0) * j->plane + at,
+                         (ptrdiff_t)j->plane, &ep, scratch);
+            }
 }
 
 EXPORT size_t conv2d_f32(size_t n, size_t c, size_t h, size_t w, const float *x, size_t o, size_t kh, size_t kw,
@@ -145,10 +151,15 @@ EXPORT size_t conv2d_f32(size_t n, size_t c, size_t h, size_t w, const float *x,
             parts = n > 1 ? n : 1;
         }
     }
-    size_t per_part = GEMM_SCRATCH + (direct ? 0 : depth * rows * g.wo);
+    size_t block = rows;
+    if (!direct) {
+        size_t fit = CONV_BLOCK_FLOATS / (depth * g.wo);
+        block = fit < 1 ? 1 : fit < rows ? fit : rows;
+    }
+    size_t per_part = GEMM_SCRATCH + (direct ? 0 : depth * block * g.wo);
     if (scratch_size < parts * per_part) return parts * per_part;
-    conv_job job = {n, c, h, w, o, groups, cg, og, depth, plane, rows, per_part, x, weight, bias, &g, act, direct,
-                    split, y, scratch};
+    conv_job job = {n, c, h, w, o, groups, cg, og, depth, plane, rows, per_part, block, x, weight, bias, &g, act,
+                    direct, split, y, scratch};
     pool_run(parts, conv_part, &job);
     return 0;
 }
