@@ -115,11 +115,19 @@ def resize_linear(image: np.ndarray, width: int, height: int) -> np.ndarray:
     x0, x1, a0, a1 = _linear_taps(src_w, width, clamp=True)
     y0, y1, b0, b1 = _linear_taps(src_h, height, clamp=False)
     rows, where = np.unique(np.concatenate([y0, y1]), return_inverse=True)   # only the rows used
-    src = image[rows].astype(np.int32)
-    horizontal = src[:, x0] * a0[:, None] + src[:, x1] * a1[:, None]      # (rows, width, C), <= 255 * 2048
-    top, bottom = horizontal[where[:height]] >> 4, horizontal[where[height:]] >> 4
-    out = ((top * b0[:, None, None]) >> 16) + ((bottom * b1[:, None, None]) >> 16)
-    return np.clip((out + 2) >> 2, 0, 255).astype(np.uint8)
+    src = image if len(rows) == src_h else image[rows]                    # uint8 gathers, int32 sums
+    horizontal = np.multiply(np.take(src, x0, axis=1), a0[:, None], dtype=np.int32)   # (rows, width, C)
+    horizontal += np.multiply(np.take(src, x1, axis=1), a1[:, None], dtype=np.int32)  # <= 255 * 2048
+    horizontal >>= 4
+    top, bottom = horizontal[where[:height]], horizontal[where[height:]]
+    top *= b0[:, None, None]
+    top >>= 16
+    bottom *= b1[:, None, None]
+    bottom >>= 16
+    top += bottom
+    top += 2
+    top >>= 2
+    return np.clip(top, 0, 255).astype(np.uint8)
 
 
 def letterbox(image, size: int = 640, stride: int = 32, auto: bool = True) -> tuple[np.ndarray, Letterbox]:
@@ -139,10 +147,12 @@ def letterbox(image, size: int = 640, stride: int = 32, auto: bool = True) -> tu
     top, bottom = round(dh - 0.1), round(dh + 0.1)
     left, right = round(dw - 0.1), round(dw + 0.1)
     resized = resize_linear(image, new_w, new_h)
-    out = np.full((new_h + top + bottom, new_w + left + right, 3), PAD_VALUE, np.uint8)
-    out[top:top + new_h, left:left + new_w] = resized
-    tensor = np.ascontiguousarray(out.transpose(2, 0, 1)).astype(np.float32) / np.float32(255)
-    return tensor, Letterbox(r, left, top, width, height, out.shape[1], out.shape[0])
+    h, w = new_h + top + bottom, new_w + left + right
+    # x / 255 in float32, as the predictor divides the padded uint8 image (the same bits)
+    tensor = np.full((3, h, w), np.float32(PAD_VALUE) / np.float32(255), np.float32)
+    np.divide(resized.transpose(2, 0, 1), np.float32(255), out=tensor[:, top:top + new_h, left:left + new_w],
+              dtype=np.float32)
+    return tensor, Letterbox(r, left, top, width, height, w, h)
 
 
 # --- post-processing -----------------------------------------------------------------------------
