@@ -1,6 +1,6 @@
 // The bench page's YOLO section (bench.html?yolo=1): YOLOv10n and YOLO11n-pose, batch 1, at 640 and
 // 320 (?yolo_sizes=640,320), the network alone on our backends (simd, and webgpu when the page has
-// it; ?yolo=simd,webgpu picks) against ONNX Runtime Web on 1 thread (?yolo_ort=0 skips it) with the
+// a real GPU; ?yolo=simd,webgpu picks) against ONNX Runtime Web on 1 thread (?yolo_ort=0 skips it) with the
 // ultralytics ONNX exports (`python build.py --peers`), on the same square letterboxed inputs, in
 // ?yolo_rounds=N interleaved rounds (the peer first in every other round; medians shown), its
 // outputs checked against ours; then a live-camera-style loop at 320 on simd: ?yolo_frames=N frames
@@ -147,7 +147,10 @@ export async function benchYolo(client, results, params, info) {
   const frames = Number(params.get("yolo_frames")) || 30;
   const withPeer = params.get("yolo_ort") !== "0";
   const asked = params.get("yolo");
-  const ours = (asked && asked !== "1" ? asked.split(",") : ["simd", "webgpu"]).filter((d) => devices.includes(d));
+  // by default webgpu only on a real GPU: SwiftShader (a CPU emulation) takes minutes here
+  const gpu = devices.includes("webgpu") && !/swiftshader/i.test(String(info.adapter));
+  const ours = (asked && asked !== "1" ? asked.split(",") : ["simd", ...(gpu ? ["webgpu"] : [])])
+    .filter((d) => devices.includes(d));
   if (!window.detectLive) await import("./detect-live.js");
   cardStatus.textContent = "loading the models";
   await client.setBackend(ours[0] || "simd");
