@@ -49,8 +49,8 @@ def test_the_hash_opens_its_card_and_only_its_model_loads(dev_server, session_fa
     # the tabs list the cards in the registry's order, as links to their URL
     tabs = page.eval_on_selector_all("[role=tablist] [role=tab]", "els => els.map(e => [e.dataset.tab, "
                                      "e.getAttribute('href'), e.textContent])")
-    assert tabs == [["digit", "#digit", "Digit"], ["photo", "#photo", "Photo"], ["sentences", "#sentences", "Sentences"],
-                    ["chat", "#chat", "Chat"], ["speech", "#speech", "Speech"]]
+    assert tabs == [["digit", "#digit", "Digit"], ["photo", "#photo", "Photo"], ["detect", "#detect", "Detect"],
+                    ["sentences", "#sentences", "Sentences"], ["chat", "#chat", "Chat"], ["speech", "#speech", "Speech"]]
     # another card opened: its model loads now, and works
     s.open_card("digit")
     assert page.evaluate("location.hash") == "#digit"
