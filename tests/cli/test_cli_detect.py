@@ -11,7 +11,7 @@ import pytest
 
 import engine
 from engine.vision import read_image
-from tests.tasks.test_detection import write_site
+from tests.tasks.test_detection_pipelines import write_site
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "samples" / "detection"
