@@ -10,9 +10,20 @@ import pytest
 
 from engine.errors import InputError
 from engine.vision import read_image
-from engine.vision.detection import (COCO_KEYPOINTS, SKELETON, Letterbox, as_dicts, detect, letterbox,
-                                     non_max_suppression, one_to_one_topk, postprocess, resize_linear, scale_boxes,
-                                     scale_coords)
+from engine.vision.detection import (
+    COCO_KEYPOINTS,
+    SKELETON,
+    Letterbox,
+    as_dicts,
+    detect,
+    letterbox,
+    non_max_suppression,
+    one_to_one_topk,
+    postprocess,
+    resize_linear,
+    scale_boxes,
+    scale_coords,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "models" / "yolo_reference"

@@ -9,7 +9,13 @@ from PIL import Image
 
 from engine.errors import InputError
 from engine.vision import read_image
-from engine.vision.draw import draw_detections, draw_line, draw_rectangle, draw_text, encode_png
+from engine.vision.draw import (
+    draw_detections,
+    draw_line,
+    draw_rectangle,
+    draw_text,
+    encode_png,
+)
 
 
 @pytest.mark.parametrize("shape", [(7, 5), (7, 5, 1), (3, 9, 2), (4, 6, 3), (5, 5, 4)])
