@@ -186,6 +186,22 @@ function headerSize(b) {
   return null;
 }
 
+// A frame of `source` (a video or a canvas, width x height) as RGBA, scaled by the browser
+// (bilinear, ~1-3 ms) to fit size x size when it is larger, through an OffscreenCanvas kept in
+// `cache`. Live frames are scaled here rather than by the worker's letterbox (OpenCV's fixed-point
+// resize in NumPy, which ultralytics' results are compared against: 30-100 ms for 640x480 to 320 in
+// Pyodide here); the worker then only pads them. A photo goes whole, as natively.
+function readFrame(source, width, height, size, cache) {
+  const r = Math.min(1, size / width, size / height);
+  const w = Math.max(1, Math.round(width * r)), h = Math.max(1, Math.round(height * r));
+  if (!cache.canvas || cache.canvas.width !== w || cache.canvas.height !== h) {
+    cache.canvas = new OffscreenCanvas(w, h);
+    cache.context = cache.canvas.getContext("2d", { willReadFrequently: true });
+  }
+  cache.context.drawImage(source, 0, 0, width, height, 0, 0, w, h);
+  return { pixels: cache.context.getImageData(0, 0, w, h).data, width: w, height: h };
+}
+
 // The camera: frames from the card's <video> through an OffscreenCanvas to the worker, one at a
 // time; each answer drawn on the overlay and shown (show). onError(message) when a call fails
 // (the camera then stops).
@@ -229,18 +245,19 @@ class Live {
   // the task, size or threshold for the next frames
   set(options) { this.options = options; }
 
-  // The video's current frame as RGBA: copied out of a VideoFrame (~1 ms for 640x480 here), else
-  // drawn on a canvas and read back (~3 ms); a JPEG encode alone costs ~5-8 ms.
-  async grab() {
-    if (this.copyFrames !== false && typeof VideoFrame === "function") {
+  // The video's current frame as RGBA, at most size x size (readFrame): a frame that needs no
+  // scaling is copied out of a VideoFrame (~1 ms for 640x480 here) where the browser can.
+  async grab(size) {
+    const { videoWidth: width, videoHeight: height } = this.video;
+    if (Math.max(width, height) <= size && this.copyFrames !== false && typeof VideoFrame === "function") {
       let frame = null;
       try {
         frame = new VideoFrame(this.video);
-        const { width, height } = frame.visibleRect;
+        const { width: w, height: h } = frame.visibleRect;
         const pixels = new Uint8ClampedArray(frame.allocationSize({ format: "RGBA" }));
         await frame.copyTo(pixels, { format: "RGBA" });
         this.copyFrames = true;
-        return { pixels, width, height };
+        return { pixels, width: w, height: h };
       } catch (err) {
         if (this.copyFrames) throw err;
         this.copyFrames = false;                      // this browser cannot convert a frame to RGBA
@@ -248,13 +265,7 @@ class Live {
         if (frame) frame.close();
       }
     }
-    const width = this.video.videoWidth, height = this.video.videoHeight;
-    if (!this.canvas || this.canvas.width !== width || this.canvas.height !== height) {
-      this.canvas = new OffscreenCanvas(width, height);
-      this.context = this.canvas.getContext("2d", { willReadFrequently: true });
-    }
-    this.context.drawImage(this.video, 0, 0, width, height);
-    return { pixels: this.context.getImageData(0, 0, width, height).data, width, height };
+    return readFrame(this.video, width, height, size, this);
   }
 
   async run() {
@@ -265,7 +276,7 @@ class Live {
         continue;
       }
       const t0 = performance.now();
-      const { pixels, width, height } = await this.grab();
+      const { pixels, width, height } = await this.grab(Number(this.options.size) || 640);
       const kept = pixels.slice();                     // the worker gets (and keeps) a copy
       const t1 = performance.now();
       const { task, ...options } = this.options;
@@ -319,4 +330,4 @@ class Live {
   }
 }
 
-window.detectLive = { ENTRY, KEYPOINTS, draw, detect, decode, show, Live };
+window.detectLive = { ENTRY, KEYPOINTS, draw, detect, decode, readFrame, show, Live };

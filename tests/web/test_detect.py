@@ -206,7 +206,7 @@ def test_the_camera_shows_what_the_file_path_gives_for_the_same_frame(dev_server
         frame.write_bytes(base64.b64decode(png.split(",", 1)[1]))
         from engine.vision import read_image
         pixels = read_image(str(frame))
-        assert pixels.shape[:2] == (480, 640)
+        assert pixels.shape[:2] == (240, 320)           # the 640x480 frame, scaled by the browser to fit 320
         assert_same(photo(page, frame), live, where="the same frame by file")
         # and natively on that frame: the same detections as the card showed live
         assert_same(live, natives[task](pixels[:, :, :3], threshold=THRESHOLD, size=320), where="natively")
