@@ -95,7 +95,7 @@ def _linear_taps(src: int, dst: int, clamp: bool):
     position = ((np.arange(dst) + 0.5) * scale - 0.5).astype(np.float32)  # (float)((d + 0.5) * scale - 0.5)
     first = np.floor(position)
     fraction = position - first
-    first = first.astype(np.int64)
+    first = first.astype(np.intp)                                         # take() wants intp: int32 in wasm32
     if clamp:                    # the horizontal pass pins taps outside the image to its edge
         outside = (first < 0) | (first >= src - 1)
         fraction[outside] = 0
