@@ -52,8 +52,8 @@ from engine import registry
 from engine.errors import InputError, WeightsError
 from engine.tensor import from_numpy
 
-from .yolo_checkpoint import (config_from_checkpoint, config_json, convert, inference_tensors,  # noqa: F401
-                              parse_names)
+from . import yolo_checkpoint
+from .yolo_checkpoint import HEADS, config_json, convert, parse_names  # noqa: F401  (parse_names: models.yolo's API)
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,6 @@ class Config:
 
 
 ACTIVATIONS = {"SiLU": "silu", "Identity": "none"}
-HEADS = ("Detect", "Pose", "v10Detect")       # the head types, one per model
 
 
 def _children(path: str, records: dict) -> list[tuple[str, str]]:
@@ -473,6 +472,17 @@ def _float32(tensors):
             t = t if hasattr(t, "dtype") and not isinstance(t, np.ndarray) else from_numpy(np.asarray(t))
             return t.float() if t.dtype.is_floating_point else t
     return Widened()
+
+
+def config_from_checkpoint(checkpoint, names: dict | None = None) -> Config:
+    """The Config of a whole-module checkpoint (engine.io.pth.read_module_checkpoint); see
+    models/yolo_checkpoint.py."""
+    return Config.from_dict(yolo_checkpoint.checkpoint_config(checkpoint, names))
+
+
+def inference_tensors(checkpoint, config: Config):
+    """(name, Tensor) of the checkpoint's tensors that `config`'s model reads."""
+    return yolo_checkpoint.inference_tensors(checkpoint, config.to_dict())
 
 
 def load(weights, device: str | None = None, config=None) -> YOLO:

@@ -12,6 +12,7 @@ import numpy as np
 from engine.errors import WeightsError
 from engine.tensor import from_numpy
 
+HEADS = ("Detect", "Pose", "v10Detect")       # the head types, one per model
 SKIPPED_ATTRS = {"type", "yaml", "args", "names", "pt_path", "criterion", "anchors", "strides", "shape", "detect",
                  "training", "inplace", "dynamic", "export", "format"}
 
@@ -20,11 +21,11 @@ def _short(type_name: str) -> str:
     return type_name.rsplit(".", 1)[-1]
 
 
-def config_from_checkpoint(checkpoint, names: dict | None = None, imgsz: int = 640) -> Config:
-    """The Config of a whole-module checkpoint (engine.io.pth.read_module_checkpoint): every
-    module's short type and plain settings, each Conv2d's `bias` (whether it has one), the
-    root's `save`; `names` (index -> class name) replaces the checkpoint's where given."""
-    from .yolo import HEADS, Config                   # here: models/yolo.py imports this module
+def checkpoint_config(checkpoint, names: dict | None = None, imgsz: int = 640) -> dict:
+    """config.json's content (models.yolo.Config's fields) for a whole-module checkpoint
+    (engine.io.pth.read_module_checkpoint): every module's short type and plain settings, each
+    Conv2d's `bias` (whether it has one), the root's `save`; `names` (index -> class name)
+    replaces the checkpoint's where given."""
     modules = {}
     for path, record in checkpoint.modules.items():
         attrs = {k: v for k, v in record.attrs.items() if k not in SKIPPED_ATTRS and not k.startswith("_")}
@@ -55,20 +56,22 @@ def config_from_checkpoint(checkpoint, names: dict | None = None, imgsz: int = 6
         dropped = tuple(f"{at}.{branch}" for branch in ("cv2", "cv3", "cv4"))
         inside = tuple(d + "." for d in dropped)
         modules = {p: r for p, r in modules.items() if p not in dropped and not p.startswith(inside)}
-    return Config(architecture=architecture, task="pose" if head["type"] == "Pose" else "detect", nc=head["nc"],
-                  names={str(k): v for k, v in sorted(names.items(), key=lambda kv: int(kv[0]))},
-                  kpt_shape=tuple(head["kpt_shape"]) if head["type"] == "Pose" else None,
-                  strides=tuple(int(s) for s in head["stride"]), end2end=end2end,
-                  max_det=int(head.get("max_det", 300)), imgsz=imgsz, modules=modules)
+    config = {"architecture": architecture, "task": "pose" if head["type"] == "Pose" else "detect",
+              "nc": head["nc"], "names": {str(k): v for k, v in sorted(names.items(), key=lambda kv: int(kv[0]))},
+              "kpt_shape": list(head["kpt_shape"]) if head["type"] == "Pose" else None,
+              "strides": [int(s) for s in head["stride"]], "end2end": end2end,
+              "max_det": int(head.get("max_det", 300)), "imgsz": imgsz, "modules": modules}
+    if config["kpt_shape"] is None:
+        del config["kpt_shape"]
+    return config
 
 
-def inference_tensors(checkpoint, config: Config):
-    """(name, Tensor) of the tensors inference reads: BatchNorm step counters and, for a
-    one-to-one head, the one-to-many branch are left out."""
-    from .yolo import HEADS
+def inference_tensors(checkpoint, config: dict):
+    """(name, Tensor) of the tensors inference reads (`config` as checkpoint_config gives it):
+    BatchNorm step counters and, for a one-to-one head, the one-to-many branch are left out."""
     dropped = ()
-    if config.end2end:
-        head = next(p for p, r in config.modules.items() if r["type"] in HEADS)
+    if config["end2end"]:
+        head = next(p for p, r in config["modules"].items() if r["type"] in HEADS)
         dropped = (f"{head}.cv2.", f"{head}.cv3.", f"{head}.cv4.")
     for name, array in checkpoint.tensors.items():
         if name.endswith("num_batches_tracked") or name.startswith(dropped):
@@ -99,11 +102,11 @@ def parse_names(yaml_text: str) -> dict:
 
 def convert(checkpoint):
     """The build's conversion: the tensors inference reads (see inference_tensors)."""
-    return inference_tensors(checkpoint, config_from_checkpoint(checkpoint))
+    return inference_tensors(checkpoint, checkpoint_config(checkpoint))
 
 
 def config_json(checkpoint, read, names_role: str | None = None) -> bytes:
     """config.json made at build time from the checkpoint's records; class names from the
     source file of `names_role` (a dataset yaml) when the checkpoint's are only numbers."""
     names = parse_names(read(names_role).decode("utf-8")) if names_role else None
-    return (json.dumps(config_from_checkpoint(checkpoint, names).to_dict(), indent=1) + "\n").encode()
+    return (json.dumps(checkpoint_config(checkpoint, names), indent=1) + "\n").encode()
