@@ -513,7 +513,8 @@ def _entry(name: str, task: str, title: str, weights: registry.Source, *more, na
         name=name, tasks=(task,), pipeline=task, title=title, load=load, sources=(weights, *more),
         storage_dtype="float16", convert=convert, pickled_modules=True,
         generate={"config.json": functools.partial(config_json, names_role=names_role)},
-        license="AGPL-3.0", options={"sizes": (640, 480, 320)})
+        license="AGPL-3.0", options={"sizes": (640, 480, 320)},
+        native_device="simd")      # natively simd: 1.2-1.5x numpy (OpenBLAS) on a 16-core Xeon, 5-7x on the 2-core VM
 
 
 ENTRIES = (
