@@ -112,10 +112,28 @@ def decode_png(data: bytes, max_pixels: int) -> np.ndarray:
     row_bytes = [(w * channels * depth + 7) // 8 for _, w in shapes]
     expected = sum(h * (1 + n) for (h, w), n in zip(shapes, row_bytes) if h and w)
     compressed = sum(len(chunk) for chunk in idat)
-    raw = _inflate(idat, expected)
-
     bytes_per_pixel = max(1, channels * depth // 8)      # filter unit; 1 for sub-byte depths
     budget = max(_WAVEFRONT_FLOOR, WAVEFRONT_PER_BYTE * compressed)
+    watch = None
+    if not interlace:                                    # refuse slow filters as their rows arrive
+        seen = [0, None]                                 # rows looked at, the first Average/Paeth row
+
+        def watch(out, size):
+            n, done = row_bytes[0], size // (row_bytes[0] + 1)
+            if done <= seen[0]:
+                return
+            types = out[seen[0] * (n + 1) : done * (n + 1) : n + 1]
+            hard = (types == 3) | ((types == 4) & (n > bytes_per_pixel))      # as _unfilter counts them
+            if seen[0] == 0 and types[0] == 4:
+                hard[0] = False
+            rows = np.flatnonzero(hard) + seen[0]
+            if rows.size:
+                seen[1] = rows[0] if seen[1] is None else seen[1]
+                _check_work(_wavefront_work(rows[-1] + 1 - seen[1], n, bytes_per_pixel), budget, compressed,
+                            width, height)
+            seen[0] = done
+    raw = _inflate(idat, expected, watch)
+
     if not interlace and depth == 8:                     # the common case: unfiltered in place, no copy
         rows = raw.reshape(height, row_bytes[0] + 1)
         _check_work(_unfilter(rows, bytes_per_pixel, budget), budget, compressed, width, height)
@@ -139,9 +157,8 @@ def worst_work(data: bytes) -> int:
         return 0
     width, height, depth, colour = struct.unpack_from(">IIBB", data, 16)
     bpp = max(1, CHANNELS.get(colour, 1) * depth // 8)
-    cols = max(1, (width * CHANNELS.get(colour, 1) * depth + 7) // 8 // bpp)
-    band = _band_rows(height, cols, bpp)
-    return height * cols * bpp + -(-height // band) * (band + cols + 1) * _WAVEFRONT_STEP_BYTES
+    n = (width * CHANNELS.get(colour, 1) * depth + 7) // 8
+    return _wavefront_work(height, max(n, bpp), bpp) if height else 0
 
 
 def _drop_filter_bytes(raw: np.ndarray, h: int, n: int) -> np.ndarray:
@@ -168,18 +185,44 @@ def _check_work(work: int, budget: int, compressed: int, width: int, height: int
     return work
 
 
-def _inflate(chunks, expected: int) -> np.ndarray:
-    """Inflate IDAT bodies to exactly `expected` bytes, into one writable array; never produce
-    more than expected + 1."""
-    stream, out, size = zlib.decompressobj(), np.empty(expected, np.uint8), 0
+def _wavefront_work(m: int, n: int, bpp: int) -> int:
+    """The wavefront's work on m rows of n bytes (the module's constants say what a unit costs)."""
+    band = _band_rows(m, n // bpp, bpp)
+    steps = -(-m // band) * (band + n // bpp + 1)
+    return m * n + steps * _WAVEFRONT_STEP_BYTES
+
+
+def _inflate(chunks, expected: int, watch=None) -> np.ndarray:
+    """Inflate IDAT bodies to exactly `expected` bytes, into one writable array, a few MB at a
+    time, calling watch(out, size) after each; never produce more than expected + 1."""
+    stream, out = zlib.decompressobj(), np.empty(expected, np.uint8)
+    size = 0
+
+    def take(data) -> bytes:
+        """Inflate from `data` at most a few MB into `out`; what of `data` is left over."""
+        nonlocal size
+        piece = stream.decompress(data, min(_EASY_ROWS_BYTES, expected - size + 1))
+        if size + len(piece) > expected:
+            raise BadImage(f"PNG image data inflates to more than the {expected} bytes the header implies")
+        out[size:size + len(piece)] = np.frombuffer(piece, np.uint8)
+        size += len(piece)
+        if watch is not None and piece:
+            watch(out, size)
+        return stream.unconsumed_tail if not stream.eof else b""
+
+    # input a MB at a time: an output-bound call keeps the rest of its input as a new bytes object
+    # (unconsumed_tail), which for a whole 100 MB chunk would be copied again at every step
+    slices = (memoryview(chunk)[i:i + (1 << 20)] for chunk in chunks for i in range(0, len(chunk), 1 << 20))
     try:
-        for chunk in chunks:
-            piece = stream.decompress(chunk, expected - size + 1)
-            if size + len(piece) > expected:
-                raise BadImage(f"PNG image data inflates to more than the {expected} bytes the header implies")
-            out[size:size + len(piece)] = np.frombuffer(piece, np.uint8)
-            size += len(piece)
+        for data in slices:
+            while data:
+                data = take(data)
             if stream.eof:
+                break
+        while not stream.eof and size <= expected:          # output still held back with no input left
+            before = size
+            take(b"")
+            if size == before:
                 break
     except zlib.error as e:
         raise BadImage(f"corrupt PNG image data (zlib: {e})") from None
@@ -210,8 +253,7 @@ def _unfilter(rows: np.ndarray, bpp: int, budget: int) -> int:
     work = 0
     if hard.size:
         band = _band_rows(hi - lo, data.shape[1] // bpp, bpp)
-        steps = -(-(hi - lo) // band) * (band + data.shape[1] // bpp + 1)
-        work = (hi - lo) * data.shape[1] + steps * _WAVEFRONT_STEP_BYTES
+        work = _wavefront_work(hi - lo, data.shape[1], bpp)
         if work > min(budget, WAVEFRONT_MAX):
             return work
     _unfilter_rows(data[:lo], types[:lo], zeros, bpp)
