@@ -150,6 +150,7 @@ def _wide_png(filter_type: int) -> tuple[bytes, np.ndarray | None]:
     return png_from_idat(ihdr(w, h, colour=2), zlib.compress(rows.tobytes(), level)), img
 
 
+@pytest.mark.slow                   # a 192 MB image is made and encoded first
 def test_a_64000_by_1000_png_decodes_within_2_s(monkeypatch):
     # about 1.5 s of CPU on an idle 2-core machine here, Pillow's decoder 1.2 s; on a loaded one
     # both slow down, so the bound is 2 s or 1.6 times Pillow's time on the same file, measured here
@@ -166,6 +167,7 @@ def test_a_64000_by_1000_png_decodes_within_2_s(monkeypatch):
     assert elapsed < max(2.0, 1.6 * pillow), f"{elapsed:.2f} s of CPU (Pillow {pillow:.2f} s)"
 
 
+@pytest.mark.slow                   # a 192 MB image is made and encoded first
 def test_a_64000_by_1000_paeth_png_is_refused_by_the_work_limit_or_given_to_pillow(monkeypatch):
     data, _ = _wide_png(4)
     with Image.open(io.BytesIO(data)) as ref:
@@ -176,6 +178,7 @@ def test_a_64000_by_1000_paeth_png_is_refused_by_the_work_limit_or_given_to_pill
         read_image(data)
 
 
+@pytest.mark.slow                   # a 36 MB image is made and encoded first
 def test_a_12_megapixel_paeth_photo_still_decodes(monkeypatch):
     monkeypatch.setattr(image_module, "_pillow", lambda: None)
     rng = np.random.default_rng(1)
