@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import struct
-import time
 import tracemalloc
 import zlib
 
@@ -121,12 +120,11 @@ def test_zero_size_image_is_refused():
 def test_a_20000_by_20000_header_is_refused_before_allocating():
     data = png_from_idat(ihdr(20000, 20000, colour=2), zlib.compress(b"\0" * 100))
     tracemalloc.start()
-    start = time.perf_counter()
     with pytest.raises(InputError, match=r"20000x20000 = 400000000 pixels, more than max_pixels=64000000"):
         read_image(data)
-    elapsed, peak = time.perf_counter() - start, tracemalloc.get_traced_memory()[1]
+    peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert elapsed < 0.5 and peak < 1 << 20
+    assert peak < 1 << 20
 
 
 def _wide_png(filter_type: int) -> tuple[bytes, np.ndarray | None]:
@@ -151,20 +149,12 @@ def _wide_png(filter_type: int) -> tuple[bytes, np.ndarray | None]:
 
 
 @pytest.mark.slow                   # a 192 MB image is made and encoded first
-def test_a_64000_by_1000_png_decodes_within_2_s(monkeypatch):
-    # about 1.5 s of CPU on an idle 2-core machine here, Pillow's decoder 1.2 s; on a loaded one
-    # both slow down, so the bound is 2 s or 1.6 times Pillow's time on the same file, measured here
+def test_a_64000_by_1000_png_decodes_with_our_decoder(monkeypatch):
+    # Its time is a measurement, not an assertion (docs/robustness.md: 1.5-1.7 s of CPU here,
+    # Pillow 1.2-1.3 s); what bounds it is the work limit, which counts rows, not seconds
     data, img = _wide_png(1)
-    start = time.process_time()
-    with Image.open(io.BytesIO(data)) as ref:
-        ref.load()
-    pillow = time.process_time() - start
     monkeypatch.setattr(image_module, "_pillow", lambda: None)       # our decoder, as in the browser
-    start = time.process_time()
-    got = read_image(data)
-    elapsed = time.process_time() - start
-    np.testing.assert_array_equal(got, img)
-    assert elapsed < max(2.0, 1.6 * pillow), f"{elapsed:.2f} s of CPU (Pillow {pillow:.2f} s)"
+    np.testing.assert_array_equal(read_image(data), img)
 
 
 @pytest.mark.slow                   # a 192 MB image is made and encoded first
@@ -184,7 +174,5 @@ def test_a_12_megapixel_paeth_photo_still_decodes(monkeypatch):
     rng = np.random.default_rng(1)
     h, w = 3000, 4000
     rows = np.concatenate([np.full((h, 1), 4, np.uint8), rng.integers(0, 4, (h, w * 3), dtype=np.uint8)], 1)
-    start = time.process_time()
     got = read_image(png_from_idat(ihdr(w, h, colour=2), zlib.compress(rows.tobytes(), 1)))
-    assert got.shape == (h, w, 3)
-    assert time.process_time() - start < 4.0
+    assert got.shape == (h, w, 3)          # under the work limit: decoded, not refused
