@@ -224,3 +224,33 @@ def test_without_a_camera_the_card_says_why(dev_server, session_factory):
     assert "the camera could not start" in page.text_content("[data-testid=detect-error]")
     assert page.is_enabled("[data-testid=detect-camera]") and page.is_disabled("[data-testid=detect-stop]")
     assert photo(page, BUS)                                              # and photos still work
+
+
+# --- the bench page's YOLO section ---------------------------------------------------------------
+def test_the_bench_page_times_yolo_beside_onnx_runtime_web_and_a_live_loop(dev_server, session_factory, site):
+    """It runs, reports and compares (timings belong to docs/benchmarks.md): ours and the peer on
+    the same inputs, the peer's output equal to ours, a live loop's frames/s."""
+    s = session_factory(dev_server.url)
+    page = s.open("bench.html?repeat=1&gemm=0&ops=0&qlinear=0&effnet=0&minilm=0&yolo=simd&yolo_sizes=320"
+                  "&yolo_rounds=1&yolo_repeat=1&yolo_frames=3", ready=False)
+    page.wait_for_function("document.body.dataset.done === 'true'", timeout=600_000)
+    results = json.loads(page.text_content("[data-testid=bench-results]"))
+    assert "error" not in results, results
+    yolo = results["yolo"]
+    cases = {"yolov10n_320", "yolo11n_pose_320"}
+    (ours,) = yolo["ours"]
+    assert ours["device"] == "simd" and set(ours["cases"]) == cases and all(v > 0 for v in ours["cases"].values())
+    table = page.text_content("[data-testid=yolo-table]")
+    exported = all((site / "peers" / "onnxruntime" / f"{name}-320.onnx").exists() for name in ("yolov10n", "yolo11n-pose"))
+    if exported:                                # the ultralytics exports were in the build's cache
+        assert {r["case"] for r in yolo["ratios"]} == cases and all(r["ratio"] > 0 for r in yolo["ratios"])
+        detect, pose = yolo["checks"]["yolov10n_320"], yolo["checks"]["yolo11n_pose_320"]
+        assert detect["detections"] >= 1 and detect["min_iou"] > 0.99 and detect["max_score_diff"] < 0.01, detect
+        assert pose["max_box_diff"] < 0.5 and pose["max_score_diff"] < 0.01, pose
+    else:
+        assert "its export was not built" in table, table
+    live = {run["task"]: run for run in yolo["live"]}
+    assert set(live) == {"object-detection", "pose-estimation"}
+    for run in live.values():
+        assert run["frames"] == 3 and run["fps"] > 0 and run["network_ms"] > 0 and run["detections"] >= 1, run
+    assert "frames/s" in table and not s.foreign_requests()
