@@ -52,7 +52,8 @@ with open(LOG, "a") as log:
         kind, model, size, repeat = line.split()
         log.write(line)
         log.flush()
-        print(json.dumps({"ms": 1000.0 if kind == "network" else 2000.0}), flush=True)
+        ms = 1000.0 if kind == "network" else 2000.0
+        print(json.dumps({"ms": ms, "best_ms": ms / 2}), flush=True)
 """
 
 
@@ -72,6 +73,8 @@ def test_rounds_interleave_engine_and_reference_and_give_ratios(calls, tmp_path)
     for case in result["cases"]:
         assert case["torch_ms"] == (1000.0 if case["kind"] == "network" else 2000.0)
         assert case["numpy_ratio"] == round(case["numpy_ms"] / case["torch_ms"], 2)
+        assert case["torch_best_ms"] == case["torch_ms"] / 2 and case["numpy_best_ms"] <= case["numpy_ms"]
+        assert case["numpy_best_ratio"] == round(case["numpy_best_ms"] / case["torch_best_ms"], 2)
     assert result["torch"] == "ultralytics u on torch t (" + str(engine.get_num_threads()) + " threads)"
     text = detection.format_yolo(result)
     assert "numpy/torch" in text and text.count("\n") == 2 + len(result["cases"])
