@@ -100,6 +100,12 @@ def test_a_photo_gives_the_native_detections(dev_server, session_factory, native
             assert "network" in page.text_content("[data-testid=detect-split]")
             print(f"\n{task} at {size} in Chromium: {page.text_content('[data-testid=detect-ms]')} ms "
                   f"({page.text_content('[data-testid=detect-split]')})")
+    # the photo shows in its own proportions, under a transparent overlay of the same box
+    shown = page.evaluate("""() => ['still', 'overlay'].map((id) => {
+        const e = document.getElementById(`detect-${id}`), r = e.getBoundingClientRect();
+        return [r.width, r.height, getComputedStyle(e).backgroundColor]; })""")
+    assert shown[0][:2] == shown[1][:2] and abs(shown[0][0] / shown[0][1] - 810 / 1080) < 0.01, shown
+    assert shown[1][2] in ("rgba(0, 0, 0, 0)", "transparent"), shown
     licence = page.text_content("[data-testid=detect-licence]")
     assert "AGPL-3.0" in licence, licence
     weights = [r for r in s.responses if "/models/yolo" in r.url and r.url.endswith(".safetensors")]
