@@ -271,7 +271,8 @@ def serve_timing(args) -> None:
     threads = args.threads or torch.get_num_threads()
     torch.set_num_threads(threads)
     print(json.dumps({"ready": True, "torch": torch.__version__, "ultralytics": ultralytics.__version__,
-                      "threads": torch.get_num_threads()}), flush=True)
+                      "threads": torch.get_num_threads(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}),
+          flush=True)
     bgr = cv2.imread(str(IMAGES["bus"]))
     rng = np.random.default_rng(0)
     for line in sys.stdin:

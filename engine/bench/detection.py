@@ -14,7 +14,12 @@ Python (`--reference-python`; ultralytics is never imported here). Its network t
 forward pass alone on the same SxS shape; its pipeline time is `YOLO.predict` on the same pixels
 (its LetterBox, forward, NMS or top-k, Results). Both sides run at the engine's thread count. The
 rounds interleave engine and reference, case by case, so that a slower minute of a shared machine
-falls on both; each figure is the median over rounds of per-round medians.
+falls on both; each figure is the median over rounds of per-round medians (and the fastest run).
+
+On a machine whose cores other jobs also use, torch's OpenMP threads (2 or more) spin at every
+barrier and lose their core for a scheduler slice: measured here under load, a YOLOv10n pass at 320
+took 0.6-1.4 s instead of 30-50 ms. `OMP_WAIT_POLICY=PASSIVE` in the environment (the subprocess
+inherits it, and the header says so) makes them sleep instead; one thread is not affected.
 """
 from __future__ import annotations
 
@@ -25,20 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import machine
-
-
-def timed_ms(fn, repeat: int) -> tuple[float, float]:
-    """(median, fastest) wall time of `repeat` calls of fn in ms, after one untimed call. On a
-    shared machine the fastest run is the steadier measure of the work itself."""
-    import time
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times), min(times)
+from . import machine, timed_ms
 
 MODELS = {"yolo11n_pose": "pose-estimation", "yolov10n": "object-detection"}
 SIZES = (640, 320)
@@ -54,7 +46,7 @@ def _root() -> Path:
 
 def sample_image() -> np.ndarray:
     """samples/detection/bus.jpg as uint8 (H, W, 3) RGB."""
-    from ..tasks.object_detection import as_image
+    from ..vision import as_image
     return as_image(str(_root() / "samples" / "detection" / IMAGE))
 
 
@@ -138,8 +130,9 @@ def bench_yolo(devices, models=tuple(MODELS), sizes=SIZES, repeat: int = 10, rou
     out = {"devices": list(devices), "repeat": repeat, "rounds": rounds, "machine": machine(),
            "image": IMAGE, "image_shape": list(image.shape[:2]), "cases": cases}
     if reference is not None:
-        out["torch"] = (f"ultralytics {reference.info['ultralytics']} on torch {reference.info['torch']} "
-                        f"({reference.info['threads']} threads)")
+        info = reference.info
+        out["torch"] = (f"ultralytics {info['ultralytics']} on torch {info['torch']} ({info['threads']} threads"
+                        + (f", OMP_WAIT_POLICY={info['omp_wait_policy']}" if info.get("omp_wait_policy") else "") + ")")
     else:
         out["torch"] = "not measured (--reference-python PATH: a Python with ultralytics)"
     return out
