@@ -75,3 +75,26 @@ def take_files(input_id, zone_id, take):
     for kind in ("dragover", "dragleave"):
         zone.addEventListener(kind, create_proxy(on_drag))
     zone.addEventListener("drop", create_proxy(on_drop))
+
+
+async def sample_buttons(index_url, box_id, testid, take):
+    """The site's samples (`index_url`: a samples.json of [{"file", "title", "credit"}]) as
+    buttons in the element `box_id` that call take(file, title); nothing when the site was built
+    without them."""
+    from pyscript.ffi import create_proxy
+    try:
+        samples = to_py(await (await js.fetch(index_url)).json())
+    except Exception:
+        return
+    box = by_id(box_id)
+    box.textContent = "Try a sample: "
+    for sample in samples:
+        button = js.document.createElement("button")
+        button.type = "button"
+        button.dataset.sample = sample["file"]
+        button.setAttribute("data-testid", testid)
+        button.title = sample.get("credit", "")
+        button.textContent = sample["title"]
+        button.addEventListener("click", create_proxy(
+            lambda e, file=sample["file"], title=sample["title"]: take(file, title)))
+        box.appendChild(button)

@@ -21,15 +21,21 @@ import time
 import numpy as np
 
 
-def median_ms(fn, repeat: int) -> float:
-    """Median wall time of `repeat` calls of fn, in ms, after one untimed call (caches, lazy loading)."""
+def timed_ms(fn, repeat: int) -> tuple[float, float]:
+    """(median, fastest) wall time of `repeat` calls of fn in ms, after one untimed call (caches,
+    lazy loading). On a shared machine the fastest run is the steadier measure of the work itself."""
     fn()
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return statistics.median(times), min(times)
+
+
+def median_ms(fn, repeat: int) -> float:
+    """Median wall time of `repeat` calls of fn, in ms, after one untimed call."""
+    return timed_ms(fn, repeat)[0]
 
 
 def time_ms(fn, device: str, repeat: int = 20, min_time: float = 0.2) -> float:

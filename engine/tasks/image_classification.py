@@ -24,18 +24,6 @@ from . import state
 from .base import Command, Pipeline, add_device_argument, softmax_rows
 
 
-def as_image(item) -> np.ndarray:
-    """A path, bytes, PIL image or NumPy array -> NumPy image array."""
-    from ..vision import from_pillow, read_image
-    if isinstance(item, (str, os.PathLike, bytes, bytearray)):
-        return read_image(item)
-    if hasattr(item, "mode") and hasattr(item, "size") and hasattr(item, "convert"):   # a PIL image
-        return from_pillow(item)
-    if isinstance(item, np.ndarray):
-        return item
-    raise InputError(f"expected an image path, bytes, a PIL image or a NumPy array, got {type(item).__name__}")
-
-
 class ImageClassification(Pipeline):
     """Images -> top-k classes with softmax scores: batches of `batch_size`, the model's own
     preprocessing (entry.options["preprocess"]: image -> (C, H, W) float32).
@@ -74,6 +62,7 @@ class ImageClassification(Pipeline):
 
     def preprocess(self, images) -> np.ndarray:
         """Images -> (N, C, H, W) float32 batch."""
+        from ..vision import as_image
         return np.stack([self._preprocess(as_image(im)) for im in images])
 
     def logits(self, batch: np.ndarray) -> np.ndarray:

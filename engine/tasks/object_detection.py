@@ -47,18 +47,6 @@ SIZES = (320, 480, 640)                 # what the command line and the page off
 STRIDE = 32
 
 
-def as_image(item) -> np.ndarray:
-    """A path, the bytes of a file, a PIL image or a uint8 array -> uint8 (H, W, C)."""
-    from ..vision import from_pillow, read_image
-    if isinstance(item, (str, os.PathLike, bytes, bytearray, memoryview)):
-        return read_image(item)
-    if hasattr(item, "mode") and hasattr(item, "size") and hasattr(item, "convert"):   # a PIL image
-        return from_pillow(item)
-    if isinstance(item, np.ndarray):
-        return item
-    raise InputError(f"expected an image path, bytes, a PIL image or a NumPy array, got {type(item).__name__}")
-
-
 def check_size(size) -> int:
     if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or not STRIDE <= size <= 2048 \
             or size % STRIDE:
@@ -106,6 +94,7 @@ class Detection(Pipeline):
 
     def detect(self, image, threshold: float = 0.25, size: int = 640, iou: float = 0.7) -> dict:
         """One image -> detection.detect's arrays (boxes, scores, classes, keypoints) in its pixels."""
+        from ..vision import as_image
         from ..vision.detection import detect, letterbox
         size = check_size(size)
         if not 0 <= threshold <= 1:
@@ -171,6 +160,7 @@ def summary(detections: list[dict]) -> str:
 
 
 def _detect(args) -> int:
+    from ..vision import as_image
     from ..vision.draw import draw_detections, write_png
     from . import pipeline
     if not 0 <= args.threshold <= 1:
@@ -215,7 +205,8 @@ async def detect_image(pixels, width: int, height: int, size: int = 640, thresho
     task = _task(str(task))
     pipe = state.loaded(task)
     if int(width) == 0 and int(height) == 0:
-        image = as_image(bytes(state.py(pixels)))
+        from ..vision import read_image
+        image = read_image(bytes(state.py(pixels)))
     else:
         image = state.rgba(pixels, width, height)
     async with state.lock:

@@ -87,6 +87,18 @@ def image_size(source) -> tuple[int, int, str]:
             raise InputError(f"{name}: {e}") from None
 
 
+def as_image(item) -> np.ndarray:
+    """What the image pipelines accept: a path, the bytes of a file, a PIL image or a NumPy
+    array -> a NumPy image array (read_image's, from_pillow's, or the array itself)."""
+    if isinstance(item, (str, os.PathLike, bytes, bytearray, memoryview)):
+        return read_image(item)
+    if hasattr(item, "mode") and hasattr(item, "size") and hasattr(item, "convert"):   # a PIL image
+        return from_pillow(item)
+    if isinstance(item, np.ndarray):
+        return item
+    raise InputError(f"expected an image path, bytes, a PIL image or a NumPy array, got {type(item).__name__}")
+
+
 def to_float(img) -> np.ndarray:
     """uint8 0..255 -> float32 0..1; floating input is returned as float32 unchanged."""
     img = np.asarray(img)

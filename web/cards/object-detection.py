@@ -10,7 +10,7 @@ drawing, the figures. This module wires the controls, loads the models and says 
 import asyncio
 
 import js
-from bridge import by_id, error_text, take_files, to_js, to_py, without_prefix
+from bridge import by_id, error_text, sample_buttons, take_files, to_js, to_py, without_prefix
 from pyscript.ffi import create_proxy
 
 MAX_PIXELS = 64_000_000              # read_image's limit natively: refuse before decoding more
@@ -254,29 +254,11 @@ def start(card):
             return
         take_photo(blob, title)
 
-    async def show_samples():
-        """The site's sample photos (samples/detection/samples.json), as buttons."""
-        try:
-            samples = to_py(await (await js.fetch("samples/detection/samples.json")).json())
-        except Exception:
-            return                                    # a site built without them
-        box = by_id("detect-samples")
-        box.textContent = "Try a sample: "
-        for sample in samples:
-            button = js.document.createElement("button")
-            button.type = "button"
-            button.dataset.sample = sample["file"]
-            button.setAttribute("data-testid", "detect-sample")
-            button.title = sample.get("credit", "")
-            button.textContent = sample["title"]
-            button.addEventListener("click", create_proxy(
-                lambda e, file=sample["file"], title=sample["title"]: asyncio.create_task(from_sample(file, title))))
-            box.appendChild(button)
-
     def on_open():
         if not state["samples_shown"]:
             state["samples_shown"] = True
-            asyncio.create_task(show_samples())
+            asyncio.create_task(sample_buttons("samples/detection/samples.json", "detect-samples", "detect-sample",
+                                               lambda file, title: asyncio.create_task(from_sample(file, title))))
 
     take_files("detect-input", "detect-drop", take_photo)
     by_id("detect-camera").addEventListener("click", create_proxy(lambda e: asyncio.create_task(camera())))

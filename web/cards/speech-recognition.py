@@ -12,7 +12,7 @@ import asyncio
 import json
 
 import js
-from bridge import by_id, error_text, items, take_files, to_js, to_py, without_prefix
+from bridge import by_id, error_text, items, sample_buttons, take_files, to_js, to_py, without_prefix
 from pyscript.ffi import create_proxy
 
 
@@ -335,28 +335,10 @@ def start(card):
             state["stem"] = file.rsplit(".", 1)[0]
             _run(from_sample(file, title))
 
-    async def show_samples():
-        """The site's sample recordings (samples/speech/samples.json), as buttons."""
-        try:
-            samples = to_py(await (await js.fetch("samples/speech/samples.json")).json())
-        except Exception:
-            return                                    # a site built without them
-        box = by_id("speech-samples")
-        box.textContent = "Try a sample: "
-        for sample in samples:
-            button = document.createElement("button")
-            button.type = "button"
-            button.dataset.sample = sample["file"]
-            button.setAttribute("data-testid", "speech-sample")
-            button.textContent = sample["title"]
-            button.addEventListener("click", create_proxy(
-                lambda e, file=sample["file"], title=sample["title"]: on_sample(file, title)))
-            box.appendChild(button)
-
     def on_open():
         if not state["samples_shown"]:
             state["samples_shown"] = True
-            _run(show_samples())
+            _run(sample_buttons("samples/speech/samples.json", "speech-samples", "speech-sample", on_sample))
 
     def _run(coroutine):
         asyncio.create_task(coroutine)
