@@ -452,6 +452,20 @@ static void dot_rows_half(size_t rows, size_t n, size_t k, const float *a, ptrdi
     }
 }
 
+void gemm_packed_b(size_t m, size_t nc, size_t kc, matrix a, const float *bp, float *c, ptrdiff_t c_row,
+                   int accumulate, const epilogue *ep, size_t j0, float *a_scratch) {
+    if (m == 0 || nc == 0) return;
+    if (ep && !ep->bias && !ep->act) ep = 0;
+    for (size_t ic = 0; ic < m; ic += MC) {
+        size_t mc = min_size(MC, m - ic);
+        pack_a(mc, kc, a.p + (ptrdiff_t)ic * a.row, a.row, a.col, a_scratch);
+        float *cb = c + (ptrdiff_t)ic * c_row;
+        tile_block(mc, nc, kc, a_scratch, bp, NR, bp, cb, c_row, accumulate, ep, ic, j0, 1);
+        if (ep && ep->act && !cheap_act(ep->act))
+            for (size_t r = 0; r < mc; ++r) activate_span(nc, cb + (ptrdiff_t)r * c_row, ep->act, cb + (ptrdiff_t)r * c_row);
+    }
+}
+
 void gemm_run(size_t m, size_t n, size_t k, matrix a, matrix b, float *c, ptrdiff_t c_row,
               const epilogue *ep, float *scratch) {
     if (m == 0 || n == 0) return;

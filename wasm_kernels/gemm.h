@@ -47,4 +47,11 @@ typedef struct {
 void gemm_run(size_t m, size_t n, size_t k, matrix a, matrix b, float *c, ptrdiff_t c_row,
               const epilogue *ep, float *scratch);
 
+/* One k block of gemm_run with B already packed (bp: kc x nc in panels of NR columns, k-major,
+ * columns past nc zero, as gemm_run packs it): C (m x nc) = A (m x kc) bp, added to what C holds
+ * when accumulate, then the epilogue (or 0) at C's column j0. Called on the k blocks KC apart in
+ * order, it sums exactly as gemm_run. a_scratch: MC * KC floats. */
+void gemm_packed_b(size_t m, size_t nc, size_t kc, matrix a, const float *bp, float *c, ptrdiff_t c_row,
+                   int accumulate, const epilogue *ep, size_t j0, float *a_scratch);
+
 #endif

@@ -25,6 +25,13 @@ CASES = [
     (2, 32, 14, 14, 64, 3, 3, (1, 1), ((1, 1), (1, 1)), (1, 1), 1),      # MNIST-sized
     (1, 7, 23, 29, 7, 3, 3, (2, 2), ((0, 1), (0, 1)), (1, 1), 7),        # odd plane, depthwise, SAME stride 2
     (1, 17, 3, 2, 5, 1, 1, (1, 1), ((0, 0), (0, 0)), (1, 1), 1),         # plane smaller than a tile
+    # the columns made in the GEMM's panels: two k blocks (depth 288 > 256), panels inside the image,
+    # by its edges, across output rows (wo 37); stride 2 on wide rows; dilated taps; grouped
+    (1, 32, 19, 37, 20, 3, 3, (1, 1), ((1, 1), (1, 1)), (1, 1), 1),
+    (1, 6, 21, 90, 9, 3, 3, (2, 2), ((1, 1), (1, 1)), (1, 1), 1),
+    (1, 5, 24, 70, 6, 3, 3, (2, 2), ((1, 0), (1, 0)), (1, 1), 1),
+    (1, 4, 20, 52, 7, 3, 3, (1, 1), ((2, 2), (2, 2)), (2, 2), 1),
+    (1, 64, 12, 40, 70, 3, 3, (1, 1), ((1, 1), (1, 1)), (1, 1), 2),
 ]
 
 
