@@ -8,6 +8,7 @@ backends, and rebuilds it on the next best backend when the GPU goes away. The t
 """
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import registry
-from ..errors import DeviceLost, WeightsError
+from ..errors import DeviceLost, EngineError, WeightsError
 from ..io.checkpoint import Checkpoint, location_of
 
 if TYPE_CHECKING:                               # the page's worker imports this module, and needs no argparse
@@ -104,6 +105,17 @@ class Command:
     description: str                                            # the top of `python -m engine NAME --help`
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]                    # -> exit status
+
+
+# What a command that reads several inputs catches for one of them: the bad one is reported by
+# bad_input() and the others still run (exit status 2 at the end).
+INPUT_ERRORS = (EngineError, OSError, ValueError, MemoryError)
+
+
+def bad_input(path, error: BaseException) -> None:
+    """One line on stderr naming the input and what is wrong with it."""
+    reason = str(error) if not isinstance(error, MemoryError) else "out of memory while decoding"
+    print(f"error: {path}: {reason}" if str(path) not in reason else f"error: {reason}", file=sys.stderr)
 
 
 def add_device_argument(parser: argparse.ArgumentParser, default: str = "numpy") -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 
 import numpy as np
@@ -21,7 +20,7 @@ import numpy as np
 from ..errors import EngineError, InputError
 from ..io.checkpoint import Checkpoint
 from . import state
-from .base import Command, Pipeline, add_device_argument, softmax_rows
+from .base import INPUT_ERRORS, Command, Pipeline, add_device_argument, bad_input, softmax_rows
 
 
 class ImageClassification(Pipeline):
@@ -118,9 +117,8 @@ def classify_each(task: str, args) -> int:
     for path in args.images:
         try:
             preds = clf(path, top_k=args.top)
-        except (EngineError, OSError, ValueError, MemoryError) as e:
-            reason = str(e) if not isinstance(e, MemoryError) else "out of memory while decoding"
-            print(f"error: {path}: {reason}" if path not in reason else f"error: {reason}", file=sys.stderr)
+        except INPUT_ERRORS as e:
+            bad_input(path, e)
             status = 2
             continue
         if args.json:

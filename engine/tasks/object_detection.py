@@ -30,8 +30,6 @@ The page's worker calls (JSON answers):
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from pathlib import Path
 
@@ -39,7 +37,7 @@ import numpy as np
 
 from ..errors import EngineError, InputError
 from . import state
-from .base import Command, Pipeline, add_device_argument
+from .base import INPUT_ERRORS, Command, Pipeline, add_device_argument, bad_input
 
 TASK = "object-detection"
 POSE = "pose-estimation"
@@ -172,9 +170,8 @@ def _detect(args) -> int:
         try:
             image = as_image(path)
             detections = pipe(image, threshold=args.threshold, size=args.size)
-        except (EngineError, OSError, ValueError, MemoryError) as e:
-            reason = str(e) if not isinstance(e, MemoryError) else "out of memory while decoding"
-            print(f"error: {path}: {reason}" if path not in reason else f"error: {reason}", file=sys.stderr)
+        except INPUT_ERRORS as e:
+            bad_input(path, e)
             status = 2
             continue
         if args.json:
