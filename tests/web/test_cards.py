@@ -89,8 +89,8 @@ def test_the_opened_card_is_the_only_one_painted_before_the_pages_python_runs(de
     assert shown(page) == ["sentences"] and page.evaluate("document.getElementById('opening-card') !== null")
     page.wait_for_function("window.engineClient && window.engineClient.tasksWanted")
     assert page.evaluate("window.engineClient.tasksWanted") == ["sentence-embedding", "digit-classification",
-                                                                "image-classification", "text-generation",
-                                                                "speech-recognition"]
+                                                                "image-classification", "object-detection",
+                                                                "text-generation", "speech-recognition"]
     s.wait_ready()
     wait_shown(page, "sentences")
     assert page.evaluate("document.getElementById('opening-card')") is None
@@ -134,7 +134,7 @@ def test_back_and_forward_and_the_keyboard(dev_server, session_factory):
 
     # arrows move between the tabs (wrapping), Home and End to the ends; Space or Enter opens one;
     # the selected tab is the one Tab reaches (the others: tabindex -1)
-    assert page.eval_on_selector_all("[role=tab]", "els => els.map(e => e.tabIndex)") == [-1, -1, 0, -1, -1]
+    assert page.eval_on_selector_all("[role=tab]", "els => els.map(e => e.tabIndex)") == [-1, -1, -1, 0, -1, -1]
     page.focus("#tab-sentences")
     focused = "() => document.activeElement.dataset.tab"
     page.keyboard.press("ArrowRight")
@@ -181,7 +181,7 @@ def test_a_card_whose_task_the_site_does_not_serve_is_not_shown(dev_server, sess
     page.evaluate("location.hash = '#sentences'")
     page.wait_for_timeout(300)
     assert shown(page) == ["digit"]
-    page.focus("#tab-photo")
+    page.focus("#tab-detect")
     page.keyboard.press("ArrowRight")                    # the hidden tab is skipped
     assert page.evaluate("document.activeElement.dataset.tab") == "chat"
     assert not fetched(s, "sentences")
