@@ -146,29 +146,32 @@ async def bench_threads(n: int) -> str:
     return json.dumps({"requested": n, "used": used, "reason": reason})
 
 
+def _onnx_feed(array: np.ndarray, kind: str) -> dict:
+    """An input for ONNX Runtime Web in the page (web/bench-ort.js): {"type", "dims", "base64"},
+    the array's little-endian bytes as `kind` ("float32" or "int64")."""
+    import base64
+    data = np.ascontiguousarray(array, dtype="<f4" if kind == "float32" else "<i8")
+    return {"type": kind, "dims": list(array.shape), "base64": base64.b64encode(data.tobytes()).decode()}
+
+
 async def bench_peer_cases() -> str:
     """The cases bench_image and bench_text time (EfficientNet batch 1, MiniLM 1x128 and 8x128),
     for a peer in the page (ONNX Runtime Web, web/bench-ort.js) to run on the same inputs: per case
     its inputs by the ONNX graphs' names ({"type", "dims", "base64"}: little-endian bytes) and our
     output on the current device (logits; unit embeddings), which the page checks the peer's against.
     Only the cases whose pipeline is loaded."""
-    import base64
-
-    def feed(array: np.ndarray, kind: str) -> dict:
-        data = np.ascontiguousarray(array, dtype="<f4" if kind == "float32" else "<i8")
-        return {"type": kind, "dims": list(array.shape), "base64": base64.b64encode(data.tobytes()).decode()}
     cases = {}
     async with state.lock:
         if "image-classification" in state.current["pipelines"]:
             pipe = state.loaded("image-classification")
             for b, x in image_inputs().items():
-                cases[f"effnet_b{b}"] = {"feeds": {"pixel_values": feed(x, "float32")},
+                cases[f"effnet_b{b}"] = {"feeds": {"pixel_values": _onnx_feed(x, "float32")},
                                          "output": pipe.logits(x).ravel().round(5).tolist()}
         if "sentence-embedding" in state.current["pipelines"]:
             pipe = state.loaded("sentence-embedding")
             for (n, length), batch in text_inputs().items():
                 await pipe.fetch_rows(batch["input_ids"])
-                cases[f"minilm_{n}x{length}"] = {"feeds": {k: feed(v, "int64") for k, v in batch.items()},
+                cases[f"minilm_{n}x{length}"] = {"feeds": {k: _onnx_feed(v, "int64") for k, v in batch.items()},
                                                  "output": pipe.embed(batch).ravel().round(6).tolist()}
     return json.dumps({"device": state.current["device"], "cases": cases})
 
@@ -218,7 +221,6 @@ async def bench_yolo_cases(pixels, width: int, height: int, sizes=(640, 320)) ->
     same inputs: per case its input as the ultralytics exports name it ("images": {"type", "dims",
     "base64"}) and, to check the peer's output, ours at our YOLO_CHECK_ANCHORS best anchors:
     {"anchors": [index...], "values": [[channel values of that anchor]...], "channels", "classes"}."""
-    import base64
     cases = {}
     async with state.lock:
         for name, pipe, x in _yolo_cases(pixels, width, height, sizes):
@@ -226,9 +228,7 @@ async def bench_yolo_cases(pixels, width: int, height: int, sizes=(640, 320)) ->
             classes = int(pipe.config["nc"])
             best = raw[4:4 + classes].max(0)
             anchors = np.argsort(-best, kind="stable")[:YOLO_CHECK_ANCHORS]
-            data = np.ascontiguousarray(x, dtype="<f4")
-            cases[name] = {"feeds": {"images": {"type": "float32", "dims": list(x.shape),
-                                                "base64": base64.b64encode(data.tobytes()).decode()}},
+            cases[name] = {"feeds": {"images": _onnx_feed(x, "float32")},
                            "anchors": anchors.tolist(), "values": raw[:, anchors].T.round(4).tolist(),
                            "channels": int(raw.shape[0]), "classes": classes}
     return json.dumps({"device": state.current["device"], "cases": cases})
