@@ -206,8 +206,9 @@ function readFrame(source, width, height, size, cache) {
 // time; each answer drawn on the overlay and shown (show). onError(message) when a call fails
 // (the camera then stops).
 class Live {
-  constructor(client, section, onError) {
-    Object.assign(this, { client, section, onError });
+  // onNotice(reply): a reply that says the backend changed (a lost GPU), for the page to follow.
+  constructor(client, section, onError, onNotice = null) {
+    Object.assign(this, { client, section, onError, onNotice });
     this.video = section.querySelector("video");
     this.overlay = section.querySelector("canvas.overlay");
     this.running = false;
@@ -290,6 +291,7 @@ class Live {
         return;
       }
       const t2 = performance.now();
+      if (reply.notice && this.onNotice) this.onNotice(reply);
       if (this.overlay.width !== width || this.overlay.height !== height) {
         this.overlay.width = width;
         this.overlay.height = height;

@@ -26,10 +26,21 @@ def test_switching_backend_while_jobs_run(dev_server, session_factory):
                            "document.querySelector('[data-testid=digit-backend]').textContent === 'numpy'",
                            timeout=30_000)
     assert "backend=numpy" in page.url
-    # during a model's download: the photo is classified on the backend chosen meanwhile
+    # during a model's download: the photo is classified on the backend chosen meanwhile. The
+    # weights are held until the switch is asked for, so a fast download cannot finish first.
+    held, released = [], []
+
+    def hold(route):
+        (route.continue_() if released else held.append(route))
+
+    s.context.route("**/models/efficientnet_lite0/*.safetensors", hold)
     s.open_card("photo")
     page.click("[data-sample]")
+    page.wait_for_function("true")          # lets the route handler run for requests made so far
     page.select_option(BACKEND, "simd")
+    released.append(True)
+    for route in held:
+        route.continue_()
     page.wait_for_function("document.querySelectorAll('[data-testid=image-top5] li').length === 5", timeout=120_000)
     assert page.text_content("[data-testid=image-backend]") == "simd"
     assert s.run("from engine.web import worker\n{t: p.device for t, p in worker._state['pipelines'].items()}") == {

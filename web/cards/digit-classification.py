@@ -83,6 +83,8 @@ def start(card):
             await card.load()                       # at once when the page started with this card
             image = ctx.getImageData(0, 0, canvas.width, canvas.height)
             result = await client.callWithPixels("predict_digit", image)
+            if result is not None:                  # a dropped answer may still carry the only notice
+                card.follow_device(result)
             if drawing_id == pending["drawing"]:     # not cleared meanwhile
                 card.error(None)
                 show_result(result)
@@ -95,8 +97,6 @@ def start(card):
             schedule_prediction()
 
     def show_result(result):
-        if result is not None:
-            card.follow_device(result)
         bars = by_id("digit-probs")
         probs = list(result.probs) if result is not None else [0.0] * 10
         blank = result is None or result.blank

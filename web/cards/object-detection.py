@@ -199,6 +199,11 @@ def start(card):
         by_id("detect-list").dataset.state = "error"
         card.error(message(text))
 
+    def on_live_notice(reply):
+        """The live loop moved off a lost GPU: the page follows, as for a still photo."""
+        card.follow_device(reply)
+        card.error(reply.notice)
+
     def set_camera(on):
         by_id("detect-camera").disabled = on
         by_id("detect-stop").disabled = not on
@@ -214,7 +219,7 @@ def start(card):
         set_busy(True)
         by_id("detect-camera").disabled = True
         opts = options()
-        live = live_js().Live.new(client, section, create_proxy(on_live_error))
+        live = live_js().Live.new(client, section, create_proxy(on_live_error), create_proxy(on_live_notice))
         try:
             await load(opts["task"])
             clear()
