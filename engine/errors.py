@@ -102,6 +102,12 @@ class SourceNotFound(FetchError, FileNotFoundError):
     """The file or URL does not exist (so callers can tell it from a broken one)."""
 
 
+class NeedsAwait(FetchError):
+    """A blocking call needed the browser (a fetch, the Cache API) but this runtime cannot block
+    on a JavaScript promise: no JavaScript Promise Integration, or Python was not entered
+    asynchronously. The message names the awaitable form to use instead."""
+
+
 class UnsafePickle(WeightsError):
     """A pickled checkpoint asks for a global outside the allowlist; nothing of it ran."""
 

@@ -20,24 +20,36 @@ import sys
 import numpy as np
 
 from .dtypes import DType, as_dtype, float32, to_numpy_compute
-from .errors import FetchError, InputError
+from .errors import FetchError, InputError, NeedsAwait
 
 
-def wait(awaitable):
-    """Run a coroutine to completion from synchronous code."""
+def wait(awaitable, hint: str = "await the pipeline's prepare(...)"):
+    """Run a coroutine to completion from synchronous code.
+
+    In Pyodide this blocks through JSPI (`pyodide.ffi.run_sync`); where that cannot be done
+    (no JSPI, or Python was not entered asynchronously), and natively inside a running event
+    loop, it raises NeedsAwait naming `hint`, the awaitable form to use instead."""
     if sys.platform == "emscripten":
         from pyodide.ffi import can_run_sync, run_sync
         if not can_run_sync():
-            raise FetchError("fetching weights from synchronous code needs JavaScript Promise Integration "
-                             "and an asynchronous entry (await the pipeline's prepare() first)")
+            _discard(awaitable)
+            raise NeedsAwait("this call cannot wait for the browser here (this runtime has no JavaScript "
+                             "Promise Integration, or the call was not entered asynchronously): "
+                             f"use `{hint}` instead")
         return run_sync(asyncio.ensure_future(awaitable))
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(awaitable)
-    awaitable.close()
-    raise FetchError("rows of a remote table were needed inside a running event loop: "
-                     "await the pipeline's prepare(...) before calling it")
+    _discard(awaitable)
+    raise NeedsAwait(f"this call cannot block inside a running event loop: use `{hint}` instead")
+
+
+def _discard(awaitable) -> None:
+    """Close a coroutine that will not run (no "never awaited" warning); a future is left alone."""
+    close = getattr(awaitable, "close", None)
+    if close is not None:
+        close()
 
 
 class RowTable:
