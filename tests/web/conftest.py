@@ -43,9 +43,21 @@ class Served:
         self.url, self.root, self.stop = url, root, stop
 
 
-def start_dev_server(root: Path, isolation: bool = True) -> Served:
+class _WithoutCors:
+    """Mixed into the dev server's handler: drops every Access-Control-* header it sends."""
+
+    def send_header(self, name: str, value: str) -> None:
+        if not name.lower().startswith("access-control-"):
+            super().send_header(name, value)
+
+
+def start_dev_server(root: Path, isolation: bool = True, cors: bool = True) -> Served:
+    """The dev server on a free port. cors=False: every Access-Control-* header is dropped, as a
+    host that never heard of CORS would (a fetch from another origin then fails in the browser)."""
     from buildtools.devserver import make_server
     server = make_server(root, port=0, isolation=isolation)
+    if not cors:
+        server.RequestHandlerClass = type("NoCorsHandler", (_WithoutCors, server.RequestHandlerClass), {})
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
 
@@ -90,6 +102,34 @@ def dev_server(site):
     served = start_dev_server(site)
     yield served
     served.stop()
+
+
+EXAMPLES = ROOT / "examples"
+
+
+@pytest.fixture(scope="session")
+def other_origin():
+    """examples/ on a second origin (another port): a plain third-party page, served without the
+    cross-origin isolation headers, as most hosts serve pages. Its pages load the engine from the
+    site origin (dev_server or nginx_server) named in their URL."""
+    served = start_dev_server(EXAMPLES, isolation=False)
+    yield served
+    served.stop()
+
+
+@pytest.fixture
+def serve_folder():
+    """A factory for more origins: serve_folder(root, isolation=False, cors=True) -> Served on a
+    fresh port, stopped when the test ends. cors=False makes a host that sends no CORS headers."""
+    started = []
+
+    def serve(root: Path = EXAMPLES, isolation: bool = False, cors: bool = True) -> Served:
+        served = start_dev_server(Path(root), isolation=isolation, cors=cors)
+        started.append(served)
+        return served
+    yield serve
+    for served in started:
+        served.stop()
 
 
 @pytest.fixture(scope="session")
