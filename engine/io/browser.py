@@ -216,13 +216,14 @@ def check_memory(manifest: dict, name: str, where: str, heap_now: tuple[int, int
                             f"downloaded", file=where)
 
 
-async def load_checkpoint(entry, progress=None):
-    """The Checkpoint of registry entry `entry` from <site>/models/<name>/: its manifest first,
-    then (when the model fits in memory) its weights."""
+async def load_checkpoint(entry, progress=None, site: str | None = None):
+    """The Checkpoint of registry entry `entry` from <site>/models/<name>/ (`site`: a base URL
+    ending in "/"; None: the page's own, engine.registry.site_url()): its manifest first, then
+    (when the model fits in memory) its weights."""
     from .. import registry
     from .remote import fetch_manifest
     from .site import MANIFEST_NAME, fetch_model
-    folder = f"{registry.site_url()}models/{entry.name}/"
+    folder = f"{site or registry.site_url()}models/{entry.name}/"
     transport = JsFetchTransport()
     manifest = await fetch_manifest(folder + MANIFEST_NAME, transport)
     check_memory(manifest, entry.name, folder + MANIFEST_NAME)
