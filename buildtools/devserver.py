@@ -13,7 +13,12 @@ Range requests, so this serves files itself:
   nginx's brotli_static and gzip_static do;
   a Range request always gets the stored bytes (ranges address the body as stored), and
   nothing is compressed on the fly;
-- cross-origin isolation headers (COOP/COEP/CORP) unless turned off;
+- CORS for every response (`Access-Control-Allow-Origin: *`, Range allowed, Content-Range,
+  Content-Length, Accept-Ranges and ETag exposed; OPTIONS preflights answered 204), so a page on
+  another origin can install the wheel and read the kernels, registry and weights by Range;
+- cross-origin isolation headers unless turned off: COOP/COEP on every response, and
+  `Cross-Origin-Resource-Policy` same-origin on HTML documents, cross-origin on everything else
+  (public assets that an isolated page on another origin may embed too);
 - no directory listings, no dot files, nothing outside the served folder.
 """
 from __future__ import annotations
@@ -51,8 +56,17 @@ MIME_TYPES = {
 ISOLATION_HEADERS = {
     "Cross-Origin-Opener-Policy": "same-origin",
     "Cross-Origin-Embedder-Policy": "require-corp",
-    "Cross-Origin-Resource-Policy": "same-origin",
 }
+# Cross-Origin-Resource-Policy under isolation: our HTML stays ours; the rest is public
+RESOURCE_POLICY = {True: "same-origin", False: "cross-origin"}          # keyed by "is an HTML document"
+CORS_HEADERS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Allow-Methods": "GET, HEAD, OPTIONS",
+    "Access-Control-Allow-Headers": "Range",
+    # what a cross-origin fetch may read besides the safelisted headers: the loader's Range checks
+    "Access-Control-Expose-Headers": "Content-Range, Content-Length, Accept-Ranges, ETag",
+}
+PREFLIGHT_MAX_AGE = "86400"                 # a browser may reuse a preflight's answer for a day
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 
 
@@ -100,16 +114,28 @@ class Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self._serve(body=False)
 
+    def do_OPTIONS(self) -> None:
+        """A CORS preflight (a Range the browser does not safelist, e.g. several ranges): 204."""
+        self.send_response(HTTPStatus.NO_CONTENT)
+        self._common_headers()
+        self.send_header("Access-Control-Max-Age", PREFLIGHT_MAX_AGE)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
     # --- helpers ------------------------------------------------------------------
 
-    def _common_headers(self) -> None:
+    def _common_headers(self, html: bool = False) -> None:
+        """The headers of every response; `html`: it is (or revalidates) an HTML document."""
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("Vary", "Accept-Encoding")     # a .gz beside the file may answer instead
         self.send_header("Cache-Control", "no-cache")
         self.send_header("X-Content-Type-Options", "nosniff")
+        for name, value in CORS_HEADERS.items():
+            self.send_header(name, value)
         if self.isolation:
             for name, value in ISOLATION_HEADERS.items():
                 self.send_header(name, value)
+            self.send_header("Cross-Origin-Resource-Policy", RESOURCE_POLICY[html])
 
     def _simple(self, status: HTTPStatus, body: bool, extra: dict | None = None) -> None:
         text = f"{status.value} {status.phrase}\n".encode()
@@ -157,13 +183,14 @@ class Handler(BaseHTTPRequestHandler):
         if encoded is not None:
             f.close()
             f = open(encoded[0], "rb")
+        html = content_type(full).startswith("text/html")
         with f:
             st = os.fstat(f.fileno())
             size = st.st_size
             etag = f'"{st.st_mtime_ns:x}-{size:x}"'
             if self._matches(self.headers.get("If-None-Match"), etag):
                 self.send_response(HTTPStatus.NOT_MODIFIED)
-                self._common_headers()
+                self._common_headers(html)
                 self.send_header("ETag", etag)
                 self.end_headers()
                 return
@@ -177,7 +204,7 @@ class Handler(BaseHTTPRequestHandler):
                 return
             first, last = wanted if wanted else (0, size - 1)
             self.send_response(HTTPStatus.PARTIAL_CONTENT if wanted else HTTPStatus.OK)
-            self._common_headers()
+            self._common_headers(html)
             self.send_header("Content-Type", content_type(full))
             if encoded is not None:
                 self.send_header("Content-Encoding", encoded[1])
@@ -270,6 +297,7 @@ if __name__ == "__main__":                  # python -m buildtools.devserver [DI
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--no-isolation", action="store_true",
-                    help="omit the COOP/COEP/CORP headers, as a host that cannot set headers would")
+                    help="omit the COOP/COEP/CORP headers, as a host that cannot set them would "
+                         "(the CORS headers stay)")
     args = ap.parse_args()
     serve(args.dir, args.host, args.port, isolation=not args.no_isolation)

@@ -1,5 +1,5 @@
-"""The development server: Range, HEAD, ETag, MIME types, isolation headers, precompressed
-files, no escapes."""
+"""The development server: Range, HEAD, ETag, MIME types, isolation and CORS headers,
+precompressed files, no escapes."""
 import http.client
 import threading
 
@@ -143,15 +143,53 @@ def test_mime_types(server, name, mime):
 
 
 def test_isolation_headers(server, plain_server):
-    for path in ("/index.html", "/missing"):
-        r, _ = request(server, path)
-        assert r.getheader("Cross-Origin-Opener-Policy") == "same-origin"
-        assert r.getheader("Cross-Origin-Embedder-Policy") == "require-corp"
-        assert r.getheader("Cross-Origin-Resource-Policy") == "same-origin"
-    r, _ = request(plain_server, "/index.html")
-    assert r.status == 200
-    for name in ("Cross-Origin-Opener-Policy", "Cross-Origin-Embedder-Policy", "Cross-Origin-Resource-Policy"):
-        assert r.getheader(name) is None
+    """COOP/COEP on every response; CORP keeps HTML documents to our origin and lets any origin
+    embed the rest (wasm, wheels, weights, JSON, scripts, errors)."""
+    etag = request(server, "/index.html")[0].getheader("ETag")
+    for path, headers, policy in [("/index.html", {}, "same-origin"), ("/", {}, "same-origin"),
+                                  ("/index.html", {"If-None-Match": etag}, "same-origin"),
+                                  ("/a.wasm", {}, "cross-origin"), ("/a.whl", {}, "cross-origin"),
+                                  ("/a.json", {}, "cross-origin"), ("/a.js", {}, "cross-origin"),
+                                  ("/data.bin", {"Range": "bytes=0-9"}, "cross-origin"),
+                                  ("/missing", {}, "cross-origin")]:
+        r, _ = request(server, path, **headers)
+        assert r.getheader("Cross-Origin-Opener-Policy") == "same-origin", path
+        assert r.getheader("Cross-Origin-Embedder-Policy") == "require-corp", path
+        assert r.getheader("Cross-Origin-Resource-Policy") == policy, (path, headers)
+    for path in ("/index.html", "/a.wasm"):
+        r, _ = request(plain_server, path)
+        assert r.status == 200
+        for name in ("Cross-Origin-Opener-Policy", "Cross-Origin-Embedder-Policy", "Cross-Origin-Resource-Policy"):
+            assert r.getheader(name) is None, (path, name)
+
+
+CORS = {"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Methods": "GET, HEAD, OPTIONS",
+        "Access-Control-Allow-Headers": "Range",
+        "Access-Control-Expose-Headers": "Content-Range, Content-Length, Accept-Ranges, ETag"}
+
+
+@pytest.mark.parametrize("path, headers, status", [
+    ("/a.whl", {}, 200), ("/data.bin", {"Range": "bytes=0-9"}, 206), ("/data.bin", {"Range": "bytes=5000-"}, 416),
+    ("/index.html", {}, 200), ("/missing", {}, 404), ("/a.wasm", {"Accept-Encoding": "gzip"}, 200),
+])
+def test_cors_headers_on_every_response(server, plain_server, path, headers, status):
+    """Another origin may fetch any file by Range and read the headers the loader checks; a
+    server without isolation headers still sends CORS (a static host's usual answer)."""
+    for host in (server, plain_server):
+        r, _ = request(host, path, Origin="http://127.0.0.1:1", **headers)
+        assert r.status == status
+        assert {name: r.getheader(name) for name in CORS} == CORS, path
+
+
+def test_preflight(server):
+    r, body = request(server, "/data.bin", method="OPTIONS", Origin="http://127.0.0.1:1",
+                      **{"Access-Control-Request-Method": "GET", "Access-Control-Request-Headers": "range"})
+    assert r.status == 204 and body == b""
+    assert {name: r.getheader(name) for name in CORS} == CORS
+    assert r.getheader("Access-Control-Max-Age") == "86400"
+    assert r.getheader("Cross-Origin-Resource-Policy") == "cross-origin"
+    r, _ = request(server, "/data.bin", Range="bytes=0-1,4-5", Origin="http://127.0.0.1:1")
+    assert r.status == 200 and r.getheader("Access-Control-Max-Age") is None        # only on preflights
 
 
 def test_index_and_no_listing(server):

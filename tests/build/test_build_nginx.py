@@ -1,4 +1,4 @@
-"""deploy/nginx.conf serves the built site as the page needs: Range, MIME types, isolation."""
+"""deploy/nginx.conf serves the built site as the page needs: Range, MIME types, isolation, CORS."""
 import http.client
 import os
 import shutil
@@ -24,15 +24,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def nginx(dist):
+def _start(root):
+    """nginx serving `root` on a free port: (port, stop)."""
     # world-traversable scratch: workers run as "nobody" when the master is root
     tmp = Path(tempfile.mkdtemp(prefix="engine-nginx-"))
     os.chmod(tmp, 0o755)
     conf = tmp / "nginx.conf"
     for attempt in range(3):                     # another process may take the port first
         port = _free_port()
-        conf.write_text(render_nginx_conf(dist, port, tmp))
+        conf.write_text(render_nginx_conf(root, port, tmp))
         proc = subprocess.Popen(nginx_command(conf, tmp, NGINX), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE)
         deadline = time.monotonic() + 10
@@ -47,10 +47,44 @@ def nginx(dist):
     else:
         log = (tmp / "error.log").read_text() if (tmp / "error.log").exists() else ""
         pytest.fail(f"nginx did not start: {proc.stderr.read().decode()} {log}")
+
+    def stop():
+        proc.terminate()                         # SIGTERM: fast shutdown of master and workers
+        proc.wait(timeout=10)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return port, stop
+
+
+@pytest.fixture(scope="module")
+def nginx(dist):
+    port, stop = _start(dist)
     yield port
-    proc.terminate()                             # SIGTERM: fast shutdown of master and workers
-    proc.wait(timeout=10)
-    shutil.rmtree(tmp, ignore_errors=True)
+    stop()
+
+
+@pytest.fixture(scope="module")
+def small_site():
+    """A few files of each kind a site serves, in a world-readable folder (no build needed)."""
+    root = Path(tempfile.mkdtemp(prefix="engine-nginx-site-"))
+    os.chmod(root, 0o755)
+    for rel, data in [("index.html", b"<!doctype html><title>home</title>"), ("registry.json", b"[]"),
+                      ("kernels/k.simd.wasm", b"\0asm" + bytes(60)), ("pyodide/engine-0.1.0-py3-none-any.whl", bytes(300)),
+                      ("models/m/model.safetensors", bytes(range(256))), ("worker.js", b"//"), ("lab/index.html", b"<p>")]:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.chmod((root / rel).parent, 0o755)
+        (root / rel).write_bytes(data)
+        os.chmod(root / rel, 0o644)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def small_nginx(small_site):
+    if NGINX is None:
+        pytest.skip("nginx is not installed")
+    port, stop = _start(small_site)
+    yield port
+    stop()
 
 
 def request(port, path, method="GET", **headers):
@@ -122,11 +156,12 @@ def test_mime_types(nginx):
 
 @needs_nginx
 def test_isolation_headers_and_no_listing(nginx):
-    for path in ("/build-info.json", "/no-such-file"):
+    for path, policy in (("/build-info.json", "cross-origin"), ("/pyodide/engine.json", "cross-origin"),
+                         ("/", "same-origin"), ("/no-such-file", "same-origin")):    # nginx's 404 page is HTML
         r, _ = request(nginx, path)
         assert r.getheader("Cross-Origin-Opener-Policy") == "same-origin", path
         assert r.getheader("Cross-Origin-Embedder-Policy") == "require-corp", path
-        assert r.getheader("Cross-Origin-Resource-Policy") == "same-origin", path
+        assert r.getheader("Cross-Origin-Resource-Policy") == policy, path
     assert request(nginx, "/pyodide/")[0].status in (403, 404)              # no listing
     assert request(nginx, "/.build-state.json")[0].status == 404
 
@@ -153,3 +188,42 @@ def test_rendered_config_fills_every_placeholder(tmp_path):
 @needs_nginx
 def test_smollm2_loads_lazily_through_nginx(nginx, smollm2_gguf):
     check_lazy_load(f"http://127.0.0.1:{nginx}/", smollm2_gguf)
+
+
+CORS = {"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Methods": "GET, HEAD, OPTIONS",
+        "Access-Control-Allow-Headers": "Range",
+        "Access-Control-Expose-Headers": "Content-Range, Content-Length, Accept-Ranges, ETag"}
+
+
+@needs_nginx
+@pytest.mark.parametrize("path, headers, status, policy", [
+    ("/", {}, 200, "same-origin"), ("/index.html", {}, 200, "same-origin"), ("/lab/index.html", {}, 200, "same-origin"),
+    ("/registry.json", {}, 200, "cross-origin"), ("/kernels/k.simd.wasm", {}, 200, "cross-origin"),
+    ("/pyodide/engine-0.1.0-py3-none-any.whl", {}, 200, "cross-origin"), ("/worker.js", {}, 200, "cross-origin"),
+    ("/models/m/model.safetensors", {"Range": "bytes=10-19"}, 206, "cross-origin"),
+])
+def test_cors_and_resource_policy(small_nginx, path, headers, status, policy):
+    """Public assets are readable from any origin (CORS, by Range) and embeddable by an isolated
+    page on another origin (CORP cross-origin); our HTML documents stay ours, and keep COOP/COEP,
+    revalidated (304) too."""
+    r, body = request(small_nginx, path, Origin="http://127.0.0.1:1", **headers)
+    assert r.status == status, path
+    assert {name: r.getheader(name) for name in CORS} == CORS, path
+    assert r.getheader("Cross-Origin-Resource-Policy") == policy, path
+    assert r.getheader("Cross-Origin-Embedder-Policy") == "require-corp", path
+    assert r.getheader("Access-Control-Max-Age") is None
+    if status == 206:
+        assert body == bytes(range(10, 20)) and r.getheader("Content-Range") == "bytes 10-19/256"
+    if status == 200:
+        r, _ = request(small_nginx, path, **{"If-None-Match": r.getheader("ETag")})
+        assert r.status == 304 and r.getheader("Cross-Origin-Resource-Policy") == policy, path
+        assert r.getheader("Access-Control-Allow-Origin") == "*"
+
+
+@needs_nginx
+def test_preflight(small_nginx):
+    r, body = request(small_nginx, "/models/m/model.safetensors", method="OPTIONS", Origin="http://127.0.0.1:1",
+                      **{"Access-Control-Request-Method": "GET", "Access-Control-Request-Headers": "range"})
+    assert r.status == 204 and body == b""
+    assert {name: r.getheader(name) for name in CORS} == CORS
+    assert r.getheader("Access-Control-Max-Age") == "86400"
