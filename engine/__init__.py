@@ -6,7 +6,7 @@ from .errors import EngineError
 from .functions import *  # noqa: F401,F403  (torch.* level functions)
 from .functions import __all__ as _function_names
 from .io import load_ctranslate2, load_gguf, load_safetensors, save_safetensors
-from .tasks import pipeline
+from .tasks import pipeline, pipeline_async
 from . import nn, registry  # noqa: E402  (as with torch: engine.nn.functional after `import engine`)
 from .tensor import Tensor, from_numpy, tensor
 from .threads import get_num_threads, set_num_threads

@@ -184,13 +184,21 @@ _site: dict = {"url": None}
 
 
 def set_site(url: str) -> None:
-    """The site's base URL, in the browser (the worker sets it): default weights come from there."""
+    """The site's base URL, in the browser (our page's worker sets it; `engine.pipeline(task,
+    site=URL)` sets it in any other page where none is set): default weights and the SIMD
+    kernels come from there."""
     _site["url"] = url if url.endswith("/") else url + "/"
+
+
+def known_site() -> str | None:
+    """The site's base URL when one is set, else None."""
+    return _site["url"]
 
 
 def site_url() -> str:
     if _site["url"] is None:
-        raise WeightsError("the site's address is unknown: call engine.registry.set_site(url) first")
+        raise WeightsError("this page has no site to load models from: pass site=URL, the base URL of a built "
+                           "site (engine.pipeline(task, site=URL)), or call engine.registry.set_site(URL)")
     return _site["url"]
 
 
@@ -208,7 +216,14 @@ def default_location(entry: Model) -> str:
     if source.registry == "repo":               # shipped with the code: no build needed
         root = Path(importlib.import_module(MODEL_PACKAGE).__file__).resolve().parent.parent
         return str(root / source.files["weights"])
-    built = dist_folder() / "models" / entry.name / entry.site_file
+    return built_location(entry, dist_folder())
+
+
+def built_location(entry: Model, site: Path) -> str:
+    """The file that opens `entry`'s weights in the built site folder `site` (its
+    models/<name>/): the index, the GGUF, or the manifest of a GGUF split into parts."""
+    source = entry.source("weights")
+    built = Path(site) / "models" / entry.name / entry.site_file
     if entry.site_format == "gguf" and not built.exists() and (built.parent / MANIFEST_NAME).exists():
         return str(built.parent / MANIFEST_NAME)
     if not built.exists():

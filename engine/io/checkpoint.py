@@ -4,7 +4,9 @@ The tensors are a lazy mapping by checkpoint name (engine.load_safetensors, engi
 a .pth reader, or what engine.io.site.fetch_model prefetched in the browser: safetensors or a
 GGUF, as the site's manifest says), or a location the model's loader opens; the processor files
 (labels.json, tokenizer.json, config.json, ...) come from memory when they were fetched
-with the weights, else from beside the weights' location.
+with the weights, else from beside the weights' location. A checkpoint fetched from a site's
+model folder is `complete`: its manifest lists every processor file the folder has, all of them
+fetched, so a file it lacks is absent without another request.
 """
 from __future__ import annotations
 
@@ -26,17 +28,24 @@ def beside(location: str, name: str) -> str:
 
 class Checkpoint:
     def __init__(self, tensors, files: dict[str, bytes] | None = None, location: str | None = None,
-                 fallback: str | None = None):
+                 fallback: str | None = None, complete: bool = False):
         self.tensors = tensors          # a lazy mapping by name, or a location the model's loader opens
         self.files = dict(files or {})
         self.location = location        # where the processor files lie beside
         self.fallback = fallback        # ... else beside this one (the default weights)
+        self.complete = complete        # `files` holds every processor file there is: look nowhere else
 
     def file(self, name: str, required: bool = True) -> bytes | None:
         """The bytes of processor file `name`; None when absent and not `required`."""
         if name in self.files:
             return self.files[name]
         places = [p for p in (self.location, self.fallback) if p is not None]
+        if self.complete:
+            if not required:
+                return None
+            where = beside(places[0], name) if places else name
+            raise WeightsError(f"{name} is missing: the site's manifest of this model lists no such file "
+                               f"(a site built by this engine's `python build.py` has it)", file=where)
         for place in places:
             try:
                 with open_source(beside(place, name)) as source:

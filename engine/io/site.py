@@ -15,24 +15,30 @@ A folder whose manifest says "container": "gguf" (engine.io.manifest) serves a G
 or split into byte parts: `fetch_gguf` reads its header in one request and its tensors as
 they are wanted (`fetch_model` does the same and prefetches them all). Natively,
 `open_gguf_folder` reads such a folder from disk, parts and all.
+
+A whole built site is named by its base (`site_root`: a URL, or natively a folder), and says
+which models it serves in its registry.json (`read_registry`, `served_model`), as
+`engine.pipeline(task, site=...)` checks before it fetches a model folder.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import urllib.parse
 from pathlib import Path
 
 from .. import dtypes
-from ..errors import IntegrityError, InvalidHeader, TruncatedFile
+from ..errors import InputError, IntegrityError, InvalidHeader, SourceNotFound, TruncatedFile
 from ..untrusted import load_json, shown
 from .checkpoint import Checkpoint
 from .gguf import GGUFFile
 from .manifest import key_prefix, cache_key, check_manifest, gguf_parts
 from .remote import RemoteGGUF, Loader, fetch_manifest, fetch_safetensors
 from ..rows import RowTable
-from .sources import ByteSource, FileSource
+from .sources import ByteSource, FileSource, is_url
 
 MANIFEST_NAME = "manifest.json"
+REGISTRY_NAME = "registry.json"
 _LOADER_OPTIONS = ("coalesce_gap", "max_run_bytes", "retries", "backoff", "sleep", "concurrency")
 
 
@@ -231,7 +237,7 @@ async def fetch_model(folder: str, *, transport, cache=None, progress=None, mani
     files = {}
     for name, entry in manifest.get("extra", {}).items():
         files[name] = await fetch_file(loader, folder + name, entry["sha256"], entry["size"])
-    return Checkpoint(_Overlay(weights, tables), files, location=location)
+    return Checkpoint(_Overlay(weights, tables), files, location=location, complete=True)
 
 
 # --- a GGUF folder on disk ---------------------------------------------------------------
@@ -287,3 +293,61 @@ def open_gguf_folder(location) -> GGUFFile:
         for part in parts:
             part.close()
         raise
+
+
+# --- a built site: its base and its registry ---------------------------------------------
+def site_root(site, page_url: str | None = None) -> str:
+    """`site=` as a base: an http(s) URL ending in "/"; in the browser (`page_url`, the page's or
+    the worker's own address) a relative URL is resolved against it; natively a built site's
+    folder (dist/, or what `python build.py --out FOLDER` wrote)."""
+    if isinstance(site, os.PathLike):
+        site = os.fspath(site)
+    if not isinstance(site, str) or not site:
+        raise InputError(f"site must be the base URL of a built site (or natively its folder), got {site!r}")
+    if page_url is not None and not is_url(site):
+        site = urllib.parse.urljoin(page_url, site)
+    if is_url(site):
+        return site if site.endswith("/") else site + "/"
+    if page_url is not None or not Path(site).is_dir():
+        raise InputError(f"site {site!r} is neither an http(s) URL nor a folder" if page_url is None else
+                         f"site {site!r} is not an http(s) URL: in the browser a site is a URL")
+    return os.fspath(Path(site))
+
+
+async def read_registry(root: str, transport=None) -> list[dict]:
+    """The models the built site at `root` (site_root) serves: its registry.json, each entry
+    with at least "name" and "tasks" (engine.registry.describe wrote it)."""
+    where = root + REGISTRY_NAME if is_url(root) else os.path.join(root, REGISTRY_NAME)
+    try:
+        if is_url(root):
+            body, _ = await Loader(transport).request(where)
+        else:
+            with FileSource(where) as source:
+                body = bytes(source.read(0, source.size()))
+    except SourceNotFound:
+        raise SourceNotFound(f"no built site at {root}: it has no {REGISTRY_NAME}", file=where) from None
+    doc = load_json(body, lambda message: InvalidHeader(message, file=where), what=f"the site's {REGISTRY_NAME}")
+    if not (isinstance(doc, list) and all(isinstance(m, dict) and isinstance(m.get("name"), str)
+                                          and isinstance(m.get("tasks"), list) for m in doc)):
+        raise InvalidHeader(f"the site's {REGISTRY_NAME} is not a list of models, each with \"name\" and "
+                            f"\"tasks\"", file=where)
+    return doc
+
+
+def served_model(models: list[dict], root: str, task: str, model: str | None, known) -> str:
+    """The name of the model that serves `task` from the site at `root` (its registry.json's
+    `models`): `model` when the site serves it, else the site's first model for the task that
+    this engine has code for (`known` names).
+    """
+    listing = "; ".join(f"{m['name']} ({', '.join(map(str, m['tasks']))})" for m in models) or "nothing"
+    if model is not None:
+        if not any(m["name"] == model for m in models):
+            raise InputError(f"the site {root} does not serve the model {model!r}; it serves: {listing}")
+        return model
+    serving = [m["name"] for m in models if task in m["tasks"]]
+    usable = [name for name in serving if name in known]
+    if not usable:
+        what = f"only with models this engine has no code for ({', '.join(serving)})" if serving else \
+            "with no model"
+        raise InputError(f"the site {root} serves the task {task!r} {what}; it serves: {listing}")
+    return usable[0]

@@ -102,23 +102,141 @@ def worker_entry_points() -> dict:
     return table
 
 
-def pipeline(task: str, device: str | None = None, weights=None, model: str | None = None, **options):
+def pipeline(task: str, device: str | None = None, weights=None, model: str | None = None, site=None, **options):
     """A ready-to-call pipeline for `task` (see engine.registry.tasks()) on `device`, run by the
     first model registered for the task, or by the registry model named `model`; `options` go to
-    the pipeline (image classification: labels=; sentence embedding: max_length=)."""
+    the pipeline (image classification: labels=; sentence embedding: max_length=).
+
+    weights: the checkpoint (a file, folder or URL, a mapping of tensors); default the model's
+    copy on the site: natively the built dist/ (or the file bundled with the code), in our page
+    the page's own site. site: the base URL of a built site (natively also its folder): its
+    registry.json must serve the model (by default its first model for `task`), whose weights,
+    row tables and processor files then come from <site>/models/<name>/ (in Pyodide, where any
+    page may call this, that site also becomes the page's site if it has none: the SIMD kernels
+    come from it).
+
+    In Pyodide this waits for the browser's fetches through JavaScript Promise Integration; where
+    Python cannot block (no JSPI, or a synchronous call from JavaScript) it raises
+    engine.errors.NeedsAwait: `await engine.pipeline_async(...)` is the same call, awaited."""
     from .. import registry
-    from ..device import best_for_pipeline, get_backend
+    from ..io.checkpoint import Checkpoint
+    if site is None and (not registry.in_browser() or isinstance(weights, Checkpoint)):
+        entry = _entry(task, model)                 # nothing to fetch before the model is built
+        return _build(entry, task, _device(entry, device), weights, options)
+    from .base import open_checkpoint_async
+    entry, root = _block(_site_model(task, model, site, device))
+    device = _device(entry, device)
+    return _build(entry, task, device, _block(open_checkpoint_async(entry, weights, root)), options)
+
+
+async def pipeline_async(task: str, device: str | None = None, weights=None, model: str | None = None, site=None,
+                         **options):
+    """engine.pipeline with every fetch awaited: the form for a Pyodide page that cannot block
+    (a PyScript page's main thread, a JupyterLite notebook, a browser without JSPI). Natively it
+    works too. The returned pipeline holds its model, so calling it waits for nothing (in the
+    browser, a sentence embedding's word rows are fetched as texts need them: `await
+    pipe.prepare(texts)` first where nothing may block)."""
+    from .base import open_checkpoint_async
+    entry, root = await _site_model(task, model, site, device)
+    device = _device(entry, device)
+    return _build(entry, task, device, await open_checkpoint_async(entry, weights, root), options)
+
+
+def _entry(task: str, model: str | None):
+    """The local registry's model for `task` (or the one named `model`), checked to serve it."""
+    from .. import registry
     entry = registry.for_task(task) if model is None else registry.model(model)
+    _check_serves(entry, task)
+    return entry
+
+
+def _check_serves(entry, task: str) -> None:
     if task not in entry.tasks:
         raise InputError(f"model {entry.name} does not serve the task {task!r}; it serves: {', '.join(entry.tasks)}")
+    if entry.pipeline is None:
+        raise InputError(f"no pipeline runs {entry.name} yet")
+
+
+def _device(entry, device: str | None) -> str | None:
+    from ..device import best_for_pipeline, get_backend
     if device is None:
         device = best_for_pipeline(entry.native_device)   # natively simd where measured faster, else the default
     get_backend(device)                       # a clear error for an unknown device, before loading
-    if entry.pipeline is None:
-        raise InputError(f"no pipeline runs {entry.name} yet")
+    return device
+
+
+def _build(entry, task: str, device: str | None, weights, options: dict):
     cls = getattr(module_for(entry.pipeline), "PIPELINE", None)
     if cls is None:
         raise EngineError(f"the task module of {entry.pipeline!r} has no PIPELINE")
     pipe = cls(entry, device=device, weights=weights, **options)
     pipe.task = task
     return pipe
+
+
+async def _site_model(task: str, model: str | None, site, device: str | None):
+    """(registry entry, site root or None): the model the built site `site` serves for `task`
+    (its registry.json read and checked), or with no site the local registry's. In Pyodide the
+    site becomes the page's when it has none, and the SIMD kernels are fetched from the page's
+    site where they are missing, before any backend is chosen."""
+    from .. import registry
+    if site is None:
+        entry, root = _entry(task, model), None
+    else:
+        from ..io.site import read_registry, served_model, site_root
+        root = site_root(site, _page_url())
+        served = await read_registry(root, _transport())
+        entry = registry.model(served_model(served, root, task, model, registry.models()))
+        _check_serves(entry, task)
+        if registry.in_browser() and registry.known_site() is None:
+            registry.set_site(root)
+    if registry.in_browser() and device in (None, "simd"):
+        await _ensure_kernels(root or registry.site_url())
+    return entry, root
+
+
+async def _ensure_kernels(site: str) -> None:
+    """The SIMD kernels in Pyodide's file system, fetched from `site` where the page has not put
+    them there; when that cannot be done the device choice says why (engine.device)."""
+    from ..backends.simd import library
+    ensure = getattr(library, "ensure_kernels", None)
+    if ensure is not None:
+        await ensure(site)
+
+
+def _page_url() -> str | None:
+    """The address of the page (or worker) running this, in the browser: relative sites resolve
+    against it. None natively."""
+    from .. import registry
+    if not registry.in_browser():
+        return None
+    import js
+    return str(js.location.href)
+
+
+def _transport():
+    from .. import registry
+    if registry.in_browser():
+        from ..io.browser import JsFetchTransport
+        return JsFetchTransport()
+    from ..io.remote import UrllibTransport
+    return UrllibTransport()
+
+
+def _block(awaitable):
+    """Run `awaitable` to its end from synchronous code: in Pyodide through JSPI (else NeedsAwait
+    naming pipeline_async); natively in a fresh event loop, in a thread of its own when this one
+    already runs a loop (a notebook's)."""
+    from .. import registry
+    if registry.in_browser():
+        from ..rows import wait
+        from .base import AWAITABLE
+        return wait(awaitable, hint=AWAITABLE)
+    import asyncio
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(awaitable)
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, awaitable).result()

@@ -12,6 +12,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,32 +20,69 @@ import numpy as np
 from .. import registry
 from ..errors import DeviceLost, EngineError, WeightsError
 from ..io.checkpoint import Checkpoint, location_of
+from ..io.sources import is_url
 
 if TYPE_CHECKING:                               # the page's worker imports this module, and needs no argparse
     import argparse
 
 
-def open_checkpoint(entry: registry.Model, weights) -> Checkpoint:
+AWAITABLE = "await engine.pipeline_async(...)"    # what to use where a pipeline cannot wait for the browser
+
+
+def open_checkpoint(entry: registry.Model, weights, site: str | None = None) -> Checkpoint:
     """What `weights=` names, as a Checkpoint: None (the registry's default: in the browser the
     site's copy, fetched by Range), a location (file, index, folder, URL), a mapping of tensors,
-    or a Checkpoint as is."""
+    or a Checkpoint as is. `site` (engine.io.site.site_root): the built site whose copy of the
+    model holds the processor files (labels, tokenizer) that `weights` lacks."""
     if isinstance(weights, Checkpoint):
         return weights
     if weights is None:
         if registry.in_browser():                  # the site's copy, by Range (engine.io.browser)
             from ..rows import wait
             from ..io.browser import load_checkpoint
-            return wait(load_checkpoint(entry))
-        default = registry.default_location(entry)
+            return wait(load_checkpoint(entry, site=site), hint=AWAITABLE)
+        default = registry.default_location(entry) if site is None else registry.built_location(entry, site)
         return Checkpoint(default, location=default)
     location = location_of(weights)
-    if location is None or location.endswith((".pth", ".pt")):     # no processor files beside those
+    if site is not None:
+        fallback = site_location(entry, site)
+    elif location is None or location.endswith((".pth", ".pt")):
         try:
             fallback = registry.default_location(entry)
         except WeightsError:                                       # not built: a missing file says so
             fallback = None
+    else:
+        fallback = None
+    if location is None or location.endswith((".pth", ".pt")):     # no processor files beside those
         return Checkpoint(weights, fallback=fallback)
-    return Checkpoint(weights, location=location)
+    return Checkpoint(weights, location=location, fallback=fallback)
+
+
+def site_location(entry: registry.Model, site: str) -> str:
+    """Where `entry`'s weights open in the built site `site` (a base URL ending in "/", or a folder)."""
+    if is_url(site):
+        return f"{site}models/{entry.name}/{entry.site_file}"
+    return str(Path(site) / "models" / entry.name / entry.site_file)
+
+
+async def open_checkpoint_async(entry: registry.Model, weights, site: str | None = None) -> Checkpoint:
+    """open_checkpoint with every fetch awaited: with no `weights`, the model's folder on the
+    built site `site` (None: in the browser the page's own site, natively dist/), its tensors
+    and processor files fetched here, so that building the model waits for nothing. Natively a
+    site's row tables are fetched whole (as dist/'s are read whole): no call waits later."""
+    if isinstance(weights, Checkpoint) or weights is not None or (site is None and not registry.in_browser()):
+        return open_checkpoint(entry, weights, site)
+    if registry.in_browser():
+        from ..io.browser import load_checkpoint
+        return await load_checkpoint(entry, site=site)
+    if not is_url(site):
+        return open_checkpoint(entry, None, site)
+    from ..io.remote import UrllibTransport
+    from ..io.site import fetch_model
+    checkpoint = await fetch_model(f"{site}models/{entry.name}/", transport=UrllibTransport())
+    for table in getattr(checkpoint.tensors, "tables", {}).values():
+        await table.fetch(np.arange(table.shape[0]))
+    return checkpoint
 
 
 class Pipeline:
