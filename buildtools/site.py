@@ -2,7 +2,8 @@
 
 dist/
     index.html, *.py, *.js, ...   the page from web/: as is, but for its cards (cards.py)
-    pyodide/                      the runtime, verified wheels, engine wheel, generated lock
+    pyodide/                      the runtime, verified wheels, engine wheel, generated lock, and
+                                  engine.json (which names the current wheel, for other pages)
     pyscript/                     @pyscript/core's dist/
     micropython/                  MicroPython for PyScript (the page's UI code runs on it)
     models/<name>/                sharded weights, index and manifest, or a GGUF (see convert.py)
@@ -274,6 +275,8 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
         official = runtime.shipped_lock(runtime.official_lock(pyodide_tgz), b.dist / "pyodide")
         lock = wheel.lock_with_package(official, path, meta)
         (out / "pyodide" / runtime.LOCK_NAME).write_text(json.dumps(lock, separators=(",", ":")))
+        info = wheel.discovery(path, meta, runtime.PYODIDE[1])
+        (out / "pyodide" / wheel.DISCOVERY_NAME).write_text(json.dumps(info, indent=1) + "\n")
     b.run(Step("engine", {"project": meta, "sources": b.files(wheel.sources(root), root),
                           "pyproject": b.digest(root / "pyproject.toml"), "pyodide": b.digest(pyodide_tgz),
                           "restored": {rel: record["sha256"] for rel, record in b.outputs("pyodide").items()

@@ -8,6 +8,10 @@ It holds `engine/**.py` (and `**.wgsl`) and the model definitions (`models/*.py`
 The generated `pyodide-lock.json` is the official one plus an `engine` entry
 shaped like the official pure-Python ones, so the page can call
 `pyodide.loadPackage("engine")` and Pyodide checks the wheel's sha256 itself.
+
+`pyodide/engine.json` beside the wheel names it for everyone else: micropip needs the real
+file name (a version in it), which changes with each release, so a page on another origin
+reads this small file first, then `await micropip.install(SITE + info["url"])`.
 """
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 PACKAGES = ("engine",)                  # shipped whole (every .py below them)
 MODEL_FOLDER = "models"                 # shipped without train_*.py
 IMPORTS = ["engine", "models"]
+DEPENDS = ["numpy"]                     # Pyodide packages the engine imports (the lock's "depends")
+DISCOVERY_NAME = "engine.json"          # beside the wheel: which wheel is current
 
 
 def project(root: Path) -> dict:
@@ -106,7 +112,17 @@ def lock_with_package(official: dict, wheel: Path, meta: dict) -> dict:
         "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
         "package_type": "package",
         "imports": list(IMPORTS),
-        "depends": ["numpy"],
+        "depends": list(DEPENDS),
         "unvendored_tests": False,
     }
     return lock
+
+
+def discovery(wheel: Path, meta: dict, pyodide_version: str, folder: str = "pyodide") -> dict:
+    """What pyodide/engine.json says about the wheel: its file name, its URL relative to the
+    site's root (`folder`/name), sha256 and size to check it by, the Pyodide packages it needs,
+    and the Pyodide version the site ships (the one its kernels and NumPy wheel are built for)."""
+    data = wheel.read_bytes()
+    return {"name": meta["name"], "version": meta["version"], "wheel": wheel.name,
+            "url": f"{folder}/{wheel.name}", "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
+            "requires": list(DEPENDS), "pyodide": pyodide_version}

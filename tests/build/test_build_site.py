@@ -101,6 +101,18 @@ def test_generated_lock_lists_the_engine_like_micropip(dist, lock):
     assert set(entry) == set(lock["packages"]["micropip"])
 
 
+def test_engine_json_names_the_current_wheel(dist, lock):
+    """pyodide/engine.json: how a page on another origin finds the wheel to micropip.install
+    (its file name carries the version), with the hash and size to check it by."""
+    info = json.loads((dist / "pyodide" / "engine.json").read_text())
+    wheel = dist / info["url"]                        # relative to the site's root
+    assert info == {"name": "engine", "version": "0.1.0", "wheel": "engine-0.1.0-py3-none-any.whl",
+                    "url": "pyodide/engine-0.1.0-py3-none-any.whl", "sha256": sha256(wheel.read_bytes()),
+                    "size": wheel.stat().st_size, "requires": ["numpy"], "pyodide": runtime.PYODIDE[1]}
+    assert info["sha256"] == lock["packages"]["engine"]["sha256"] and info["pyodide"] == "0.27.7"
+    assert "pyodide/engine.json" in (dist / "sw.js").read_text()          # kept for offline use
+
+
 def _tampered_cache(cache: Path, tmp: Path) -> Path:
     """A copy of the cache whose provisa wheel carries a NumPy wheel with one byte flipped."""
     (tmp / "npm").mkdir(parents=True)
