@@ -7,9 +7,11 @@ Two levels, imported one way only:
   model folder the build wrote, and opens it with the format readers.
 
 `load_gguf` below is where the two meet: a GGUF file goes to the format reader, a site's model
-folder to the site.
+folder to the site. So are URLs: in Pyodide `open_source` reads one through the browser
+(engine.io.urls), and the awaitable forms `load_*_async` fetch one in any Python.
 """
 import os
+import sys
 
 from .ctranslate2 import CTranslate2File, load_ctranslate2  # noqa: F401
 from .gguf import GGUFFile, QuantizedTensor  # noqa: F401
@@ -18,7 +20,7 @@ from .pth import ModuleCheckpoint, ModuleRecord, load_pth, read_module_checkpoin
 from .safetensors import (SafetensorsFile, ShardedSafetensors, TensorInfo,  # noqa: F401
                           load_safetensors, save_safetensors)
 from .sources import (ByteSource, BytesSource, FileSource, HttpSource,  # noqa: F401
-                      RangeSource, SourceNotFound, is_url, open_source)
+                      RangeSource, SourceNotFound, is_url, open_source, set_url_opener)
 
 
 def load_gguf(location) -> GGUFFile:
@@ -29,3 +31,32 @@ def load_gguf(location) -> GGUFFile:
         from .site import open_gguf_folder
         return open_gguf_folder(location)
     return _open_gguf_file(location)
+
+
+# --- URLs in every Python (engine.io.urls, imported on first use: it brings the site layer) ------
+def _open_url(url: str) -> ByteSource:
+    from .urls import open_url
+    return open_url(url)
+
+
+if sys.platform == "emscripten":        # urllib has no network there: the browser fetches
+    set_url_opener(_open_url)
+
+
+async def load_safetensors_async(location, **options):
+    """`await` form of load_safetensors: a URL's header, then all its tensors, fetched (the browser's
+    fetch in Pyodide, with or without JSPI); the file returned reads from memory."""
+    from .urls import load_safetensors_async as load
+    return await load(location, **options)
+
+
+async def load_gguf_async(location, **options) -> GGUFFile:
+    """`await` form of load_gguf: a URL's header, then all its tensors, fetched; read from memory."""
+    from .urls import load_gguf_async as load
+    return await load(location, **options)
+
+
+async def load_pth_async(location, **options):
+    """`await` form of load_pth: a URL's checkpoint fetched whole, then read as load_pth does."""
+    from .urls import load_pth_async as load
+    return await load(location, **options)

@@ -21,7 +21,9 @@ the sizes in its manifest, before downloading any weights.
 """
 from __future__ import annotations
 
-from ..errors import ModelTooLarge
+import urllib.parse
+
+from ..errors import FetchError, ModelTooLarge
 
 STALL_SECONDS = 20.0        # a request that delivers less than STALL_BYTES in this long is aborted
 STALL_BYTES = 1024
@@ -90,6 +92,15 @@ def _js_object(value):
     return to_js(value, dict_converter=js.Object.fromEntries)
 
 
+def _other_origin(url: str) -> str | None:
+    """`url`'s origin (scheme://host:port) when it is not this page's, else None."""
+    import js
+    here = getattr(getattr(js, "location", None), "origin", None)
+    parts = urllib.parse.urlsplit(urllib.parse.urljoin(str(js.location.href), url) if here else url)
+    origin = f"{parts.scheme}://{parts.netloc}"
+    return origin if here and origin != str(here) else None
+
+
 class JsFetchTransport:
     """`engine.io.remote.Transport` over `fetch`. A request that delivers less than
     `stall_bytes` in `stall_timeout` seconds (the wait for the headers included) is aborted
@@ -112,9 +123,22 @@ class JsFetchTransport:
             result = await _helper.get(url, _js_object(headers), int(self.stall_timeout * 1000),
                                        self.stall_bytes, headers_only)
         except JsException as e:
-            raise ConnectionError(str(e).removeprefix("Error: ")) from None
+            message = str(e).removeprefix("Error: ")
+            other = _other_origin(url)
+            if other and "(TypeError:" in message:
+                # the browser hides why (a refused CORS check, an unreachable host): say the likely one
+                from .remote import Unexplained
+                raise Unexplained(f"the browser gives no reason ({message.removeprefix('the connection failed (')}; "
+                                  f"the likely cause is that {other} does not allow cross-origin requests (CORS) "
+                                  f"from this page") from None
+            raise ConnectionError(message) from None
         found = {str(k).lower(): str(v) for k, v in result.headers.to_py().items()}
-        return int(result.status), found, result.body.to_bytes()
+        status = int(result.status)
+        if status == 206 and "content-range" not in found and _other_origin(url):
+            raise FetchError("the server answered the Range request, but does not let this page read its "
+                             "Content-Range header: another origin's page needs it listed in "
+                             "Access-Control-Expose-Headers", file=url)
+        return status, found, result.body.to_bytes()
 
     async def get(self, url: str, start: int | None = None, end: int | None = None):
         headers = dict(self.headers)

@@ -17,7 +17,8 @@ module saved by torch.save (`read_module_checkpoint`, ultralytics' .pt files) ev
 becomes an inert record. The stand-ins only record descriptors (storage, offset, size, stride);
 arrays are cut from the storage bytes afterwards, bounds-checked, as contiguous copies.
 
-`load_pth` reads both: a state dict by its names, a module checkpoint by module path.
+`load_pth` reads both: a state dict by its names, a module checkpoint by module path, from a
+path, bytes or an http(s) URL (fetched whole through engine.io.sources.open_source).
 """
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ from .pickled import (
     module_tree,
     unpickle,
 )
+from .sources import is_url, open_source
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
@@ -289,6 +291,11 @@ def _read(path_or_bytes, name: str | None, kind: _Kind):
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         file = name or "<bytes>"
         data = bytes(path_or_bytes)      # copies only a bytearray or memoryview
+        handle, size = None, len(data)
+    elif is_url(path_or_bytes):          # read whole: every tensor is read anyway
+        file = name or path_or_bytes
+        with open_source(path_or_bytes) as source:
+            data = bytes(source.read(0, source.size()))
         handle, size = None, len(data)
     else:
         file = name or os.fspath(path_or_bytes)

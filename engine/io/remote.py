@@ -40,7 +40,7 @@ from .manifest import (cache_key, check_gguf_header, check_header, check_manifes
                        is_stale, run_digest, tiling)
 from .safetensors import (MAX_HEADER_BYTES, SafetensorsFile, ShardedSafetensors, TensorInfo,
                           parse_json)
-from .sources import CONTENT_RANGE, ByteSource, http_get
+from .sources import CONTENT_RANGE, ByteSource, html_page, http_get
 
 HEAD_BYTES = 64 * 1024          # one request usually holds the whole header
 WHOLE_FILE_LIMIT = 128 << 20    # a host without byte ranges: files up to this size are read whole
@@ -121,9 +121,14 @@ class _NoRanges(Exception):
         self.size = size
 
 
+class Unexplained(ConnectionError):
+    """A failed request whose message is already the whole reason a person needs (the browser's
+    refusal of a cross-origin request, which it does not explain)."""
+
+
 def _describe(error: Exception) -> str:
     """An exception as a reason in a message: network errors speak for themselves."""
-    if isinstance(error, (_Retry, _NoRanges)) or type(error) in (ConnectionError, TimeoutError) or \
+    if isinstance(error, (_Retry, _NoRanges, Unexplained)) or type(error) in (ConnectionError, TimeoutError) or \
             type(error).__name__ == "JsException":
         return str(error) or type(error).__name__
     return f"{type(error).__name__}: {error}"
@@ -138,6 +143,9 @@ def _check_reply(url, start, end, probe, size, status, headers, body) -> tuple[b
     """(body, file size) of a good reply; raise a permanent WeightsError, _NoRanges or _Retry."""
     if status in (404, 410):
         raise SourceNotFound(f"not found (HTTP {status})", file=url)
+    html = html_page(headers, body, start) if status in (200, 206) else None
+    if html is not None:
+        raise FetchError(f"{html}: is the URL right?", file=url)
     content_range = headers.get("content-range", "")
     match = CONTENT_RANGE.fullmatch(content_range.strip())
     if start is None:
@@ -218,8 +226,9 @@ async def _gather(coroutines):
 class Loader:
     def __init__(self, transport, cache=None, manifest=None, progress=None, *,
                  coalesce_gap=64 * 1024, max_run_bytes=8 << 20, retries=3, backoff=0.25,
-                 sleep=asyncio.sleep, concurrency=4):
+                 sleep=asyncio.sleep, concurrency=4, whole_files=True):
         self.transport, self.cache, self.manifest = transport, cache, manifest
+        self.whole_files = whole_files           # False: a host without byte ranges is an error
         self.progress, self.coalesce_gap, self.max_run = progress, coalesce_gap, max_run_bytes
         self.retries, self.backoff, self.sleep = retries, backoff, sleep
         self.concurrency, self._limits = concurrency, {}
@@ -297,6 +306,8 @@ class Loader:
         """Bytes [start, end) of `url` cut from the whole file, downloaded once (by whoever asks
         first) and kept until the end of the current load() (a row table's loader, which never
         loads, keeps it: its rows are cut from it as texts need them)."""
+        if not self.whole_files:
+            raise FetchError(f"{reason}; serve it from a host with HTTP Range support", file=url)
         self._no_ranges[url] = reason
         if size is not None and size > WHOLE_FILE_LIMIT:
             limit = f"{WHOLE_FILE_LIMIT >> 20} MiB" if WHOLE_FILE_LIMIT >= 1 << 20 else f"{WHOLE_FILE_LIMIT:,} bytes"
@@ -568,7 +579,7 @@ async def fetch_safetensors(url: str, *, transport: Transport, names=None,
                             manifest: dict | None = None, cache: CacheStore | None = None,
                             progress=None, coalesce_gap: int = 64 * 1024,
                             max_run_bytes: int = 8 << 20, retries: int = 3, backoff: float = 0.25,
-                            sleep=asyncio.sleep, concurrency: int = 4):
+                            sleep=asyncio.sleep, concurrency: int = 4, whole_files: bool = True):
     """Prefetch the tensors `names` (all by default) of a .safetensors URL or an index URL.
 
     Returns a `SafetensorsFile` or `ShardedSafetensors` whose wanted tensors read from
@@ -577,12 +588,13 @@ async def fetch_safetensors(url: str, *, transport: Transport, names=None,
     is used; `progress(loaded_bytes, total_bytes)` is called as tensor bytes arrive.
     Wanted tensors at most `coalesce_gap` apart share a request, up to `max_run_bytes`
     per request (a bigger tensor gets one of its own), at most `concurrency` at a time.
+    `whole_files=False`: a host without byte ranges is an error instead of read whole.
     """
     if manifest is not None:
         check_manifest(manifest, "manifest")
     loader = Loader(transport, cache, manifest, progress, coalesce_gap=coalesce_gap,
                      max_run_bytes=max_run_bytes, retries=retries, backoff=backoff, sleep=sleep,
-                     concurrency=concurrency)
+                     concurrency=concurrency, whole_files=whole_files)
     wanted = None if names is None else list(dict.fromkeys(names))
     if urllib.parse.urlsplit(url).path.endswith(".json"):      # an index
         body, _ = await loader.request(url)

@@ -159,6 +159,19 @@ class FileSource(ByteSource):
 
 
 CONTENT_RANGE = re.compile(r"bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)")
+_HTML_START = re.compile(rb"\s*(<!doctype\s+html|<html[\s>])", re.IGNORECASE)
+
+
+def html_page(headers: dict, body=b"", start: int | None = 0) -> str | None:
+    """Why a reply is an HTML page (an error or login page, a site's index served for any path)
+    instead of the file asked for, or None. `headers`: lower-case names; the body is looked at
+    only when it begins the file (`start` 0 or None)."""
+    content_type = headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type in ("text/html", "application/xhtml+xml"):
+        return f"the server sent an HTML page (Content-Type: {content_type}) instead of the file"
+    if start in (0, None) and _HTML_START.match(bytes(memoryview(body)[:256])):
+        return "the server sent an HTML page (it begins with <!doctype html> or <html>) instead of the file"
+    return None
 
 
 class _Transient(Exception):
@@ -257,6 +270,9 @@ class HttpSource(RangeSource):
 
     def _request(self, start: int, end: int) -> tuple[int, str | None, bytes]:
         status, headers, body = http_get(self.url, start, end + 1, self.timeout)
+        html = html_page(headers, body, start) if status in (200, 206) else None
+        if html is not None:
+            raise FetchError(f"{html}: is the URL right?", file=self.name)
         return status, headers.get("content-range"), body
 
     def sibling(self, filename: str) -> "HttpSource":
@@ -296,10 +312,20 @@ def is_url(location) -> bool:
     return isinstance(location, str) and location.startswith(("http://", "https://"))
 
 
+_url_opener = None
+
+
+def set_url_opener(opener) -> None:
+    """Have `open_source` open URLs with `opener(url) -> ByteSource` instead of urllib: engine.io
+    sets one in Pyodide, where the browser fetches (urllib there has no network to reach)."""
+    global _url_opener
+    _url_opener = opener
+
+
 def open_source(location) -> ByteSource:
     """A ByteSource for a path, an http(s) URL, or an existing ByteSource."""
     if isinstance(location, ByteSource):
         return location
     if is_url(location):
-        return HttpSource(location)
+        return HttpSource(location) if _url_opener is None else _url_opener(location)
     return FileSource(location)

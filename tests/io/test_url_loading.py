@@ -1,0 +1,181 @@
+"""Weights by URL natively: engine.load_safetensors / load_gguf / load_pth of an http URL and their
+awaitable forms, against a local Range server (tests/io/conftest.py), compared with the same
+files read from disk; and the faults, each one error naming the URL.
+
+The blocking forms run twice: through urllib by Range (HttpSource, what native Python uses) and
+through the Loader that Pyodide uses (engine.io.urls.LoaderSource, here over urllib instead of
+the browser's fetch, waited for with asyncio.run instead of JSPI).
+"""
+from __future__ import annotations
+
+import asyncio
+
+import gguf
+import numpy as np
+import pytest
+import safetensors.numpy
+import torch
+
+import engine
+from engine.errors import FetchError, NeedsAwait, SourceNotFound
+from engine.io import sources, urls
+from engine.rows import wait
+from tests.io.conftest import _RangeHandler
+
+ASYNC = {"safetensors": engine.io.load_safetensors_async, "gguf": engine.io.load_gguf_async,
+         "pth": engine.io.load_pth_async}
+SYNC = {"safetensors": engine.load_safetensors, "gguf": engine.load_gguf, "pth": engine.io.load_pth}
+FILES = {"safetensors": "model.safetensors", "gguf": "model.gguf", "pth": "model.pth"}
+PAGE = b"<!DOCTYPE html>\n<html><head><title>Not here</title></head><body>Sign in</body></html>\n"
+
+
+class _Handler(_RangeHandler):
+    """The conftest's Range server, plus the ways a host serves a page instead of the file."""
+
+    def do_GET(self) -> None:
+        mode = self.server.mode
+        if mode == "html":                   # an error or login page, with its content type, for any path
+            self.server.requests.append(self.headers.get("Range"))
+            return self._reply(200, PAGE, {"Content-Type": "text/html; charset=utf-8"})
+        if mode == "html_bytes":             # the page's bytes by Range, with no content type to tell
+            for name in FILES.values():
+                (self.server.root / name).write_bytes(PAGE * 10)
+        super().do_GET()
+
+
+@pytest.fixture
+def server(http_server):
+    http_server.RequestHandlerClass = _Handler
+    return http_server
+
+
+@pytest.fixture
+def files(tmp_path):
+    """The same tensors as safetensors, GGUF (a header of ~150 kB, past the first request) and
+    torch .pth, in the server's folder; {name: array} as written."""
+    rng = np.random.default_rng(0)
+    arrays = {"w": rng.standard_normal((64, 300)).astype(np.float32), "b": np.arange(7, dtype=np.float32),
+              "big": rng.standard_normal(300_000).astype(np.float32)}        # 1.2 MB, beyond a read window
+    safetensors.numpy.save_file(arrays, str(tmp_path / FILES["safetensors"]))
+    writer = gguf.GGUFWriter(str(tmp_path / FILES["gguf"]), arch="test")
+    writer.add_array("tokenizer.ggml.tokens", [f"token{i:06d}" for i in range(10_000)])
+    for name, array in arrays.items():
+        writer.add_tensor(name, array)
+    for step in (writer.write_header_to_file, writer.write_kv_data_to_file, writer.write_tensors_to_file,
+                 writer.close):
+        step()
+    torch.save({name: torch.from_numpy(array) for name, array in arrays.items()}, tmp_path / FILES["pth"])
+    return arrays
+
+
+def _arrays(loaded) -> dict:
+    return {name: np.asarray(loaded[name].numpy()) for name in loaded}
+
+
+def _local(kind, root) -> dict:
+    return _arrays(SYNC[kind](str(root / FILES[kind])))
+
+
+@pytest.fixture(params=["urllib", "loader"])
+def blocking(request, monkeypatch):
+    """The blocking forms through urllib (native Python), or through the Loader Pyodide uses."""
+    if request.param == "loader":
+        monkeypatch.setattr(sources, "_url_opener", None)
+        sources.set_url_opener(urls.open_url)
+    return request.param
+
+
+@pytest.mark.parametrize("kind", FILES)
+def test_blocking_forms_read_a_url_as_a_file(server, files, tmp_path, blocking, kind):
+    url = server.url(FILES[kind])
+    loaded = SYNC[kind](url)
+    got = _arrays(loaded)
+    assert set(got) == set(files)
+    for name, want in _local(kind, tmp_path).items():
+        assert np.array_equal(got[name], want), name
+    if kind != "pth":               # the header first, then the tensors by Range as they are read
+        assert all(r and r.startswith("bytes=") for r in server.requests)
+
+
+def test_blocking_safetensors_reads_only_what_is_asked(server, files, blocking):
+    f = engine.load_safetensors(server.url(FILES["safetensors"]))
+    assert np.array_equal(f["w"].numpy(), files["w"])
+    assert len(server.requests) == 2         # the header, then "w" (stored after the 1.2 MB "big")
+    first, last = map(int, server.requests[1].removeprefix("bytes=").split("-"))
+    assert last + 1 - first <= urls.WINDOW
+
+
+@pytest.mark.parametrize("kind", FILES)
+def test_awaitable_forms_read_a_url_as_a_file(server, files, tmp_path, kind):
+    loaded = asyncio.run(ASYNC[kind](server.url(FILES[kind])))
+    count = len(server.requests)
+    got = _arrays(loaded)
+    assert len(server.requests) == count     # everything arrived before the file was handed back
+    for name, want in _local(kind, tmp_path).items():
+        assert np.array_equal(got[name], want), name
+    if kind == "gguf":                       # a header longer than the first request: read on, then tensors
+        assert server.requests[0] == "bytes=0-65535" and server.requests[1].startswith("bytes=65536-")
+        assert len(server.requests) <= 4
+
+
+@pytest.mark.parametrize("kind", FILES)
+def test_awaitable_forms_take_paths_too(files, tmp_path, kind):
+    loaded = asyncio.run(ASYNC[kind](tmp_path / FILES[kind]))
+    for name, want in _local(kind, tmp_path).items():
+        assert np.array_equal(np.asarray(loaded[name].numpy()), want), name
+
+
+FAULTS = [
+    ("missing", SourceNotFound, r"not found \(HTTP 404\)"),
+    ("ignore_range", FetchError, r"(ignore[sd]? (the )?(HTTP )?Range|Range header)"),
+    ("html", FetchError, r"the server sent an HTML page \(Content-Type: text/html\) instead of the file"),
+    ("html_bytes", FetchError, r"the server sent an HTML page \(it begins with <!doctype html> or <html>\)"),
+]
+
+
+@pytest.mark.parametrize("mode,error,message", FAULTS, ids=[f[0] for f in FAULTS])
+@pytest.mark.parametrize("form", ["urllib", "loader", "awaitable"])
+@pytest.mark.parametrize("kind", FILES)
+def test_each_fault_is_one_error_naming_the_url(server, files, kind, form, mode, error, message, monkeypatch):
+    if form == "loader":
+        monkeypatch.setattr(sources, "_url_opener", None)
+        sources.set_url_opener(urls.open_url)
+    server.mode = "normal" if mode == "missing" else mode
+    url = server.url("absent/" + FILES[kind] if mode == "missing" else FILES[kind])
+    with pytest.raises(error, match=message) as e:
+        loaded = asyncio.run(ASYNC[kind](url)) if form == "awaitable" else SYNC[kind](url)
+        for name in loaded:
+            loaded[name]
+    assert e.value.file == url and url in str(e.value)
+    assert "gave up" not in str(e.value)          # a lasting fault is not retried
+    assert len(server.requests) == 1
+
+
+def test_transient_failures_are_retried_through_the_loader(server, files):
+    server.fail_next = 2
+    f = asyncio.run(engine.io.load_safetensors_async(server.url(FILES["safetensors"])))
+    assert np.array_equal(f["w"].numpy(), files["w"])
+    assert server.requests[:3] == ["bytes=0-65535"] * 3      # two 503s, then the header
+
+
+def test_wait_inside_a_running_loop_names_the_awaitable_form():
+    async def inside():
+        async def work():
+            return 1
+        with pytest.raises(NeedsAwait, match=r"cannot block inside a running event loop: use `await "
+                                             r"engine.load_gguf_async\(url\)` instead"):
+            wait(work(), "await engine.load_gguf_async(url)")
+        with pytest.raises(NeedsAwait, match=r"use `await the pipeline's prepare\(...\)` instead"):
+            wait(work())
+    asyncio.run(inside())
+    assert issubclass(NeedsAwait, FetchError)
+
+
+def test_a_blocking_load_inside_a_running_loop_says_what_to_await(server, files, monkeypatch):
+    monkeypatch.setattr(sources, "_url_opener", None)
+    sources.set_url_opener(urls.open_url)
+
+    async def inside():
+        engine.load_gguf(server.url(FILES["gguf"]))
+    with pytest.raises(NeedsAwait, match=r"await engine.load_gguf_async\(url\)"):
+        asyncio.run(inside())
