@@ -4,9 +4,9 @@ The tensors are a lazy mapping by checkpoint name (engine.load_safetensors, engi
 a .pth reader, or what engine.io.site.fetch_model prefetched in the browser: safetensors or a
 GGUF, as the site's manifest says), or a location the model's loader opens; the processor files
 (labels.json, tokenizer.json, config.json, ...) come from memory when they were fetched
-with the weights, else from beside the weights' location. A checkpoint fetched from a site's
-model folder is `complete`: its manifest lists every processor file the folder has, all of them
-fetched, so a file it lacks is absent without another request.
+with the weights, else from beside the weights' location. A checkpoint is `complete` once its
+processor files were fetched up front (a site's model folder, whose manifest lists all of them;
+`fetch`, for code that cannot wait later): a file it lacks is then absent without a request.
 """
 from __future__ import annotations
 
@@ -44,8 +44,8 @@ class Checkpoint:
             if not required:
                 return None
             where = beside(places[0], name) if places else name
-            raise WeightsError(f"{name} is missing: the site's manifest of this model lists no such file "
-                               f"(a site built by this engine's `python build.py` has it)", file=where)
+            raise WeightsError(f"{name} is missing: it is not among the files that came with the weights "
+                               f"({', '.join(sorted(self.files)) or 'none'})", file=where)
         for place in places:
             try:
                 with open_source(beside(place, name)) as source:
@@ -59,6 +59,27 @@ class Checkpoint:
         where = beside(places[0], name) if places else name
         raise WeightsError(f"{name} is missing: it must lie beside the weights (`python build.py` writes it "
                            f"into dist/models/<model>/)", file=where)
+
+
+    async def fetch(self, names, get) -> None:
+        """Fetch the processor files `names` now, from beside the location, else beside the
+        fallback (URLs by `await get(url)` -> bytes, which raises SourceNotFound for a missing
+        one; paths read as they are): afterwards the checkpoint is `complete`, so `file` never
+        waits for the network."""
+        for name in names:
+            for place in (self.location, self.fallback):
+                if name in self.files or place is None:
+                    continue
+                where = beside(place, name)
+                try:
+                    if is_url(where):
+                        self.files[name] = bytes(await get(where))
+                    else:
+                        with open_source(where) as source:
+                            self.files[name] = bytes(source.read(0, source.size()))
+                except SourceNotFound:
+                    continue
+        self.complete = True
 
 
 def location_of(weights) -> str | None:

@@ -9,6 +9,7 @@ backends, and rebuilds it on the next best backend when the GPU goes away. The t
 from __future__ import annotations
 
 import sys
+import urllib.parse
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,6 +71,9 @@ async def open_checkpoint_async(entry: registry.Model, weights, site: str | None
     built site `site` (None: in the browser the page's own site, natively dist/), its tensors
     and processor files fetched here, so that building the model waits for nothing. Natively a
     site's row tables are fetched whole (as dist/'s are read whole): no call waits later."""
+    location = location_of(weights)
+    if location is not None and is_url(location):
+        return await _open_url(entry, location, site)
     if isinstance(weights, Checkpoint) or weights is not None or (site is None and not registry.in_browser()):
         return open_checkpoint(entry, weights, site)
     if registry.in_browser():
@@ -82,6 +86,26 @@ async def open_checkpoint_async(entry: registry.Model, weights, site: str | None
     checkpoint = await fetch_model(f"{site}models/{entry.name}/", transport=UrllibTransport())
     for table in getattr(checkpoint.tensors, "tables", {}).values():
         await table.fetch(np.arange(table.shape[0]))
+    return checkpoint
+
+
+async def _open_url(entry: registry.Model, url: str, site: str | None) -> Checkpoint:
+    """weights=URL with every fetch awaited: its tensors (engine.load_*_async by the file's type)
+    and the model's processor files, from beside it or else from the site's copy of the model."""
+    from ..io import load_gguf_async, load_pth_async, load_safetensors_async
+    from ..io.remote import Loader
+    from ..io.urls import default_transport
+    path = urllib.parse.urlsplit(url).path.lower()
+    torch_file = path.endswith((".pth", ".pt"))
+    load = load_gguf_async if path.endswith(".gguf") else load_pth_async if torch_file else load_safetensors_async
+    checkpoint = open_checkpoint(entry, await load(url), site)
+    if not torch_file:                              # no processor files beside a torch checkpoint
+        checkpoint.location = url
+    loader = Loader(default_transport())
+
+    async def get(url: str) -> bytes:
+        return (await loader.request(url))[0]
+    await checkpoint.fetch([*entry.processor, *entry.generate], get)
     return checkpoint
 
 

@@ -90,6 +90,17 @@ def test_pipeline_async_gives_the_same_vectors(site_url, default_vectors, built)
     np.testing.assert_array_equal(from_folder(TEXTS), default_vectors)
 
 
+def test_pipeline_async_with_a_weights_url(site_url, default_vectors):
+    """weights=URL, awaited: the tensors by engine.load_safetensors_async, the processor files
+    from beside them, all fetched before the pipeline is built."""
+    index = f"{site_url}models/all-MiniLM-L6-v2/{registry.INDEX_NAME}"
+    emb = asyncio.run(engine.pipeline_async("sentence-embedding", weights=index, device="numpy"))
+    assert emb.checkpoint.complete and emb.checkpoint.location == index
+    assert sorted(emb.checkpoint.files) == ["1_Pooling/config.json", "config.json", "sentence_bert_config.json",
+                                            "tokenizer.json"]
+    np.testing.assert_array_equal(emb(TEXTS), default_vectors)
+
+
 def test_a_local_folder_site(built, default_vectors):
     emb = engine.pipeline("sentence-embedding", site=str(built), device="numpy")
     assert emb.checkpoint.location == str(built / "models" / "all-MiniLM-L6-v2" / registry.INDEX_NAME)
@@ -180,8 +191,8 @@ def test_a_site_checkpoint_has_all_its_files_and_looks_nowhere_else(site_url):
     assert sorted(emb.checkpoint.files) == ["1_Pooling/config.json", "config.json", "sentence_bert_config.json",
                                             "tokenizer.json"]
     assert emb.checkpoint.file("vocab.txt", required=False) is None
-    with pytest.raises(WeightsError, match=r"vocab\.txt is missing: the site's manifest of this model lists no "
-                                           r"such file .*models/all-MiniLM-L6-v2/vocab\.txt"):
+    with pytest.raises(WeightsError, match=r"vocab\.txt is missing: it is not among the files that came with the "
+                                           r"weights \(1_Pooling/config\.json, .*models/all-MiniLM-L6-v2/vocab\.txt"):
         emb.checkpoint.file("vocab.txt")
 
 
