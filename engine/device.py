@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import importlib
+import sys
+import warnings
 
 from .errors import BackendError
 
@@ -45,11 +47,31 @@ def auto_selectable(name: str) -> bool:
     return check() if check is not None else True
 
 
+def _runtime() -> str:
+    return "emscripten" if sys.platform == "emscripten" else "native"
+
+
 def best_available() -> str:
-    """The fastest backend worth using here (what the page's "auto" picks)."""
-    import sys
-    order = PREFERENCE["emscripten" if sys.platform == "emscripten" else "native"]
-    return next(name for name in order if auto_selectable(name))
+    """The fastest backend worth using here (what the page's "auto" picks). Where NumPy is this
+    runtime's last resort (Pyodide: no BLAS) and it is all that is left, a RuntimeWarning says why
+    each faster backend cannot be used (e.g. the simd kernels not fetched, no WebGPU adapter)."""
+    order = PREFERENCE[_runtime()]
+    skipped = {}
+    for name in order:
+        if auto_selectable(name):
+            if name == order[-1] and skipped:
+                _warn_fallback(name, skipped)
+            return name
+        reason = unavailable_reason(name)
+        if reason is not None:                  # not chosen by policy (an emulated GPU): unavailable
+            skipped[name] = reason
+    raise BackendError("no backend is available here")            # numpy always is
+
+
+def _warn_fallback(name: str, skipped: dict[str, str], stacklevel: int = 3) -> None:
+    reasons = "; ".join(f"{other}: {why}" for other, why in skipped.items())
+    warnings.warn(f"running on {name}, the slowest backend here, because {reasons}", RuntimeWarning,
+                  stacklevel=stacklevel + 1)
 
 
 def best_for_quantized() -> str:
@@ -58,17 +80,24 @@ def best_for_quantized() -> str:
     available; else the default (in the browser, Whisper's float16 weights too). (NumPy's reference kernels dequantize every weight for every
     product: SmolLM2 decodes ~30x slower there. webgpu is picked only when asked for: its chat
     speed on a real GPU has not been measured yet.)"""
-    return "simd" if unavailable_reason("simd") is None else _default
+    reason = unavailable_reason("simd")
+    if reason is None:
+        return "simd"
+    _warn_fallback(_default, {"simd": reason})
+    return _default
 
 
 def best_for_pipeline(native_device: str | None) -> str | None:
     """The backend a model's pipeline runs on when no device is named: natively its registry
     entry's `native_device` (where it measured faster than the default: docs/benchmarks.md,
-    "Natively") when that is available here, else None (the default). Text generation picks simd
-    through best_for_quantized; Whisper stays on numpy."""
-    import sys
-    name = None if sys.platform == "emscripten" else native_device
-    return name if name is not None and unavailable_reason(name) is None else None
+    "Natively") when that is available here, else None (the default). In Pyodide, for such a
+    model, the fastest backend available (best_available, which warns when only NumPy is left:
+    it has no BLAS there). Text generation and speech pick for themselves (best_for_quantized)."""
+    if native_device is None:
+        return None
+    if _runtime() == "emscripten":
+        return best_available()
+    return native_device if unavailable_reason(native_device) is None else None
 
 
 def get_backend(name: str | None = None):

@@ -10,7 +10,8 @@ It is one count for the process, as torch's; the numpy backend's BLAS keeps its 
 In Pyodide the kernels of the page's worker run on a pool of Web Workers, which the module that
 drives them registers here as a provider (`register(provider)`): an object with
 `get_num_threads()`, `set_num_threads(n)` (returns the count in effect) and `describe()`. Without
-one it is 1 thread, and `describe()` says why.
+one (any Pyodide page but ours, and ours when it is not cross-origin isolated) it is 1 thread,
+`set_num_threads` changes nothing, and `describe()` / `unavailable_reason()` say why.
 """
 from __future__ import annotations
 
@@ -62,10 +63,24 @@ def get_num_threads() -> int:
 def unavailable_reason() -> str | None:
     """None when the kernels can run on more than one thread here, else why not."""
     if sys.platform == "emscripten":
-        return None if _provider is not None else "the page's kernels run on one thread (no thread pool)"
+        return None if _provider is not None else _why_one_thread()
     from .backends.simd import library
     reason = library.unavailable_reason()
     return None if reason is None else f"the simd kernels are not available: {reason}"
+
+
+def _why_one_thread() -> str:
+    """In Pyodide without a provider: threads need shared memory, which needs cross-origin
+    isolation, and a pool of workers that only the engine's own page starts."""
+    try:
+        import js                           # Pyodide's bridge to the page (or worker) it runs in
+        isolated = getattr(js, "crossOriginIsolated", False) is True
+    except ImportError:
+        isolated = False
+    if not isolated:
+        return ("this page is not cross-origin isolated (no SharedArrayBuffer), so the kernels run on one "
+                "thread (no thread pool)")
+    return "the kernels run on one thread: no thread pool was started in this page"
 
 
 def describe() -> str:

@@ -4,6 +4,7 @@
 //
 //   node tests/kernels/pyodide_run.mjs PYODIDE_DIR REPO KERNELS.wasm SCRIPT.py [ARG]
 //
+// KERNELS.wasm "-": none written (as in a Pyodide page that is not ours; the script fetches them).
 // Prints what the script's last expression evaluates to (a JSON string). Relaxed-SIMD builds
 // need `node --experimental-wasm-relaxed-simd` on Node 20 (V8 11.3); Chromium has it on.
 import fs from "node:fs";
@@ -16,7 +17,7 @@ const pyodide = await loadPyodide({ indexURL: path.resolve(indexDir) + "/", stdo
 await pyodide.loadPackage("numpy", { messageCallback: () => {} });
 pyodide.FS.mkdirTree("/repo");
 pyodide.FS.mount(pyodide.FS.filesystems.NODEFS, { root: path.resolve(repo) }, "/repo");
-pyodide.FS.writeFile("/lib/engine_kernels.so", fs.readFileSync(wasm));
+if (wasm !== "-") pyodide.FS.writeFile("/lib/engine_kernels.so", fs.readFileSync(wasm));
 pyodide.globals.set("SCRIPT_ARG", arg);
 const result = await pyodide.runPythonAsync(fs.readFileSync(script, "utf8"));
 process.stdout.write(String(result) + "\n");

@@ -5,4 +5,4 @@ norms, batch-norm affine, clamp and half-type casts run in C, everything else in
 Available when the kernel library loads (`unavailable_reason()` says why not).
 """
 from .backend import BACKEND  # noqa: F401
-from .library import flavour, load_library, unavailable_reason, wasm_file_name  # noqa: F401
+from .library import ensure_kernels, flavour, load_library, unavailable_reason, wasm_file_name  # noqa: F401

@@ -2,9 +2,13 @@
 
 Natively the library is compiled on first use with the system C compiler (cached by
 source hash in .cache/native/, see wasm_kernels/build.py). In Pyodide
-(`sys.platform == "emscripten"`) it is a WebAssembly side module that the page has
-already written into the file system: the worker fetches `kernels/<wasm_file_name()>`
-and writes it to PYODIDE_PATH (or anywhere, then calls `load_library(path)`).
+(`sys.platform == "emscripten"`) it is a WebAssembly side module in the file system at
+PYODIDE_PATH: our page's worker writes it there before Python asks (or anywhere, then calls
+`load_library(path)`). In any other Pyodide page this module fetches it from the site the
+engine came from (`engine.registry.site_url()`, or the `site` given to `ensure_kernels`):
+`<site>/kernels/engine_kernels.relaxed.wasm` when the browser validates relaxed SIMD, else
+the plain SIMD128 build. `await ensure_kernels(site)` does that in any page; a blocking first
+use does it through JSPI (engine.rows.wait) where the runtime can block.
 `ctypes.CDLL` loads both kinds the same way.
 
 Settings (environment variables, read when the library is first needed):
@@ -192,6 +196,15 @@ _library: Library | None = None
 _reason: str | None = None
 _tried = False
 
+NO_SITE = ("the WebAssembly kernels are not in this page, and no site is known to fetch them from: pass "
+           "site=URL (engine.pipeline / engine.pipeline_async) or call engine.registry.set_site(URL)")
+WAIT_HINT = "await engine.pipeline_async(...)` or `await engine.backends.simd.ensure_kernels()"
+
+
+class _Retry(OSError):
+    """Not available yet, for a reason that may pass (no site known, no way to block): asked again
+    on the next use instead of being remembered."""
+
 
 def flavour() -> str:
     """Which WebAssembly build the page should fetch: $ENGINE_SIMD_FLAVOUR, default "simd"."""
@@ -219,14 +232,109 @@ def use(loaded) -> None:
     _library, _reason, _tried = loaded, None, True
 
 
+def kernel_urls(site: str) -> list[tuple[str, str]]:
+    """(flavour, URL) of the site's kernel builds, in the order to try them: relaxed SIMD first
+    (the faster, where the browser validates it), then SIMD128; only $ENGINE_SIMD_FLAVOUR's
+    build when that is set."""
+    base = site if site.endswith("/") else site + "/"
+    names = [flavour()] if os.environ.get("ENGINE_SIMD_FLAVOUR") else ["relaxed", "simd"]
+    return [(name, f"{base}kernels/{FLAVOURS[name]}") for name in names]
+
+
+def known_site() -> str | None:
+    """The site the engine's files come from (engine.registry.site_url()), or None."""
+    from ...errors import WeightsError
+    from ...registry import site_url
+    try:
+        return site_url()
+    except WeightsError:
+        return None
+
+
+def _needs_fetch() -> bool:
+    return (sys.platform == "emscripten" and not os.environ.get("ENGINE_SIMD_LIBRARY")
+            and not os.path.exists(PYODIDE_PATH))
+
+
+async def fetch_kernels(site: str, path: str = PYODIDE_PATH) -> str:
+    """In Pyodide: fetch the site's kernel build that this browser accepts (WebAssembly.validate)
+    and write it to `path`; its flavour ("relaxed" or "simd"). A FetchError naming every URL
+    tried and why each failed when none will do."""
+    import js                                 # Pyodide's bridge to the page
+    from ...errors import FetchError
+    failures = []
+    for name, url in kernel_urls(site):
+        try:
+            response = await js.fetch(url)
+        except Exception as e:                # a JsException: the browser's TypeError
+            host = url.split("/")[2] if url.count("/") >= 2 else url
+            failures.append(f"{url}: {str(e).strip() or type(e).__name__} (the browser gives no reason; the likely "
+                            f"cause is that {host} does not allow cross-origin requests (CORS) from this page, or is "
+                            "not reachable)")
+            continue
+        if not response.ok:
+            failures.append(f"{url}: HTTP {response.status}")
+            continue
+        buffer = await response.arrayBuffer()
+        if not js.WebAssembly.validate(buffer):
+            kind = response.headers.get("Content-Type") or "no Content-Type"
+            failures.append(f"{url}: not a WebAssembly module this browser accepts ({kind}, {buffer.byteLength} bytes)")
+            continue
+        data = buffer.to_bytes()
+        partial = f"{path}.part"
+        with open(partial, "wb") as f:        # never a half-written library at `path`
+            f.write(data)
+        os.replace(partial, path)
+        return name
+    raise FetchError("the simd kernels could not be fetched: " + "; ".join(failures))
+
+
+async def ensure_kernels(site: str | None = None) -> str | None:
+    """Make the simd kernels loadable here: None when they are, else why not (the reason
+    engine.device.unavailable_reason("simd") gives from then on).
+
+    In a Pyodide page without them (any page but ours), fetches them from `site` (default: the
+    known site, engine.registry.site_url()) without blocking, so it works with or without JSPI.
+    Natively and where they are already here it only loads them."""
+    global _tried, _reason
+    if _library is not None:
+        return None
+    if _needs_fetch():
+        from ...errors import FetchError
+        site = site or known_site()
+        if site is None:
+            return NO_SITE
+        try:
+            await fetch_kernels(site)
+        except FetchError as e:
+            _tried, _reason = True, str(e)
+            return _reason
+        _tried = False                        # loaded below, whatever an earlier try said
+    return unavailable_reason()
+
+
+def _fetch_blocking() -> None:
+    """The first use in a Pyodide page without the kernels: fetch them through JSPI."""
+    from ...errors import FetchError, NeedsAwait
+    from ...rows import wait
+    site = known_site()
+    if site is None:
+        raise _Retry(NO_SITE)
+    try:
+        wait(fetch_kernels(site), hint=WAIT_HINT)
+    except NeedsAwait as e:
+        raise _Retry(str(e)) from None
+    except FetchError as e:
+        raise OSError(str(e)) from None
+
+
 def _default_path() -> str:
     configured = os.environ.get("ENGINE_SIMD_LIBRARY")
     if configured:
         return configured
     if sys.platform == "emscripten":
         if not os.path.exists(PYODIDE_PATH):
-            raise OSError(f"the WebAssembly kernels are not loaded: write kernels/{wasm_file_name()} to "
-                          f"{PYODIDE_PATH} first, or call engine.backends.simd.load_library(path)")
+            _fetch_blocking()
         return PYODIDE_PATH
     build_py = SOURCES / "build.py"
     if not build_py.exists():
@@ -245,6 +353,8 @@ def _load_default() -> None:
     _tried = True
     try:
         _library = Library(_default_path())
+    except _Retry as e:                      # no site yet, or cannot block here: asked again next time
+        _tried, _reason = False, str(e)
     except OSError as e:                     # no compiler, no file, wrong ABI: the backend is unavailable
         _reason = str(e)
 
@@ -253,7 +363,7 @@ def unavailable_reason() -> str | None:
     """None when the kernels load here, else why not (loads them on first call)."""
     if not _tried:
         _load_default()
-    return _reason
+    return None if _library is not None else _reason
 
 
 def get() -> Library:
