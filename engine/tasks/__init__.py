@@ -191,13 +191,14 @@ async def _site_model(task: str, model: str | None, site, device: str | None):
         if registry.in_browser() and registry.known_site() is None:
             registry.set_site(root)
     if registry.in_browser() and device in (None, "simd"):
-        await _ensure_kernels(root or registry.site_url())
+        await _ensure_kernels(root or registry.known_site())
     return entry, root
 
 
-async def _ensure_kernels(site: str) -> None:
+async def _ensure_kernels(site: str | None) -> None:
     """The SIMD kernels in Pyodide's file system, fetched from `site` where the page has not put
-    them there; when that cannot be done the device choice says why (engine.device)."""
+    them there; when that cannot be done (no site known either) the device choice says why
+    (engine.device) and falls back."""
     from ..backends.simd import library
     ensure = getattr(library, "ensure_kernels", None)
     if ensure is not None:
