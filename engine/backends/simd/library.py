@@ -5,7 +5,7 @@ source hash in .cache/native/, see wasm_kernels/build.py). In Pyodide
 (`sys.platform == "emscripten"`) it is a WebAssembly side module in the file system at
 PYODIDE_PATH: our page's worker writes it there before Python asks (or anywhere, then calls
 `load_library(path)`). In any other Pyodide page this module fetches it from the site the
-engine came from (`engine.registry.site_url()`, or the `site` given to `ensure_kernels`):
+engine came from (`engine.registry.known_site()`, or the `site` given to `ensure_kernels`):
 `<site>/kernels/engine_kernels.relaxed.wasm` when the browser validates relaxed SIMD, else
 the plain SIMD128 build. `await ensure_kernels(site)` does that in any page; a blocking first
 use does it through JSPI (engine.rows.wait) where the runtime can block.
@@ -242,13 +242,9 @@ def kernel_urls(site: str) -> list[tuple[str, str]]:
 
 
 def known_site() -> str | None:
-    """The site the engine's files come from (engine.registry.site_url()), or None."""
-    from ...errors import WeightsError
-    from ...registry import site_url
-    try:
-        return site_url()
-    except WeightsError:
-        return None
+    """The site the engine's files come from (engine.registry.set_site), or None."""
+    from ...registry import known_site
+    return known_site()
 
 
 def _needs_fetch() -> bool:
@@ -294,7 +290,7 @@ async def ensure_kernels(site: str | None = None) -> str | None:
     engine.device.unavailable_reason("simd") gives from then on).
 
     In a Pyodide page without them (any page but ours), fetches them from `site` (default: the
-    known site, engine.registry.site_url()) without blocking, so it works with or without JSPI.
+    known site, engine.registry.known_site()) without blocking, so it works with or without JSPI.
     Natively and where they are already here it only loads them."""
     global _tried, _reason
     if _library is not None:
