@@ -579,7 +579,8 @@ async def fetch_safetensors(url: str, *, transport: Transport, names=None,
                             manifest: dict | None = None, cache: CacheStore | None = None,
                             progress=None, coalesce_gap: int = 64 * 1024,
                             max_run_bytes: int = 8 << 20, retries: int = 3, backoff: float = 0.25,
-                            sleep=asyncio.sleep, concurrency: int = 4, whole_files: bool = True):
+                            sleep=asyncio.sleep, concurrency: int = 4, whole_files: bool = True,
+                            loader: Loader | None = None):
     """Prefetch the tensors `names` (all by default) of a .safetensors URL or an index URL.
 
     Returns a `SafetensorsFile` or `ShardedSafetensors` whose wanted tensors read from
@@ -588,13 +589,15 @@ async def fetch_safetensors(url: str, *, transport: Transport, names=None,
     is used; `progress(loaded_bytes, total_bytes)` is called as tensor bytes arrive.
     Wanted tensors at most `coalesce_gap` apart share a request, up to `max_run_bytes`
     per request (a bigger tensor gets one of its own), at most `concurrency` at a time.
-    `whole_files=False`: a host without byte ranges is an error instead of read whole.
+    `whole_files=False`: a host without byte ranges is an error instead of read whole. `loader`:
+    one made by the caller (engine.io.urls), used instead of all the options above.
     """
     if manifest is not None:
         check_manifest(manifest, "manifest")
-    loader = Loader(transport, cache, manifest, progress, coalesce_gap=coalesce_gap,
-                     max_run_bytes=max_run_bytes, retries=retries, backoff=backoff, sleep=sleep,
-                     concurrency=concurrency, whole_files=whole_files)
+    if loader is None:
+        loader = Loader(transport, cache, manifest, progress, coalesce_gap=coalesce_gap,
+                        max_run_bytes=max_run_bytes, retries=retries, backoff=backoff, sleep=sleep,
+                        concurrency=concurrency, whole_files=whole_files)
     wanted = None if names is None else list(dict.fromkeys(names))
     if urllib.parse.urlsplit(url).path.endswith(".json"):      # an index
         body, _ = await loader.request(url)

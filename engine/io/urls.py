@@ -3,37 +3,46 @@ URL natively and in Pyodide, and their awaitable forms.
 
 Natively the blocking forms read a URL by Range with urllib as the parser asks for bytes
 (engine.io.sources.HttpSource). In Pyodide urllib has no network to reach: the browser fetches
-(JS fetch, engine.io.browser) through the `engine.io.remote.Loader` that loads a site's models,
-which retries and checks every reply, and the blocking forms wait for it through JavaScript
-Promise Integration (`engine.rows.wait`), reading by Range as natively (`LoaderSource`). Where
-the runtime cannot block (no JSPI, or Python was not entered asynchronously) they raise
-NeedsAwait, naming the awaitable form.
+(JS fetch, engine.io.browser) through a `UrlLoader`, the engine.io.remote.Loader that loads a
+site's models, which retries and checks every reply, and the blocking forms wait for it through
+JavaScript Promise Integration (`engine.rows.wait`), reading by Range as natively
+(`LoaderSource`). Where the runtime cannot block (no JSPI, or Python was not entered
+asynchronously) they raise NeedsAwait, naming the awaitable form.
 
 The awaitable forms (`await load_safetensors_async(url)`, ...) work in both, with or without
 JSPI: the header first, then every tensor's bytes in coalesced Range requests (a .pth, a zip
-whose tensors are all read anyway, whole), through the same Loader (urllib in a thread
+whose tensors are all read anyway, whole), through the same loader (urllib in a thread
 natively); the file they return reads from memory.
 
-A bare URL comes with no sha256 to check its bytes against or to key a cache by, so they are
-not cached (a site's model folder, whose manifest gives both, is: engine.io.site). What goes
-wrong is one error naming the URL: SourceNotFound for a 404; a FetchError for a host that
-ignores Range, for an HTML page served instead of the file, and, in the browser, for a request
-the browser refuses without a reason (likely CORS: engine.io.browser).
+A bare URL comes with no sha256s (a site's model folder has them in its manifest:
+engine.io.site), so what identifies its bytes is the host's strong ETag and the file's size.
+With a cache (the browser's Cache API in Pyodide, none natively) a range read is kept under
+the URL, the range and those two; the first request of a load (the header) always goes to the
+host, so a file changed there gets new keys, and the old ones are deleted. A file whose ETag
+changes during a load is an error, not a mix of two versions. No ETag (or a weak one, or one
+another origin's page may not read: Access-Control-Expose-Headers): nothing is cached.
+
+What goes wrong is one error naming the URL: SourceNotFound for a 404; a FetchError for a host
+that ignores Range, for an HTML page served instead of the file, and, in the browser, for a
+request the browser refuses without a reason (likely CORS: engine.io.browser).
 """
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import sys
 import urllib.parse
 
+from ..errors import FetchError
 from ..rows import wait
 from .gguf import GGUFFile, load_gguf
+from .manifest import cache_key, key_prefix
 from .pth import load_pth
 from .remote import HEAD_BYTES, Loader, PrefetchedSource, UrllibTransport, fetch_safetensors
 from .safetensors import load_safetensors
 from .site import open_gguf_folder
-from .sources import ByteSource, is_url
+from .sources import CONTENT_RANGE, ByteSource, is_url
 
 WINDOW = 1 << 20        # a small read past what is here fetches this much (a GGUF header is read piece by piece)
 COALESCE_GAP = 64 * 1024
@@ -48,6 +57,16 @@ def default_transport():
     return UrllibTransport()
 
 
+def default_cache(cache=True):
+    """`cache` as a store: True is the browser's Cache API in Pyodide and none natively; False none."""
+    if cache is True:
+        if sys.platform != "emscripten":
+            return None
+        from .browser import CacheApiStore
+        return CacheApiStore()
+    return cache or None
+
+
 def awaitable_form(url: str) -> str:
     """What to await instead of a blocking load of `url`, named after its file type."""
     path = urllib.parse.urlsplit(url).path.lower()
@@ -58,29 +77,111 @@ def awaitable_form(url: str) -> str:
     return "await engine.load_safetensors_async(url) (or load_gguf_async, load_pth_async)"
 
 
+class _Validated:
+    """A transport that notes each file's strong ETag and size from its replies, and refuses a reply
+    whose ETag differs from the one noted (the file changed on the host during the load)."""
+
+    def __init__(self, transport):
+        self.transport = transport
+        self.versions: dict[str, str] = {}       # url -> sha256 of its ETag and size
+
+    async def get(self, url, start=None, end=None):
+        status, headers, body = await self.transport.get(url, start, end)
+        lower = {k.lower(): v for k, v in (headers or {}).items()}
+        etag = lower.get("etag", "").strip()
+        if status in (200, 206) and etag and not etag.startswith("W/"):
+            match = CONTENT_RANGE.fullmatch(lower.get("content-range", "").strip())
+            size = match[3] if match else lower.get("content-length", "") if status == 200 else ""
+            version = hashlib.sha256(f"{etag}\n{size}".encode()).hexdigest()
+            if self.versions.setdefault(url, version) != version:
+                raise FetchError(f"the file changed on the server while it was read (ETag now {etag})", file=url)
+        return status, headers, body
+
+    def __getattr__(self, name):                  # head, ...: the transport's own
+        return getattr(self.transport, name)
+
+
+class UrlLoader(Loader):
+    """The Loader for a bare URL: no manifest, a host without byte ranges is an error, and range
+    reads are cached under the file's version (its ETag and size) where the host gives one."""
+
+    def __init__(self, transport=None, cache=None, **options):
+        super().__init__(_Validated(transport or default_transport()), cache, None, whole_files=False, **options)
+
+    def range_key(self, url: str, start: int, end: int) -> str | None:
+        version = self.transport.versions.get(url)
+        if self.cache is None or version is None:
+            return None
+        return cache_key(url, f"engine-range={start}-{end}", version)
+
+    def plan(self, shard, names):
+        runs = super().plan(shard, names)
+        for run in runs:                          # fetch_run reads and fills the cache under run.key
+            run.key = run.key or self.range_key(shard.url, run.start, run.end)
+        return runs
+
+    async def fetch_range(self, url: str, start: int, end: int, size: int) -> bytes:
+        """Bytes [start, end) of `url`: from the cache when it holds them for the current version."""
+        key = self.range_key(url, start, end)
+        if key:
+            data = await self.cache_call("get", key)
+            if data is not None and len(data) == end - start:
+                self.stats["cache_bytes"] += len(data)
+                return bytes(data)
+            if data is not None:
+                await self.cache_call("delete", key)
+        body, _ = await self.request(url, start, end, size=size)
+        if key:
+            await self.cache_call("put", key, body)
+        return body
+
+    async def forget_old(self, url: str) -> None:
+        """Delete the cached ranges of `url` that belong to another version of it."""
+        version = self.transport.versions.get(url)
+        if self.cache is None or version is None:
+            return
+        prefix = key_prefix(url) + "engine-range="
+        for key in await self.cache_call("keys") or []:
+            if key.startswith(prefix) and not key.endswith(f"&sha256={version}"):
+                await self.cache_call("delete", key)
+
+    async def load(self, plan) -> None:
+        await super().load(plan)
+        for shard, _ in plan:
+            await self.forget_old(shard.url)
+
+    async def open(self, url: str) -> tuple[bytes, int]:
+        """The first HEAD_BYTES of `url` (always from the host: they tell its version) and its size."""
+        head, size = await self.request(url, 0, HEAD_BYTES, probe=True)
+        await self.forget_old(url)
+        return head, size
+
+
 class LoaderSource(ByteSource):
-    """A URL read by Range through a Loader, each request awaited with engine.rows.wait (JSPI in
+    """A URL read by Range through a UrlLoader, each request awaited with engine.rows.wait (JSPI in
     the browser): the first request learns the size and keeps the first HEAD_BYTES; a small read
     past what is here fetches a WINDOW (kept, the last few), a large one exactly its bytes."""
 
     coalesce_gap = 256 * 1024
     keep_windows = 4
 
-    def __init__(self, url: str, loader: Loader | None = None):
+    def __init__(self, url: str, loader: UrlLoader | None = None):
         self.name = url
-        self._loader = loader or Loader(default_transport(), whole_files=False)
+        self._loader = loader or UrlLoader(cache=default_cache())
         self._size: int | None = None
         self._head = b""
         self._windows: list[tuple[int, bytes]] = []
 
-    def _get(self, start: int, end: int, probe: bool = False):
-        request = self._loader.request(self.name, start, end, probe=probe, size=None if probe else self._size)
-        return wait(request, awaitable_form(self.name))
+    def _wait(self, awaitable):
+        return wait(awaitable, awaitable_form(self.name))
 
     def size(self) -> int:
         if self._size is None:
-            self._head, self._size = self._get(0, HEAD_BYTES, probe=True)
+            self._head, self._size = self._wait(self._loader.open(self.name))
         return self._size
+
+    def _get(self, start: int, end: int) -> bytes:
+        return self._wait(self._loader.fetch_range(self.name, start, end, self.size()))
 
     def _read(self, offset: int, length: int):
         end = offset + length
@@ -91,10 +192,9 @@ class LoaderSource(ByteSource):
                 return memoryview(data)[offset - start:end - start]
         if length >= WINDOW:
             if offset < len(self._head):          # the part already here is not fetched again
-                body, _ = self._get(len(self._head), end)
-                return self._head[offset:] + body
-            return self._get(offset, end)[0]
-        body, _ = self._get(offset, min(self.size(), offset + WINDOW))
+                return self._head[offset:] + self._get(len(self._head), end)
+            return self._get(offset, end)
+        body = self._get(offset, min(self.size(), offset + WINDOW))
         self._windows = self._windows[-(self.keep_windows - 1):] + [(offset, body)]
         return memoryview(body)[:length]
 
@@ -108,13 +208,15 @@ def open_url(url: str) -> ByteSource:
 
 
 # --- the awaitable forms ------------------------------------------------------------------------
-async def load_safetensors_async(location, *, transport=None):
+async def load_safetensors_async(location, *, transport=None, cache=True):
     """`load_safetensors` for code that awaits: a URL of a .safetensors file or of an index (.json)
     is fetched, header first, then every tensor in coalesced Range requests; the file returned
-    reads from memory. A path opens as load_safetensors does."""
+    reads from memory. A path opens as load_safetensors does. `cache`: True (the browser's Cache
+    API in Pyodide, none natively), False, or a store (engine.io.remote.CacheStore)."""
     if not is_url(location):
         return load_safetensors(location)
-    return await fetch_safetensors(location, transport=transport or default_transport(), whole_files=False)
+    loader = UrlLoader(transport, default_cache(cache))
+    return await fetch_safetensors(location, transport=loader.transport, loader=loader)
 
 
 class _Need(Exception):
@@ -133,18 +235,19 @@ class _HeadSource(PrefetchedSource):
         return super()._read(offset, length)
 
 
-async def load_gguf_async(location, *, transport=None) -> GGUFFile:
+async def load_gguf_async(location, *, transport=None, cache=True) -> GGUFFile:
     """`load_gguf` for code that awaits: a GGUF's header by Range requests (the first HEAD_BYTES,
-    then twice as much at a time until it parses: a GGUF does not say how long its header is),
-    then every tensor in coalesced Range requests; the file returned reads from memory."""
+    then at least as much again at a time until it parses: a GGUF does not say how long its
+    header is), then every tensor in coalesced Range requests; the file returned reads from
+    memory. `cache` as for load_safetensors_async."""
     if not is_url(location):
         if isinstance(location, (str, os.PathLike)) and (os.path.isdir(location) or
                                                          os.fspath(location).endswith(".json")):
             return open_gguf_folder(location)            # a site's model folder on disk
         return load_gguf(location)
     url = location
-    loader = Loader(transport or default_transport(), whole_files=False)
-    head, size = await loader.request(url, 0, HEAD_BYTES, probe=True)
+    loader = UrlLoader(transport, default_cache(cache))
+    head, size = await loader.open(url)
     while True:
         source = _HeadSource(url, size)
         source.add(0, head)
@@ -153,8 +256,7 @@ async def load_gguf_async(location, *, transport=None) -> GGUFFile:
             break
         except _Need as need:
             end = min(size, max(need.end, 2 * len(head)))
-            more, _ = await loader.request(url, len(head), end, size=size)
-            head += more
+            head += await loader.fetch_range(url, len(head), end, size)
     spans: list[list[int]] = []
     for info in sorted((file.info(name) for name in file), key=lambda info: info.offset):
         if info.nbytes == 0 or info.offset + info.nbytes <= len(head):
@@ -164,22 +266,21 @@ async def load_gguf_async(location, *, transport=None) -> GGUFFile:
             spans[-1][1] = max(spans[-1][1], end)
         else:
             spans.append([start, end])
-    bodies = await asyncio.gather(*(loader.request(url, start, end, size=size) for start, end in spans))
-    for (start, _), (body, _) in zip(spans, bodies):
+    bodies = await asyncio.gather(*(loader.fetch_range(url, start, end, size) for start, end in spans))
+    for (start, _), body in zip(spans, bodies):
         source.add(start, body)
     file.fetch_stats = loader.stats
     return file
 
 
-async def load_pth_async(location, *, name: str | None = None, transport=None):
+async def load_pth_async(location, *, name: str | None = None, transport=None, cache=True):
     """`load_pth` for code that awaits: a URL's checkpoint fetched whole (its first HEAD_BYTES,
-    then the rest: the reader reads every tensor anyway), then read from memory."""
+    then the rest: the reader reads every tensor anyway), then read from memory. `cache` as for
+    load_safetensors_async."""
     if not is_url(location):
         return load_pth(location, name=name)
-    loader = Loader(transport or default_transport(), whole_files=False)
-    head, size = await loader.request(location, 0, HEAD_BYTES, probe=True)
+    loader = UrlLoader(transport, default_cache(cache))
+    head, size = await loader.open(location)
     if size > len(head):
-        rest, _ = await loader.request(location, len(head), size, size=size)
-        head += rest
+        head += await loader.fetch_range(location, len(head), size, size)
     return load_pth(head, name=name or location)
-

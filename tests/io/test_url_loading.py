@@ -42,6 +42,12 @@ class _Handler(_RangeHandler):
                 (self.server.root / name).write_bytes(PAGE * 10)
         super().do_GET()
 
+    def _reply(self, status, body, headers=None, length=None):
+        try:
+            super()._reply(status, body, headers, length)
+        except (BrokenPipeError, ConnectionResetError):     # a client that wanted no body (a 200 to a Range)
+            pass
+
 
 @pytest.fixture
 def server(http_server):
@@ -179,3 +185,76 @@ def test_a_blocking_load_inside_a_running_loop_says_what_to_await(server, files,
         engine.load_gguf(server.url(FILES["gguf"]))
     with pytest.raises(NeedsAwait, match=r"await engine.load_gguf_async\(url\)"):
         asyncio.run(inside())
+
+
+class MemoryCache:
+    def __init__(self):
+        self.entries = {}
+
+    async def get(self, key):
+        return self.entries.get(key)
+
+    async def put(self, key, data):
+        self.entries[key] = bytes(data)
+
+    async def delete(self, key):
+        self.entries.pop(key, None)
+
+    async def keys(self):
+        return list(self.entries)
+
+
+class _Versioned(_Handler):
+    """Sends the server's `etag` (when set) with every reply, as most static hosts do."""
+
+    def _reply(self, status, body, headers=None, length=None):
+        headers = dict(headers or {})
+        if getattr(self.server, "etag", None):
+            headers["ETag"] = self.server.etag
+        super()._reply(status, body, headers, length)
+
+
+def _load_cached(kind, url, cache, monkeypatch):
+    if kind == "blocking":
+        monkeypatch.setattr(urls, "default_cache", lambda cache_=True: cache)
+        loaded = urls.LoaderSource(url)
+        return _arrays(engine.load_gguf(loaded))
+    return _arrays(asyncio.run(ASYNC[kind](url, cache=cache)))
+
+
+@pytest.mark.parametrize("kind", ["safetensors", "gguf", "pth", "blocking"])
+def test_a_url_is_cached_by_its_etag_and_size(server, files, tmp_path, kind, monkeypatch):
+    """A second load asks the host for the header only; a new version of the file (another ETag)
+    is fetched again and its old entries go; without an ETag nothing is kept."""
+    server.RequestHandlerClass = _Versioned
+    server.etag = '"v1"'
+    name = FILES["gguf" if kind == "blocking" else kind]
+    url, cache = server.url(name), MemoryCache()
+    first = _load_cached(kind, url, cache, monkeypatch)
+    assert cache.entries and all(key.startswith(url + "?engine-range=") for key in cache.entries)
+    cold = len(server.requests)
+    assert cold >= 2
+    second = _load_cached(kind, url, cache, monkeypatch)
+    assert len(server.requests) == cold + 1               # the header: it tells the version
+    for array_name, want in first.items():
+        assert np.array_equal(second[array_name], want)
+    old = set(cache.entries)
+    server.etag = '"v2"'
+    _load_cached(kind, url, cache, monkeypatch)
+    assert len(server.requests) == 2 * cold + 1 and not old & set(cache.entries)
+    server.etag = None
+    cache.entries.clear()
+    _load_cached(kind, url, cache, monkeypatch)
+    assert cache.entries == {}
+
+
+def test_a_file_changed_during_a_load_is_an_error(server, files, monkeypatch):
+    server.RequestHandlerClass = _Versioned
+    server.etag = '"v1"'
+    url = server.url(FILES["safetensors"])
+    source = urls.LoaderSource(url, urls.UrlLoader(cache=None))
+    f = engine.load_safetensors(source)
+    server.etag = '"v2"'
+    with pytest.raises(FetchError, match=r"the file changed on the server while it was read \(ETag now \"v2\"\)") as e:
+        f["w"]
+    assert e.value.file == url
