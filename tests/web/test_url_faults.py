@@ -1,7 +1,7 @@
 """Weights by URL in the page's worker (Pyodide): engine.load_safetensors / load_gguf / load_pth of a
 URL fetched by the browser (engine.io.urls over JS fetch) instead of urllib, from the page's own
 site and from another origin, blocking (through JSPI) and awaited; the same tensors as a native
-read of the same files. Then the faults, each one error naming the URL, with nothing left in the
+read of the same files, and a second load served from the Cache API but for the header. Then the faults, each one error naming the URL, with nothing left in the
 Cache API: a 404, a host that ignores Range, a host that sends no CORS headers, an HTML page
 served instead of the weights; and a blocking load where Python cannot wait (NeedsAwait).
 
@@ -82,11 +82,12 @@ class _Host(BaseHTTPRequestHandler):
         if path.startswith("/page/"):
             return self._reply(200, PAGE, "text/html; charset=utf-8")
         data = file.read_bytes()
+        version = {"ETag": f'"{hashlib.sha256(data).hexdigest()[:16]}"'}
         match = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range") or "")
         if match is None or path.startswith("/norange/"):
-            return self._reply(200, data)
+            return self._reply(200, data, headers=version)
         first, last = int(match[1]), min(int(match[2]), len(data) - 1)
-        self._reply(206, data[first:last + 1], headers={"Content-Range": f"bytes {first}-{last}/{len(data)}"})
+        self._reply(206, data[first:last + 1], headers={"Content-Range": f"bytes {first}-{last}/{len(data)}", **version})
 
     def _cors(self) -> None:
         if self.server.cors:
@@ -187,8 +188,14 @@ def test_weights_by_url_are_the_native_tensors(worker, dev_server, hosts, toy):
     for name, loader in LOADERS.items():
         want = digests(getattr(engine.io, loader)(toy / name))
         url = json.dumps(host.url(name))
-        assert s.run(f"digests(engine.{loader}({url}))") == want, name
-        assert s.run(f"digests(await engine.{loader}_async({url}))") == want, name
+        for form in (f"engine.{loader}({url})", f"await engine.{loader}_async({url})"):
+            assert s.run(f"digests({form})") == want, (name, form)
+            again = len(host.log)
+            assert s.run(f"digests({form})") == want, (name, form)
+            assert [path for path, _ in host.log[again:]] == ["/" + name], form   # the header; the rest was cached
+    cached = s.run("await cached_urls()")
+    for name in LOADERS:
+        assert any(u.startswith(host.url(name) + "?engine-range=") for u in cached), name
     assert s.console_errors == []
 
 
