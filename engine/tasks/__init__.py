@@ -9,6 +9,8 @@
     emb.rank("Who is eating?", ["A man is eating.", "A cat sleeps."])
     chat = engine.pipeline("text-generation")
     chat.chat("What is the capital of France?")     # "The capital of France is Paris."
+    emb = engine.pipeline("sentence-embedding", site="https://example.org/engine/")   # any built site's model
+    emb = await engine.pipeline_async("sentence-embedding", site=SITE)   # where Python cannot block (a notebook)
 
 A task module is a module of this package (engine/tasks/<task>.py, the task's name with "_" for
 "-") that defines any of:

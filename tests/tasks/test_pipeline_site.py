@@ -175,6 +175,17 @@ def test_bad_sites(tmp_path):
         engine.pipeline("sentence-embedding", site=tmp_path)
 
 
+def test_site_roots():
+    from engine.io.site import site_root
+    assert site_root("http://example.org/engine") == "http://example.org/engine/"
+    worker = "http://example.org/app/worker.js"             # in the browser: relative to the page or worker
+    assert site_root("../site", page_url=worker) == "http://example.org/site/"
+    assert site_root("./", page_url=worker) == "http://example.org/app/"
+    assert site_root("https://other.example/", page_url=worker) == "https://other.example/"
+    with pytest.raises(InputError, match="in the browser a site is a URL"):
+        site_root("file:///dist", page_url=worker)
+
+
 def test_weights_with_a_site_take_the_processor_files_from_the_site(built, minilm_folder):
     """weights= names the tensors; the files beside them first, the site's model folder after."""
     checkpoint = open_checkpoint(registry.model("all-MiniLM-L6-v2"), minilm_folder / "model.safetensors",
