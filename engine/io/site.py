@@ -29,12 +29,12 @@ from pathlib import Path
 
 from .. import dtypes
 from ..errors import InputError, IntegrityError, InvalidHeader, SourceNotFound, TruncatedFile
+from ..rows import RowTable
 from ..untrusted import load_json, shown
 from .checkpoint import Checkpoint
 from .gguf import GGUFFile
-from .manifest import key_prefix, cache_key, check_manifest, gguf_parts
-from .remote import RemoteGGUF, Loader, fetch_manifest, fetch_safetensors
-from ..rows import RowTable
+from .manifest import cache_key, check_manifest, gguf_parts, key_prefix
+from .remote import Loader, RemoteGGUF, fetch_manifest, fetch_safetensors
 from .sources import ByteSource, FileSource, is_url
 
 MANIFEST_NAME = "manifest.json"

@@ -39,8 +39,8 @@ def open_checkpoint(entry: registry.Model, weights, site: str | None = None) -> 
         return weights
     if weights is None:
         if registry.in_browser():                  # the site's copy, by Range (engine.io.browser)
-            from ..rows import wait
             from ..io.browser import load_checkpoint
+            from ..rows import wait
             return wait(load_checkpoint(entry, site=site), hint=AWAITABLE)
         default = registry.default_location(entry) if site is None else registry.built_location(entry, site)
         return Checkpoint(default, location=default)
