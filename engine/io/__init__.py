@@ -18,19 +18,39 @@ from .gguf import GGUFFile, QuantizedTensor  # noqa: F401
 from .gguf import load_gguf as _open_gguf_file
 from .pth import ModuleCheckpoint, ModuleRecord, load_pth, read_module_checkpoint, read_pth_arrays  # noqa: F401
 from .safetensors import (SafetensorsFile, ShardedSafetensors, TensorInfo,  # noqa: F401
-                          load_safetensors, save_safetensors)
+                          save_safetensors)
+from .safetensors import load_safetensors as _open_safetensors_file
 from .sources import (ByteSource, BytesSource, FileSource, HttpSource,  # noqa: F401
                       RangeSource, SourceNotFound, is_url, open_source, set_url_opener)
 
 
+def _site_folder_url(location) -> bool:
+    """Whether `location` is the URL of a site's model folder (ending in "/") or of its manifest."""
+    return is_url(location) and location.split("?")[0].endswith(("/", "/manifest.json"))
+
+
 def load_gguf(location) -> GGUFFile:
     """Open a GGUF lazily: a path, an http(s) URL, a bytes-like object or a ByteSource; or a
-    folder the site build wrote (dist/models/<name>/, or its manifest.json), whole or in parts."""
+    folder the site build wrote (dist/models/<name>/, or its manifest.json), whole or in parts,
+    on disk or at a URL (then its tensors are checked against the manifest's sha256s)."""
     if isinstance(location, (str, os.PathLike)) and not is_url(location) and (
             os.path.isdir(location) or os.fspath(location).endswith(".json")):
         from .site import open_gguf_folder
         return open_gguf_folder(location)
+    if _site_folder_url(location):
+        from .urls import load_folder
+        return load_folder(location, "gguf")
     return _open_gguf_file(location)
+
+
+def load_safetensors(location):
+    """Open lazily: an index (.json), a directory holding one, or a single file or URL; or the URL
+    of a site's model folder (or its manifest.json): every tensor fetched and checked against the
+    manifest's sha256s."""
+    if _site_folder_url(location):
+        from .urls import load_folder
+        return load_folder(location, "safetensors")
+    return _open_safetensors_file(location)
 
 
 # --- URLs in every Python (engine.io.urls, imported on first use: it brings the site layer) ------

@@ -14,8 +14,9 @@ JSPI: the header first, then every tensor's bytes in coalesced Range requests (a
 whose tensors are all read anyway, whole), through the same loader (urllib in a thread
 natively); the file they return reads from memory.
 
-A bare URL comes with no sha256s (a site's model folder has them in its manifest:
-engine.io.site), so what identifies its bytes is the host's strong ETag and the file's size.
+A site's model folder (a URL ending in "/", or its manifest.json) is read as the page reads it
+(engine.io.site): every tensor checked against the manifest's sha256 and cached by it. A bare
+URL comes with no sha256s, so what identifies its bytes is the host's strong ETag and its size.
 With a cache (the browser's Cache API in Pyodide, none natively) a range read is kept under
 the URL, the range and those two; the first request of a load (the header) always goes to the
 host, so a file changed there gets new keys, and the old ones are deleted. A file whose ETag
@@ -34,14 +35,14 @@ import os
 import sys
 import urllib.parse
 
-from ..errors import FetchError
+from ..errors import FetchError, InvalidHeader
 from ..rows import wait
 from .gguf import GGUFFile, load_gguf
 from .manifest import cache_key, key_prefix
 from .pth import load_pth
-from .remote import HEAD_BYTES, Loader, PrefetchedSource, UrllibTransport, fetch_safetensors
+from .remote import HEAD_BYTES, Loader, PrefetchedSource, UrllibTransport, fetch_manifest, fetch_safetensors
 from .safetensors import load_safetensors
-from .site import open_gguf_folder
+from .site import MANIFEST_NAME, fetch_gguf, open_gguf_folder
 from .sources import CONTENT_RANGE, ByteSource, is_url
 
 WINDOW = 1 << 20        # a small read past what is here fetches this much (a GGUF header is read piece by piece)
@@ -207,14 +208,60 @@ def open_url(url: str) -> ByteSource:
     return LoaderSource(url)
 
 
+# --- a site's model folder ----------------------------------------------------------------------
+def site_folder(url: str) -> str | None:
+    """The folder URL (ending in "/") when `url` names a site's model folder or its manifest.json."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.path.endswith("/"):
+        return url
+    if parts.path.endswith("/" + MANIFEST_NAME):
+        return urllib.parse.urljoin(url, ".")
+    return None
+
+
+async def _folder_manifest(folder: str, transport, kind: str) -> dict:
+    manifest = await fetch_manifest(folder + MANIFEST_NAME, transport)
+    container = manifest.get("container", "safetensors")
+    if container != kind:
+        raise InvalidHeader(f"the folder holds a {container} model: open it with load_{container}",
+                            file=folder + MANIFEST_NAME)
+    return manifest
+
+
+async def folder_safetensors(folder: str, *, transport=None, cache=True):
+    """Every tensor of a site's safetensors model folder, verified against its manifest."""
+    transport = transport or default_transport()
+    manifest = await _folder_manifest(folder, transport, "safetensors")
+    return await fetch_safetensors(folder + manifest["index"], transport=transport, manifest=manifest,
+                                   cache=default_cache(cache))
+
+
+async def folder_gguf(folder: str, *, transport=None, cache=True, names=None):
+    """The GGUF of a site's model folder (engine.io.site.fetch_gguf): tensors `names` (all by
+    default; () for none, each then fetched when read) verified against the manifest."""
+    transport = transport or default_transport()
+    manifest = await _folder_manifest(folder, transport, "gguf")
+    return await fetch_gguf(folder, transport=transport, cache=default_cache(cache), names=names, manifest=manifest)
+
+
+def load_folder(url: str, kind: str):
+    """load_safetensors / load_gguf of a site folder's URL, blocking (JSPI in the browser)."""
+    folder = site_folder(url)
+    if kind == "gguf":
+        return wait(folder_gguf(folder, names=()), "await engine.load_gguf_async(url)")
+    return wait(folder_safetensors(folder), "await engine.load_safetensors_async(url)")
+
+
 # --- the awaitable forms ------------------------------------------------------------------------
 async def load_safetensors_async(location, *, transport=None, cache=True):
     """`load_safetensors` for code that awaits: a URL of a .safetensors file or of an index (.json)
     is fetched, header first, then every tensor in coalesced Range requests; the file returned
-    reads from memory. A path opens as load_safetensors does. `cache`: True (the browser's Cache
+    reads from memory (a site's model folder: verified against its manifest). A path opens as load_safetensors does. `cache`: True (the browser's Cache
     API in Pyodide, none natively), False, or a store (engine.io.remote.CacheStore)."""
     if not is_url(location):
         return load_safetensors(location)
+    if site_folder(location):
+        return await folder_safetensors(site_folder(location), transport=transport, cache=cache)
     loader = UrlLoader(transport, default_cache(cache))
     return await fetch_safetensors(location, transport=loader.transport, loader=loader)
 
@@ -245,6 +292,8 @@ async def load_gguf_async(location, *, transport=None, cache=True) -> GGUFFile:
                                                          os.fspath(location).endswith(".json")):
             return open_gguf_folder(location)            # a site's model folder on disk
         return load_gguf(location)
+    if site_folder(location):
+        return await folder_gguf(site_folder(location), transport=transport, cache=cache)
     url = location
     loader = UrlLoader(transport, default_cache(cache))
     head, size = await loader.open(url)

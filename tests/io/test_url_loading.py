@@ -258,3 +258,43 @@ def test_a_file_changed_during_a_load_is_an_error(server, files, monkeypatch):
     with pytest.raises(FetchError, match=r"the file changed on the server while it was read \(ETag now \"v2\"\)") as e:
         f["w"]
     assert e.value.file == url
+
+
+# --- a site's model folder by URL: what the build wrote, verified against its manifest ------------
+@pytest.fixture
+def site_folders(tmp_path, files):
+    """models/st/ (safetensors in shards) and models/gg/ (the GGUF) as the site build writes them."""
+    from buildtools import convert
+    from engine import registry
+    for name, weights in (("st", FILES["safetensors"]), ("gg", FILES["gguf"])):
+        model = registry.Model(name=name, tasks=(), pipeline=None, title=name, load=None, max_shard_kb=512,
+                               sources=(registry.Source("repo", files={"weights": weights}),))
+        convert.write_model(model, convert.locate(model, tmp_path, tmp_path / "cache", True), tmp_path / "site")
+    return tmp_path / "site" / "models"
+
+
+@pytest.mark.parametrize("form", ["blocking", "awaitable"])
+@pytest.mark.parametrize("kind,folder", [("safetensors", "st"), ("gguf", "gg")])
+def test_a_site_folder_by_url_is_read_and_verified(server, site_folders, kind, folder, form):
+    local = _arrays(SYNC[kind](site_folders / folder))
+    for url in (server.url(f"site/models/{folder}/"), server.url(f"site/models/{folder}/manifest.json")):
+        loaded = asyncio.run(ASYNC[kind](url)) if form == "awaitable" else SYNC[kind](url)
+        got = _arrays(loaded)
+        assert set(got) == set(local)
+        for name, want in local.items():
+            assert np.array_equal(got[name], want), name
+    shard = sorted(p for p in (site_folders / folder).iterdir() if not p.name.endswith(".json"))[-1]
+    data = bytearray(shard.read_bytes())
+    data[-3] ^= 0xFF                        # inside the last tensor
+    shard.write_bytes(bytes(data))
+    with pytest.raises(engine.errors.IntegrityError, match="sha256") as e:
+        loaded = asyncio.run(ASYNC[kind](url)) if form == "awaitable" else SYNC[kind](url)
+        _arrays(loaded)
+    assert f"/site/models/{folder}/" in str(e.value) and "tensor '" in str(e.value)
+
+
+def test_a_site_folder_of_the_other_kind_is_named(server, site_folders):
+    with pytest.raises(engine.errors.InvalidHeader, match="holds a safetensors model: open it with load_safetensors"):
+        engine.load_gguf(server.url("site/models/st/"))
+    with pytest.raises(engine.errors.InvalidHeader, match="holds a gguf model: open it with load_gguf"):
+        asyncio.run(engine.load_safetensors_async(server.url("site/models/gg/manifest.json")))
