@@ -102,3 +102,18 @@ answers
     assert got[0].startswith(f"SourceNotFound: no built site at {other.url}nowhere/: it has no registry.json")
     assert got[1].startswith(f"InputError: the site {other.url} does not serve the model 'no-such-model'; "
                              f"it serves: mnist_cnn (digit-classification)")
+
+
+def test_weights_url_awaited_and_blocking(page, other, native_vectors):
+    """weights=URL in Pyodide: the tensors by the awaitable loader, the tokenizer and configs from
+    beside them, awaited (pipeline_async) or waited for through JSPI (pipeline)."""
+    index = f"{other.url}{MODEL}model.safetensors.index.json"
+    got = page.run(f"""
+awaited = await engine.pipeline_async("sentence-embedding", weights={index!r})
+blocking = engine.pipeline("sentence-embedding", weights={index!r})
+[awaited({TEXTS!r}).tolist(), blocking({TEXTS!r}).tolist(), awaited.checkpoint.complete, sorted(awaited.checkpoint.files)]
+""")
+    awaited, blocking, complete, files = got
+    np.testing.assert_allclose(np.array(awaited, np.float32), native_vectors, atol=2e-5)
+    np.testing.assert_array_equal(np.array(blocking, np.float32), np.array(awaited, np.float32))
+    assert complete and files == ["1_Pooling/config.json", "config.json", "sentence_bert_config.json", "tokenizer.json"]
