@@ -171,20 +171,26 @@ def worker(dev_server, session_factory):
 LOADERS = {"model.safetensors": "load_safetensors", "model.gguf": "load_gguf", "model.pth": "load_pth"}
 
 
-def test_weights_by_url_are_the_native_tensors(worker, dev_server, hosts, toy):
-    """From the page's own site (MNIST's sharded safetensors by its index; SmolLM2's 98 MB GGUF, of
-    which one tensor is read) and from another origin (the toy files), blocking and awaited."""
+def test_weights_by_url_are_the_native_tensors(worker, dev_server, serve_folder, hosts, toy):
+    """From the page's own site and from the same site on another origin (MNIST's sharded
+    safetensors by its index and by its model folder, verified against the manifest; SmolLM2's
+    98 MB GGUF, of which one tensor is read), and from a third origin (the toy files), blocking
+    and awaited."""
     import engine
-    s, site, (host, _) = worker, dev_server.url, hosts
-    mnist = s.run(f"digests(engine.load_safetensors({json.dumps(site + MNIST_INDEX)}))")
-    assert mnist == digests(engine.load_safetensors(dev_server.root / MNIST_INDEX)) and len(mnist) >= 4
-    before = len(s.requests)
-    smollm = s.run(f"f = engine.load_gguf({json.dumps(site + SMOLLM)})\n"
-                   f"[f.metadata['general.architecture'], digests(f, [{SMOLLM_TENSOR!r}])]")
-    native = engine.load_gguf(dev_server.root / SMOLLM)
-    assert smollm == [native.metadata["general.architecture"], digests(native, [SMOLLM_TENSOR])]
-    fetched = [r for r in s.responses[before:] if r.url == site + SMOLLM]
-    assert 2 <= len(fetched) <= 12 and all(r.status == 206 for r in fetched)     # by Range, never whole
+    s, (host, _) = worker, hosts
+    native_mnist = digests(engine.load_safetensors(dev_server.root / MNIST_INDEX))
+    native_smollm = engine.load_gguf(dev_server.root / SMOLLM)
+    for site in (dev_server.url, serve_folder(dev_server.root).url):
+        assert s.run(f"digests(engine.load_safetensors({json.dumps(site + MNIST_INDEX)}))") == native_mnist
+        folder = json.dumps(site + MNIST_INDEX.rsplit("/", 1)[0] + "/")
+        assert s.run(f"digests(await engine.load_safetensors_async({folder}))") == native_mnist
+        before = len(s.responses)
+        smollm = s.run(f"f = engine.load_gguf({json.dumps(site + SMOLLM)})\n"
+                       f"[f.metadata['general.architecture'], digests(f, [{SMOLLM_TENSOR!r}])]")
+        assert smollm == [native_smollm.metadata["general.architecture"], digests(native_smollm, [SMOLLM_TENSOR])]
+        fetched = [r for r in s.responses[before:] if r.url == site + SMOLLM]
+        assert 2 <= len(fetched) <= 12 and all(r.status == 206 for r in fetched)     # by Range, never whole
+    assert len(native_mnist) >= 4
     for name, loader in LOADERS.items():
         want = digests(getattr(engine.io, loader)(toy / name))
         url = json.dumps(host.url(name))
