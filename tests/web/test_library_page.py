@@ -37,18 +37,25 @@ def results(page, testid: str):
     return json.loads(page.get_attribute(f"[data-testid={testid}]", "data-json"))
 
 
-@pytest.mark.parametrize("host", ["dev", "nginx"])
-def test_a_pyscript_page_on_another_origin_gives_the_native_numbers(host, request, other_origin, browser,
-                                                                    native, site):
+# (static host of the site, ?device=, the backend the page then runs on). With no device the
+# simd kernels load in such a page too (fetched from the site); webgpu on SwiftShader is taken
+# only when asked for (it emulates a GPU on the CPU).
+CASES = [("dev", "", "simd"), ("nginx", "", "simd"), ("dev", "webgpu", "webgpu")]
+
+
+@pytest.mark.parametrize("host,device,backend", CASES, ids=["dev", "nginx", "dev-webgpu"])
+def test_a_pyscript_page_on_another_origin_gives_the_native_numbers(host, device, backend, request, other_origin,
+                                                                    browser, native, site):
     served = request.getfixturevalue(f"{host}_server")
     assert origin(served.url) != origin(other_origin.url)
     s = Session(browser, other_origin.url)
     try:
-        page = s.open(f"pyscript.html?site={served.url}", ready=False)
+        page = s.open(f"pyscript.html?site={served.url}&device={device}", ready=False)
         page.wait_for_function(FINISHED, timeout=300_000)
         error = page.query_selector(".py-error")
         assert error is None, error.text_content()
         assert page.evaluate("self.crossOriginIsolated") is False        # a plain third-party page
+        assert page.text_content(STATUS) == f"done (backend: {backend}, {backend})"
 
         embed, classify = native
         ranking = results(page, "ranking")
@@ -67,8 +74,9 @@ def test_a_pyscript_page_on_another_origin_gives_the_native_numbers(host, reques
         assert {origin(u) for u in s.requests if not u.startswith(("data:", "blob:"))} == \
             {origin(other_origin.url), origin(served.url)}
         fetched = [u for u in s.requests if origin(u) == origin(served.url)]
-        for part in ("pyscript/core.js", "pyodide/pyodide.mjs", "pyodide/engine.json", "pyodide/engine-",
-                     "models/all-MiniLM-L6-v2/", "models/efficientnet_lite0/", "samples/coffee.png"):
+        wanted = ["pyscript/core.js", "pyodide/pyodide.mjs", "pyodide/engine.json", "pyodide/engine-",
+                  "models/all-MiniLM-L6-v2/", "models/efficientnet_lite0/", "samples/coffee.png"]
+        for part in wanted + (["kernels/engine_kernels."] if backend == "simd" else []):
             assert any(urlsplit(u).path.startswith("/" + part) for u in fetched), part
         assert s.console_errors == []
     finally:
