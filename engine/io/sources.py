@@ -239,8 +239,8 @@ class RangeSource(ByteSource):
             self._size = int(match[3])     # an empty file has no byte 0 to send
             return b""
         if status == 200:
-            raise FetchError("server ignored the Range header (HTTP 200 instead of 206); "
-                             "it must support HTTP Range requests", file=self.name)
+            raise FetchError("the server ignores HTTP Range requests (it answered with the whole file, HTTP 200); "
+                             "serve it from a host with HTTP Range support", file=self.name)
         if status != 206:
             raise FetchError(f"HTTP {status} for bytes {start}-{end}", file=self.name)
         if not match or match[1] is None or match[3] == "*":
