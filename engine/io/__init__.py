@@ -3,8 +3,8 @@
 Two levels, imported one way only:
 - the formats (`safetensors`, `gguf`, `pth`, `ctranslate2`) parse bytes from a `ByteSource` (`sources`) and know
   nothing of where the bytes come from;
-- the site (`manifest`, `remote`, `site`, `checkpoint`, `browser`) fetches, verifies and caches a
-  model folder the build wrote, and opens it with the format readers.
+- the site (`manifest`, `remote`, `site`, `checkpoint`, `browser`, `urls`) fetches, verifies and caches a
+  model folder the build wrote, or a file at a URL, and opens it with the format readers.
 
 `load_gguf` below is where the two meet: a GGUF file goes to the format reader, a site's model
 folder to the site. So are URLs: in Pyodide `open_source` reads one through the browser

@@ -191,11 +191,12 @@ class LoaderSource(ByteSource):
         for start, data in self._windows:
             if start <= offset and end <= start + len(data):
                 return memoryview(data)[offset - start:end - start]
+        start, here = offset, b""
+        if offset < len(self._head):              # the part already here is not fetched again
+            start, here = len(self._head), self._head[offset:]
         if length >= WINDOW:
-            if offset < len(self._head):          # the part already here is not fetched again
-                return self._head[offset:] + self._get(len(self._head), end)
-            return self._get(offset, end)
-        body = self._get(offset, min(self.size(), offset + WINDOW))
+            return here + self._get(start, end)
+        body = here + self._get(start, min(self.size(), offset + WINDOW))
         self._windows = self._windows[-(self.keep_windows - 1):] + [(offset, body)]
         return memoryview(body)[:length]
 

@@ -299,3 +299,12 @@ def test_a_site_folder_of_the_other_kind_is_named(server, site_folders):
         engine.load_gguf(server.url("site/models/st/"))
     with pytest.raises(engine.errors.InvalidHeader, match="holds a gguf model: open it with load_gguf"):
         asyncio.run(engine.load_safetensors_async(server.url("site/models/gg/manifest.json")))
+
+
+def test_the_loader_source_never_fetches_a_byte_twice_in_one_read(server, files):
+    """A .pth read whole through the browser's path: the header's request, then the rest."""
+    url = server.url(FILES["pth"])
+    source = urls.LoaderSource(url, urls.UrlLoader(cache=None))
+    data = bytes(source.read(0, source.size()))
+    assert data == (server.root / FILES["pth"]).read_bytes()
+    assert server.requests == ["bytes=0-65535", f"bytes=65536-{len(data) - 1}"]
