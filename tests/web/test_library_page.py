@@ -37,19 +37,26 @@ def results(page, testid: str):
     return json.loads(page.get_attribute(f"[data-testid={testid}]", "data-json"))
 
 
-# (static host of the site, ?device=, the backend the page then runs on). With no device the
-# simd kernels load in such a page too (fetched from the site); webgpu on SwiftShader is taken
-# only when asked for (it emulates a GPU on the CPU).
-CASES = [("dev", "", "simd"), ("nginx", "", "simd"), ("dev", "webgpu", "webgpu")]
+# A browser without JavaScript Promise Integration, where Python cannot block on a fetch: Pyodide
+# looks for these two to use it. The page's awaitable calls work there too.
+WITHOUT_JSPI = "delete WebAssembly.Suspending; delete WebAssembly.promising;"
+
+# (static host of the site, ?device=, the backend the page then runs on, JSPI). With no device
+# the simd kernels load in such a page too (fetched from the site); webgpu on SwiftShader is
+# taken only when asked for (it emulates a GPU on the CPU).
+CASES = {"dev": ("dev", "", "simd", True), "nginx": ("nginx", "", "simd", True),
+         "dev-webgpu": ("dev", "webgpu", "webgpu", True), "dev-without-jspi": ("dev", "", "simd", False)}
 
 
-@pytest.mark.parametrize("host,device,backend", CASES, ids=["dev", "nginx", "dev-webgpu"])
-def test_a_pyscript_page_on_another_origin_gives_the_native_numbers(host, device, backend, request, other_origin,
-                                                                    browser, native, site):
+@pytest.mark.parametrize("host,device,backend,jspi", CASES.values(), ids=CASES.keys())
+def test_a_pyscript_page_on_another_origin_gives_the_native_numbers(host, device, backend, jspi, request,
+                                                                    other_origin, browser, native, site):
     served = request.getfixturevalue(f"{host}_server")
     assert origin(served.url) != origin(other_origin.url)
     s = Session(browser, other_origin.url)
     try:
+        if not jspi:
+            s.context.add_init_script(WITHOUT_JSPI)
         page = s.open(f"pyscript.html?site={served.url}&device={device}", ready=False)
         page.wait_for_function(FINISHED, timeout=300_000)
         error = page.query_selector(".py-error")
