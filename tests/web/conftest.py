@@ -5,6 +5,7 @@ tests skip saying why, except under CI (CI=true), where a missing tool is a fail
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -31,10 +32,19 @@ CHROMIUM_ARGS = BASE_ARGS + ["--enable-unsafe-webgpu", "--enable-features=Vulkan
 def site(tmp_path_factory) -> Path:
     """The built site, in a temp folder (uses the download cache in .cache/), with the benchmarks'
     peers (buildtools/peers.py: llama.cpp and ONNX Runtime in WebAssembly) for the bench page."""
-    out = tmp_path_factory.mktemp("site") / "dist"
-    r = subprocess.run([sys.executable, "build.py", "--peers", "--out", str(out)], cwd=ROOT, capture_output=True,
-                       text=True)
-    assert r.returncode == 0, r.stdout + r.stderr
+    # one build for every xdist worker (the site is only read): the first to take the lock builds
+    # it into the run's shared temp folder, the others wait for it and reuse it
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    out, built = shared / "site" / "dist", shared / "site" / "built"
+    with open(shared / "site.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not built.exists():
+            r = subprocess.run([sys.executable, "build.py", "--peers", "--out", str(out)], cwd=ROOT,
+                               capture_output=True, text=True)
+            assert r.returncode == 0, r.stdout + r.stderr
+            built.write_text("ok")
     return out
 
 
