@@ -81,9 +81,21 @@ def effnet_weights(tmp_path_factory, effnet_state, imagenet_labels):
     return folder / "model.safetensors"
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """The xdist controller removes the site its workers' build tests shared (tests/build/conftest.py)."""
+    import shutil
+    import tempfile
+    run = getattr(session.config.option, "testrunuid", None)
+    if run and not hasattr(session.config, "workerinput"):
+        shutil.rmtree(Path(tempfile.gettempdir()) / f"engine-site-shared-{run}", ignore_errors=True)
+
+
 def pytest_configure(config):
     """ENGINE_TEST_DEVICE=webgpu (or simd) runs the suite with that default device: the op tests
     then check that backend's kernels against torch and NumPy (tests/webgpu does this for webgpu)."""
+    if hasattr(config.option, "testrunuid") and config.option.testrunuid is None and not hasattr(config, "workerinput"):
+        import uuid
+        config.option.testrunuid = uuid.uuid4().hex      # known here too, to clean up what workers share
     import os
     device = os.environ.get("ENGINE_TEST_DEVICE")
     if device:

@@ -1,4 +1,5 @@
 """Fixtures for the build tests: one site built from the real cache, shared by the session."""
+import fcntl
 import os
 import shutil
 import tempfile
@@ -10,6 +11,7 @@ from buildtools import site
 from buildtools.fetch import DEFAULT_CACHE
 
 ROOT = Path(__file__).resolve().parents[2]
+SHARED_PREFIX = "engine-site-shared-"     # + the xdist run id
 
 
 @pytest.fixture(scope="session")
@@ -25,14 +27,29 @@ def built(cache):
     Built in a world-readable temporary folder rather than pytest's tmp_path (mode 0700),
     so nginx's workers (user "nobody" when started as root) can serve it.
     """
-    scratch = Path(tempfile.mkdtemp(prefix="engine-site-"))
-    os.chmod(scratch, 0o755)
-    lines = []
-    try:
-        site.build(scratch / "dist", cache, log=lines.append)
-        yield scratch / "dist", lines
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
+        scratch = Path(tempfile.mkdtemp(prefix="engine-site-"))
+        os.chmod(scratch, 0o755)
+        lines = []
+        try:
+            site.build(scratch / "dist", cache, log=lines.append)
+            yield scratch / "dist", lines
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return
+    # under xdist, one build for every worker: the first to take the lock builds, the others
+    # read its log; the controller removes the folder at the end (tests/conftest.py)
+    scratch = Path(tempfile.gettempdir()) / f"{SHARED_PREFIX}{run}"
+    scratch.mkdir(mode=0o755, exist_ok=True)
+    log = scratch / "build.log"
+    with open(scratch / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not log.exists():
+            lines = []
+            site.build(scratch / "dist", cache, log=lines.append)
+            log.write_text("\n".join(lines))
+    yield scratch / "dist", log.read_text().split("\n")
 
 
 @pytest.fixture(scope="session")
