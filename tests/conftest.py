@@ -162,25 +162,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-SITE_FOLDERS = ("tests/web/", "tests/build/")
+BUILD_FOLDER = "tests/build/"
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
-    """pytest-xdist's --dist loadfile (scripts/test.sh), with tests/web and tests/build as one unit.
-    A file's tests stay on one worker, so a module-scoped fixture (a reference model, ~25 s) is made
-    once; the browser and build tests run one after the other on one worker, since each folder
-    builds the whole site from the one download cache. (xdist_group marks would say the same, but
-    --dist loadgroup stopped grouping with pytest 9.2.)"""
+    """pytest-xdist's --dist loadfile (scripts/test.sh), with tests/build as one unit. A file's tests
+    stay on one worker, so a module-scoped fixture (a reference model, ~25 s) is made once; the
+    build tests run one after the other, as most of them read one full build. The browser tests'
+    files spread over the workers: their one site is built once for all of them, and every build
+    from the shared download cache holds tests.helpers.build_lock. (xdist_group marks would say the
+    same, but --dist loadgroup stopped grouping with pytest 9.2.)"""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    class SiteTogether(LoadFileScheduling):
+    class BuildTogether(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = super()._split_scope(nodeid)
-            return "tests/web+build" if path.startswith(SITE_FOLDERS) else path
-    return SiteTogether(config, log)
+            return "tests/build" if path.startswith(BUILD_FOLDER) else path
+    return BuildTogether(config, log)
 
 
 def pytest_runtest_setup(item):

@@ -2,8 +2,11 @@
 decides whether a missing dependency skips a test or fails it (need, need_import)."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib
 import os
+import tempfile
 from types import ModuleType
 
 import numpy as np
@@ -103,3 +106,16 @@ def range_reply(data: bytes, start: int | None, end: int | None) -> tuple[int, d
         return 416, {"content-range": f"bytes */{len(data)}"}, b""
     last = min(end, len(data)) - 1
     return 206, {"content-range": f"bytes {start}-{last}/{len(data)}"}, data[start:last + 1]
+
+
+@contextlib.contextmanager
+def build_lock():
+    """Held while a test builds a site from the shared download cache (.cache/): under pytest-xdist
+    the workers build one at a time, so two builds never fill the same cache entry at once."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or str(os.getpid())
+    with open(os.path.join(tempfile.gettempdir(), f"engine-build-{run}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -1,5 +1,4 @@
 """Fixtures for the build tests: one site built from the real cache, shared by the session."""
-import fcntl
 import os
 import shutil
 import tempfile
@@ -9,6 +8,7 @@ import pytest
 
 from buildtools import site
 from buildtools.fetch import DEFAULT_CACHE
+from tests.helpers import build_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_PREFIX = "engine-site-shared-"     # + the xdist run id
@@ -43,8 +43,7 @@ def built(cache):
     scratch = Path(tempfile.gettempdir()) / f"{SHARED_PREFIX}{run}"
     scratch.mkdir(mode=0o755, exist_ok=True)
     log = scratch / "build.log"
-    with open(scratch / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with build_lock():
         if not log.exists():
             lines = []
             site.build(scratch / "dist", cache, log=lines.append)

@@ -14,6 +14,7 @@ import engine
 from buildtools import site
 from buildtools.fetch import FetchFailed, pip_download
 from buildtools.steps import STATE_NAME, BuildError
+from tests.helpers import build_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 WEIGHTS = [f"weights/{name}" for name in engine.registry.models()]      # one step per registered model
@@ -24,7 +25,8 @@ STEPS = ["pyodide", "pyscript", "micropython", "engine", "bytecode", *WEIGHTS, "
 def build(project: Path, cache: Path, **options) -> tuple[list[str], list[str]]:
     """(steps built, steps up to date), read from the printed log."""
     lines = []
-    site.build(project / "dist", cache, root=project, log=lines.append, **options)
+    with build_lock():
+        site.build(project / "dist", cache, root=project, log=lines.append, **options)
     built = [line.split(":")[0].strip() for line in lines if ": built (" in line]
     fresh = [line.split(":")[0].strip() for line in lines if line.endswith(": up to date")]
     assert sorted(built + fresh) == sorted(STEPS), lines

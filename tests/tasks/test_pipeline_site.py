@@ -20,6 +20,7 @@ from buildtools.fetch import DEFAULT_CACHE
 from engine import registry
 from engine.errors import InputError, SourceNotFound, WeightsError
 from engine.tasks.base import open_checkpoint
+from tests.helpers import build_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "samples" / "digits"
@@ -34,9 +35,10 @@ def built(tmp_path_factory) -> Path:
     """A built site holding two models (the build's own converter and registry listing), as
     `python build.py` lays them out; the MiniLM wheel comes from the download cache."""
     out = tmp_path_factory.mktemp("site")
-    for name in MODELS:
-        entry = registry.model(name)
-        convert.write_model(entry, convert.locate(entry, ROOT, DEFAULT_CACHE, False), out)
+    with build_lock():                  # the download cache may be filled here, as a build does
+        for name in MODELS:
+            entry = registry.model(name)
+            convert.write_model(entry, convert.locate(entry, ROOT, DEFAULT_CACHE, False), out)
     listing = [m for m in registry.describe() if m["name"] in MODELS]
     (out / "registry.json").write_text(json.dumps(listing))
     return out

@@ -5,7 +5,6 @@ tests skip saying why, except under CI (CI=true), where a missing tool is a fail
 """
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
@@ -16,7 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.helpers import need, need_import
+from tests.helpers import build_lock, need, need_import
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -38,8 +37,7 @@ def site(tmp_path_factory) -> Path:
     if os.environ.get("PYTEST_XDIST_WORKER"):
         shared = shared.parent
     out, built = shared / "site" / "dist", shared / "site" / "built"
-    with open(shared / "site.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with build_lock():
         if not built.exists():
             r = subprocess.run([sys.executable, "build.py", "--peers", "--out", str(out)], cwd=ROOT,
                                capture_output=True, text=True)
