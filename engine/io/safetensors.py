@@ -6,8 +6,9 @@ tensor names to {"dtype", "shape", "data_offsets": [begin, end]}, offsets relati
 to the data buffer, plus an optional "__metadata__" {str: str}. The buffer must be
 indexed entirely: no holes, no overlaps.
 
-Opening validates the whole header against the file size and reads no tensor data;
-tensors are read on access, as zero-copy views of the source where possible.
+Opening validates the whole header against the file size (engine/io/safetensors_header.py)
+and reads no tensor data; tensors are read on access, as zero-copy views of the source where
+possible.
 """
 from __future__ import annotations
 
@@ -22,117 +23,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import dtypes
-from ..errors import (HeaderTooLarge, InvalidHeader, InvalidOffsets, MissingShard,
-                      MissingTensor, SizeMismatch, TruncatedFile, UnknownDtype)
+from ..errors import HeaderTooLarge, InvalidHeader, MissingShard, MissingTensor
 from ..tensor import Tensor, from_raw
-from ..untrusted import checked_name, checked_shape, load_json, shown
+from ..untrusted import checked_name
+from .safetensors_header import (MAX_HEADER_BYTES, TensorInfo, collector_paused, parse_json,
+                                 read_header)
 from .sources import ByteSource, SourceNotFound, is_url, open_source
 
-MAX_HEADER_BYTES = 100_000_000        # the limit the reference implementation enforces
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    name: str
-    dtype: dtypes.DType
-    shape: tuple[int, ...]
-    offset: int          # absolute byte offset in the file
-    nbytes: int
-    file: str
-
-
-def parse_json(data, file: str, what: str):
-    """A header or index: JSON as engine.untrusted.load_json bounds it, keys unique."""
-    return load_json(data, lambda message: InvalidHeader(message, file=file), what=what, unique_keys=True)
-
-
-def _is_index_list(value, length: int | None = None) -> bool:
-    """A list of non-negative ints (JSON true/false are not dims)."""
-    return (isinstance(value, list) and (length is None or len(value) == length)
-            and all(type(v) is int and v >= 0 for v in value))
-
-
-def _parse_entry(name: str, entry, file: str):
-    if not isinstance(entry, dict):
-        raise InvalidHeader("header entry is not a JSON object", file=file, tensor=name)
-    missing = sorted({"dtype", "shape", "data_offsets"} - entry.keys())
-    if missing:
-        raise InvalidHeader(f"header entry lacks {', '.join(missing)}", file=file, tensor=name)
-    code, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if not isinstance(code, str):
-        raise InvalidHeader(f"dtype must be a string, got {shown(code)}", file=file, tensor=name)
-    if code not in dtypes.BY_SAFETENSORS:
-        raise UnknownDtype(f"unsupported dtype {shown(code)}; supported: "
-                           f"{', '.join(dtypes.BY_SAFETENSORS)}", file=file, tensor=name)
-    shape = checked_shape(shape, lambda message: InvalidHeader(message, file=file, tensor=name))
-    if not _is_index_list(offsets, 2):
-        raise InvalidHeader(f"data_offsets must be two non-negative ints, got {shown(offsets)}",
-                            file=file, tensor=name)
-    dtype, (begin, end) = dtypes.BY_SAFETENSORS[code], offsets
-    if begin > end:
-        raise InvalidOffsets(f"data_offsets [{begin}, {end}] end before they begin",
-                             file=file, tensor=name)
-    nbytes = math.prod(shape) * dtype.itemsize
-    if end - begin != nbytes:
-        raise SizeMismatch(f"data_offsets [{begin}, {end}] hold {end - begin} bytes but shape "
-                           f"{list(shape)} of {code} needs {nbytes}", file=file, tensor=name)
-    return dtype, shape, begin, end
-
-
-def _check_layout(spans: list[tuple[int, int, str]], data_len: int, file: str) -> None:
-    """The tensors must tile the data buffer exactly: no overlap, no hole, no tail."""
-    spans = sorted(spans)
-    covered, owner = 0, None
-    for begin, end, name in spans:
-        if begin < covered:
-            raise InvalidOffsets(f"data_offsets [{begin}, {end}] overlap tensor {owner!r} "
-                                 f"(bytes up to {covered})", file=file, tensor=name)
-        if begin > covered:
-            if begin > data_len:
-                raise InvalidOffsets(f"data_offsets [{begin}, {end}] lie outside the "
-                                     f"{data_len}-byte data buffer", file=file, tensor=name)
-            raise InvalidOffsets(f"bytes [{covered}, {begin}) of the data buffer belong to no "
-                                 f"tensor (holes are not allowed)", file=file, tensor=name)
-        if end > begin:
-            covered, owner = end, name
-    if covered > data_len:
-        # a consistent header over too little data: the file was cut short
-        begin, end, name = next(s for s in spans if s[1] > data_len)
-        raise TruncatedFile(f"file truncated: the data buffer has {data_len} bytes but this "
-                            f"tensor needs bytes [{begin}, {end})", file=file, tensor=name)
-    if covered < data_len:
-        raise InvalidOffsets(f"the last {data_len - covered} bytes of the data buffer belong "
-                             f"to no tensor", file=file)
-
-
-def read_header(source: ByteSource) -> tuple[dict[str, str], dict[str, TensorInfo]]:
-    """Parse and validate a safetensors header: (metadata, {name: TensorInfo})."""
-    file, size = source.name, source.size()
-    if size < 8:
-        raise TruncatedFile(f"file truncated: {size} bytes, too short for the 8-byte header length",
-                            file=file)
-    (length,) = struct.unpack("<Q", source.read(0, 8))
-    if length > MAX_HEADER_BYTES:      # before allocating: the length may be garbage
-        raise HeaderTooLarge(f"header length {length} exceeds the limit of "
-                             f"{MAX_HEADER_BYTES} bytes", file=file)
-    if 8 + length > size:
-        raise TruncatedFile(f"file truncated: header length {length} runs past the end of the "
-                            f"{size}-byte file", file=file)
-    header = parse_json(source.read(8, length), file, "header")
-    if not isinstance(header, dict):
-        raise InvalidHeader("header is not a JSON object", file=file)
-    metadata = header.pop("__metadata__", {})
-    if not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
-        raise InvalidHeader("__metadata__ must map strings to strings", file=file)
-    infos, spans, start = {}, [], 8 + length
-    for name, entry in header.items():
-        dtype, shape, begin, end = _parse_entry(name, entry, file)
-        infos[name] = TensorInfo(name, dtype, shape, start + begin, end - begin, file)
-        spans.append((begin, end, name))
-    _check_layout(spans, size - start, file)
-    return metadata, infos
 
 
 def to_tensor(info: TensorInfo, buffer) -> Tensor:
@@ -210,9 +109,10 @@ class SingleFile(_LazyWeights):
 
     def get_many(self, names: Iterable[str] | None = None) -> dict:
         """Several tensors (all by default) through one coalesced `read_many`."""
-        infos = [self.info(n) for n in (self._infos if names is None else names)]
-        buffers = self.source.read_many([(i.offset, i.nbytes) for i in infos])
-        return {i.name: self._wrap(i, b) for i, b in zip(infos, buffers)}
+        with collector_paused():        # thousands of small tensors: see read_header
+            infos = [self.info(n) for n in (self._infos if names is None else names)]
+            buffers = self.source.read_many([(i.offset, i.nbytes) for i in infos])
+            return {i.name: self._wrap(i, b) for i, b in zip(infos, buffers)}
 
     def close(self) -> None:
         self.source.close()
@@ -239,16 +139,19 @@ class ShardedSafetensors(_LazyWeights):
         if size > MAX_HEADER_BYTES:
             raise HeaderTooLarge(f"index is {size} bytes, over the limit of "
                                  f"{MAX_HEADER_BYTES}", file=self.name)
-        doc = parse_json(self.source.read(0, size), self.name, "index")
+        with collector_paused():
+            doc = parse_json(self.source.read(0, size), self.name, "index")
         if not isinstance(doc, dict) or not isinstance(doc.get("weight_map"), dict):
             raise InvalidHeader('index must be a JSON object with a "weight_map" object',
                                 file=self.name)
         self.metadata = doc.get("metadata") or {}
         if not isinstance(self.metadata, dict):
             raise InvalidHeader('index "metadata" must be an object', file=self.name)
-        for tensor, filename in doc["weight_map"].items():   # shards lie beside the index
-            checked_name(filename, lambda message: InvalidHeader(message, file=self.name, tensor=tensor),
-                         "shard file name")
+        plain = set()                   # shards lie beside the index; each name checked once
+        for tensor, filename in doc["weight_map"].items():
+            if type(filename) is not str or filename not in plain:
+                plain.add(checked_name(filename, lambda message: InvalidHeader(
+                    message, file=self.name, tensor=tensor), "shard file name"))
         self.weight_map: dict[str, str] = doc["weight_map"]
         self._shards: dict[str, SafetensorsFile] = {}
 
