@@ -88,3 +88,18 @@ def test_a_pyscript_page_on_another_origin_gives_the_native_numbers(host, device
         assert s.console_errors == []
     finally:
         s.close()
+
+
+def test_a_site_without_cors_headers_is_named_in_the_page(site, serve_folder, other_origin, browser):
+    """The first thing a page on another origin loads from the site is PyScript: from a host that
+    sends no CORS headers the browser refuses it, and the page says where and what to check."""
+    served = serve_folder(site, cors=False)
+    s = Session(browser, other_origin.url)
+    try:
+        page = s.open(f"pyscript.html?site={served.url}", ready=False)
+        page.wait_for_function(f"document.querySelector('{STATUS}').textContent.startsWith('error')")
+        text = page.text_content(STATUS)
+        assert text.startswith(f"error: no PyScript from {served.url} (") and "sending CORS headers?" in text
+        assert any("blocked by CORS policy" in e for e in s.console_errors), s.console_errors
+    finally:
+        s.close()
