@@ -119,3 +119,20 @@ def build_lock():
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def write_weight_formats(folder, arrays: dict) -> None:
+    """The same tensors as model.safetensors, model.gguf (with a ~150 kB token list in its header,
+    so that reading it takes more than one request) and model.pth, in `folder`."""
+    import gguf
+    import safetensors.numpy
+    import torch
+    safetensors.numpy.save_file(arrays, os.path.join(folder, "model.safetensors"))
+    writer = gguf.GGUFWriter(os.path.join(folder, "model.gguf"), arch="test")
+    writer.add_array("tokenizer.ggml.tokens", [f"token{i:06d}" for i in range(10_000)])
+    for name, array in arrays.items():
+        writer.add_tensor(name, array)
+    for step in (writer.write_header_to_file, writer.write_kv_data_to_file, writer.write_tensors_to_file,
+                 writer.close):
+        step()
+    torch.save({name: torch.from_numpy(array) for name, array in arrays.items()}, os.path.join(folder, "model.pth"))

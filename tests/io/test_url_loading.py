@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import asyncio
 
-import gguf
 import numpy as np
 import pytest
-import safetensors.numpy
-import torch
 
 import engine
 from engine.errors import FetchError, NeedsAwait, SourceNotFound
 from engine.io import sources, urls
 from engine.rows import wait
+from tests.helpers import write_weight_formats
 from tests.io.conftest import _RangeHandler
+from tests.io.test_remote import MemoryCache
 
 ASYNC = {"safetensors": engine.io.load_safetensors_async, "gguf": engine.io.load_gguf_async,
          "pth": engine.io.load_pth_async}
@@ -62,15 +61,7 @@ def files(tmp_path):
     rng = np.random.default_rng(0)
     arrays = {"w": rng.standard_normal((64, 300)).astype(np.float32), "b": np.arange(7, dtype=np.float32),
               "big": rng.standard_normal(300_000).astype(np.float32)}        # 1.2 MB, beyond a read window
-    safetensors.numpy.save_file(arrays, str(tmp_path / FILES["safetensors"]))
-    writer = gguf.GGUFWriter(str(tmp_path / FILES["gguf"]), arch="test")
-    writer.add_array("tokenizer.ggml.tokens", [f"token{i:06d}" for i in range(10_000)])
-    for name, array in arrays.items():
-        writer.add_tensor(name, array)
-    for step in (writer.write_header_to_file, writer.write_kv_data_to_file, writer.write_tensors_to_file,
-                 writer.close):
-        step()
-    torch.save({name: torch.from_numpy(array) for name, array in arrays.items()}, tmp_path / FILES["pth"])
+    write_weight_formats(tmp_path, arrays)
     return arrays
 
 
@@ -186,23 +177,6 @@ def test_a_blocking_load_inside_a_running_loop_says_what_to_await(server, files,
         engine.load_gguf(server.url(FILES["gguf"]))
     with pytest.raises(NeedsAwait, match=r"await engine.load_gguf_async\(url\)"):
         asyncio.run(inside())
-
-
-class MemoryCache:
-    def __init__(self):
-        self.entries = {}
-
-    async def get(self, key):
-        return self.entries.get(key)
-
-    async def put(self, key, data):
-        self.entries[key] = bytes(data)
-
-    async def delete(self, key):
-        self.entries.pop(key, None)
-
-    async def keys(self):
-        return list(self.entries)
 
 
 class _Versioned(_Handler):

@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers import write_weight_formats
+
 PAGE = b"<!DOCTYPE html>\n<html><head><title>Sign in</title></head><body>Sign in to continue</body></html>\n"
 MNIST_INDEX = "models/mnist_cnn/model.safetensors.index.json"
 SMOLLM = "models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -131,22 +133,11 @@ class Host(ThreadingHTTPServer):
 def toy(tmp_path_factory) -> Path:
     """model.safetensors, model.gguf (a header of ~150 kB: more than one request) and model.pth with
     the same tensors, and page.safetensors: an HTML page under a weights file's name."""
-    import gguf
-    import safetensors.numpy
-    import torch
     root = tmp_path_factory.mktemp("weights")
     rng = np.random.default_rng(1)
     arrays = {"w": rng.standard_normal((64, 300)).astype(np.float32), "b": np.arange(7, dtype=np.float32),
               "h": rng.standard_normal((3, 5)).astype(np.float16)}
-    safetensors.numpy.save_file(arrays, str(root / "model.safetensors"))
-    writer = gguf.GGUFWriter(str(root / "model.gguf"), arch="test")
-    writer.add_array("tokenizer.ggml.tokens", [f"token{i:06d}" for i in range(10_000)])
-    for name, array in arrays.items():
-        writer.add_tensor(name, array)
-    for step in (writer.write_header_to_file, writer.write_kv_data_to_file, writer.write_tensors_to_file,
-                 writer.close):
-        step()
-    torch.save({name: torch.from_numpy(array) for name, array in arrays.items()}, root / "model.pth")
+    write_weight_formats(root, arrays)
     (root / "page.safetensors").write_bytes(PAGE)
     return root
 
