@@ -32,13 +32,26 @@ def tour_cells() -> list[str]:
     return ["".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "code"]
 
 
-def run_all_cells(page, timeout: float = 240_000) -> list[str]:
-    """Run → Run All Cells, then each code cell's output text once every cell has run."""
-    page.wait_for_selector(CODE_CELLS, timeout=60_000)
-    page.click(".lm-MenuBar-itemLabel:text-is('Run')")
-    page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
-    page.wait_for_function(FINISHED, timeout=timeout)
+def outputs_of(page) -> list[str]:
     return [cell.inner_text() for cell in page.locator(f"{CODE_CELLS} .jp-OutputArea").all()]
+
+
+def run_all_cells(s: Session, timeout: float = 240_000) -> list[str]:
+    """Run → Run All Cells, then each code cell's output text once every cell has run."""
+    page = s.page
+    # the notebook open, its kernel started (the toolbar's indicator), and the notebook the current
+    # widget (a click in its first cell): before that the menu's Run All Cells does nothing
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+    page.locator(f"{CODE_CELLS} .jp-InputArea-prompt").first.click()
+    page.click(".lm-MenuBar-itemLabel:text-is('Run')")
+    page.click(".lm-Menu-item:not(.lm-mod-disabled) .lm-Menu-itemLabel:text-is('Run All Cells')")
+    try:
+        page.wait_for_function(FINISHED, timeout=timeout)
+    except Exception as e:             # say where it stopped
+        prompts = page.locator(f"{CODE_CELLS} .jp-InputArea-prompt").all_inner_texts()
+        raise AssertionError(f"the cells did not all run: {prompts}, outputs {outputs_of(page)}, "
+                             f"console errors {s.console_errors}") from e
+    return outputs_of(page)
 
 
 def lines(text: str) -> list[str]:
@@ -83,7 +96,7 @@ def test_the_tour_runs_top_to_bottom_with_the_native_answers(jspi, dev_server, b
             patched = []
             s.context.route(KERNEL_WORKER, lambda route: (patched.append(route.request.url), without_jspi(route)))
         s.open(TOUR, ready=False)
-        outputs = run_all_cells(s.page)
+        outputs = run_all_cells(s)
         errors = s.page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
         assert errors.count() == 0, errors.all_inner_texts()
         assert len(outputs) == len(tour_cells()) == 7, outputs
