@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import importlib
 import os
 import tempfile
@@ -136,3 +137,7 @@ def write_weight_formats(folder, arrays: dict) -> None:
                  writer.close):
         step()
     torch.save({name: torch.from_numpy(array) for name, array in arrays.items()}, os.path.join(folder, "model.pth"))
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

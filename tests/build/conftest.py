@@ -1,6 +1,8 @@
 """Fixtures for the build tests: one site built from the real cache, shared by the session."""
+import json
 import os
 import shutil
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -49,6 +51,13 @@ def built(cache):
             site.build(scratch / "dist", cache, log=lines.append)
             log.write_text("\n".join(lines))
     yield scratch / "dist", log.read_text().split("\n")
+
+
+@pytest.fixture(scope="session")
+def official_lock(cache):
+    """pyodide-lock.json of the official npm pyodide@0.27.7, from the download cache."""
+    with tarfile.open(cache / "npm" / "pyodide-0.27.7.tgz") as tar:
+        return json.load(tar.extractfile("package/pyodide-lock.json"))
 
 
 @pytest.fixture(scope="session")

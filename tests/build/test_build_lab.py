@@ -1,9 +1,7 @@
 """dist/lab/ (buildtools/lab.py): JupyterLite whose kernel loads everything from the site, every
 Python package it loads listed in its lock with the sha256 of the file the site serves, Pyodide's
 own builds checked against Pyodide's official lock."""
-import hashlib
 import json
-import tarfile
 import zipfile
 
 import numpy as np
@@ -11,16 +9,7 @@ import pytest
 
 from buildtools import lab, runtime
 from buildtools.steps import BuildError
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-@pytest.fixture(scope="module")
-def official_lock(cache):
-    with tarfile.open(cache / "npm" / "pyodide-0.27.7.tgz") as tar:
-        return json.load(tar.extractfile("package/pyodide-lock.json"))
+from tests.helpers import sha256
 
 
 @pytest.fixture(scope="module")

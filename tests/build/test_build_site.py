@@ -18,20 +18,10 @@ import pytest
 import engine
 from buildtools import convert, runtime, site, wheel
 from buildtools.steps import BuildError
-from tests.helpers import need
+from tests.helpers import need, sha256
 
 ROOT = Path(__file__).resolve().parents[2]
 NUMPY_WHEEL = "numpy-2.0.2-cp312-cp312-pyodide_2024_0_wasm32.whl"
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-@pytest.fixture(scope="module")
-def official_lock(cache):
-    with tarfile.open(cache / "npm" / "pyodide-0.27.7.tgz") as tar:
-        return json.load(tar.extractfile("package/pyodide-lock.json"))
 
 
 @pytest.fixture(scope="module")
