@@ -163,6 +163,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 BUILD_FOLDER = "tests/build/"
+_WEB = Path(__file__).resolve().parent / "web"
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
@@ -182,6 +183,24 @@ def pytest_xdist_make_scheduler(config, log):
             path = super()._split_scope(nodeid)
             return "tests/build" if path.startswith(BUILD_FOLDER) else path
     return BuildTogether(config, log)
+
+
+@pytest.fixture(autouse=True)
+def _playwright_loop_set_aside(request):
+    """Playwright's sync API (tests/web, started once per worker) leaves its event loop marked as
+    running in the main thread between its calls, so a later test on that worker that calls
+    asyncio.run (or code that does) would fail with "cannot be called from a running event loop".
+    Outside tests/web the mark is set aside for the test, and put back after it."""
+    import asyncio
+    loop = asyncio._get_running_loop()
+    if loop is None or _WEB in request.node.path.resolve().parents:
+        yield
+        return
+    asyncio._set_running_loop(None)
+    try:
+        yield
+    finally:
+        asyncio._set_running_loop(loop)
 
 
 def pytest_runtest_setup(item):
