@@ -186,8 +186,9 @@ async def _site_model(task: str, model: str | None, site, device: str | None):
         entry, root = _entry(task, model), None
     else:
         from ..io.site import read_registry, served_model, site_root
+        from ..io.urls import default_transport
         root = site_root(site, _page_url())
-        served = await read_registry(root, _transport())
+        served = await read_registry(root, default_transport())
         entry = registry.model(served_model(served, root, task, model, registry.models()))
         _check_serves(entry, task)
         if registry.in_browser() and registry.known_site() is None:
@@ -202,9 +203,7 @@ async def _ensure_kernels(site: str | None) -> None:
     them there; when that cannot be done (no site known either) the device choice says why
     (engine.device) and falls back."""
     from ..backends.simd import library
-    ensure = getattr(library, "ensure_kernels", None)
-    if ensure is not None:
-        await ensure(site)
+    await library.ensure_kernels(site)
 
 
 def _page_url() -> str | None:
@@ -215,15 +214,6 @@ def _page_url() -> str | None:
         return None
     import js
     return str(js.location.href)
-
-
-def _transport():
-    from .. import registry
-    if registry.in_browser():
-        from ..io.browser import JsFetchTransport
-        return JsFetchTransport()
-    from ..io.remote import UrllibTransport
-    return UrllibTransport()
 
 
 def _block(awaitable):
