@@ -12,6 +12,7 @@ tests/fuzz/ (and scripts/fuzz.py for long runs) throws mutated files at every re
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from typing import Callable
@@ -29,13 +30,71 @@ Fail = Callable[[str], BaseException]
 
 
 def shown(value, limit: int = 80) -> str:
-    """repr(value) cut to `limit` characters, for a message about an untrusted value: it never raises
-    (an int of more than 4300 digits has no str in Python >= 3.11) and never quotes a whole document."""
+    """repr(value) cut to `limit` characters, for a message about an untrusted value. It never raises
+    (an int of more than 4300 digits has no str in Python >= 3.11; containers nested past the
+    recursion limit have no repr) and its work stays within `limit`: lists, tuples, dicts, sets and
+    their subclasses are written here, item by item, until the text is long enough, so a container
+    that shares its items through a pickle's memo (2**40 items unfolded) is never walked whole."""
+    parts: list[str] = []
+    size = 0
+    stack = [value]
+    while stack and size <= limit:
+        node = stack.pop()
+        if type(node) is _Text:
+            text = node
+        elif isinstance(node, (list, tuple, dict, set, frozenset)):
+            text = _opening(node, stack, limit)
+        else:
+            text = _scalar(node, limit - size + 1)
+        parts.append(text)
+        size += len(text)
+    text = "".join(parts)
+    return text if len(text) <= limit and not stack else text[:limit] + "..."
+
+
+class _Text(str):
+    """Literal text on shown()'s stack (brackets, separators)."""
+
+
+def _scalar(value, limit: int) -> str:
     try:
-        text = repr(value)
-    except ValueError:                       # the int-to-str limit, somewhere inside the value
+        if type(value) in (str, bytes, bytearray) and len(value) > limit:
+            return repr(value[:limit])
+        return repr(value)
+    except (ValueError, RecursionError):     # the int-to-str limit, a repr that recurses
         return f"<{type(value).__name__} too large to show>"
-    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _opening(node, stack: list, limit: int) -> str:
+    """The text that opens `node`, with its first `limit` items (each shows as a character at least)
+    and the closing text pushed, last first."""
+    kind = type(node)
+    fields = getattr(kind, "_fields", None) if isinstance(node, tuple) else None
+    if fields is not None and len(fields) == len(node):          # a NamedTuple: Name(a=1, b=2)
+        opening, closing = f"{kind.__name__}(", ")"
+        items = [[_Text(f"{field}="), item] for field, item in zip(fields, node)]
+    elif isinstance(node, dict):
+        opening, closing = "{", "}"
+        if kind is not dict:
+            opening, closing = f"{kind.__name__}({{", "})"
+        items = [[key, _Text(": "), item] for key, item in itertools.islice(dict.items(node), limit)]
+    elif isinstance(node, (set, frozenset)):
+        if not node:
+            return f"{kind.__name__}()"
+        opening, closing = ("{", "}") if kind is set else (f"{kind.__name__}({{", "})")
+        items = [[item] for item in node]
+    else:
+        opening, closing = ("[", "]") if isinstance(node, list) else ("(", ",)" if len(node) == 1 else ")")
+        if kind not in (list, tuple):
+            opening, closing = f"{kind.__name__}({opening}", f"{closing})"
+        items = [[item] for item in itertools.islice(node, limit)]
+    pieces = [_Text(closing)]
+    for i in range(len(items) - 1, -1, -1):        # pushed last first; the stack stays as long as the items
+        pieces.extend(reversed(items[i]))
+        if i:
+            pieces.append(_Text(", "))
+    stack.extend(pieces)
+    return opening
 
 
 # --- JSON -------------------------------------------------------------------------------------------

@@ -1,8 +1,11 @@
 """What a torch pickle may build here: inert stand-ins, never the objects it names, and no code run.
 
-A torch checkpoint's pickle (`data.pkl`, or the legacy stream's object) is unpickled by `Unpickler`,
-whose `find_class` hands out stand-ins and whose `persistent_load` resolves storages to
-`StorageRef`s. Two policies:
+A torch checkpoint's pickle (`data.pkl`, or the legacy stream's object) is first walked opcode by
+opcode (engine.io.pickle_check: arguments the bytes cannot back, nesting, hashing), then unpickled
+by `Unpickler`, whose `find_class` hands out stand-ins and whose `persistent_load` resolves storages
+to `StorageRef`s. A stand-in cannot be changed (`StandIn`, `TorchName`, `StorageType`: BUILD and
+attribute writes are refused), so nothing one file does reaches the next load; set, frozenset and
+OrderedDict are each load's own, charging the keys they hash to that pickle's budget. Two policies:
 
 - state dicts (`Unpickler`): the allowlist `GLOBALS` only: collections.OrderedDict, the tensor and
   parameter rebuild functions (they return `TensorRef` descriptors) and torch.<dtype>Storage.
@@ -23,9 +26,7 @@ recursion limit; each record is visited once, so shared or cyclic references can
 """
 from __future__ import annotations
 
-import io
 import pickle
-import struct
 from collections import OrderedDict
 from typing import NamedTuple
 
@@ -41,6 +42,7 @@ from ..errors import (
     WeightsError,
 )
 from ..untrusted import INT64_MAX, shown
+from .pickle_check import Budget, check_pickle
 
 MAX_MODULE_DEPTH = 64          # module nesting: YOLO's deepest path is 7 levels (model.22.m.0.m.0.cv1.conv)
 MAX_VALUE_DEPTH = 32           # a setting's nesting: a model's yaml dict nests 4 levels
@@ -48,9 +50,38 @@ MAX_CLASSES = 10_000           # distinct classes a module pickle may name (YOLO
 MAX_TENSOR_SETTING = 64        # tensor settings up to this many elements (Detect.stride) become lists
 
 
+class StandIn:
+    """An allowed global as a pickle sees it: calling it calls `function`, and nothing of it can be
+    changed. BUILD, the one opcode that gives an object state, is refused, and it has no attributes
+    to set, so one file cannot leave state in it for the next load to find."""
+    __slots__ = ("name", "function")
+
+    def __init__(self, name: str, function):
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "function", function)
+
+    def __call__(self, *args, **kwargs):
+        return self.function(*args, **kwargs)
+
+    def __setstate__(self, state):
+        raise UnsafePickle(f"refusing to give state to {self.name}: BUILD applies to records only", file=None)
+
+    def __setattr__(self, name, value):
+        raise UnsafePickle(f"refusing to set an attribute of {self.name}", file=None)
+
+    def __delattr__(self, name):
+        raise UnsafePickle(f"refusing to delete an attribute of {self.name}", file=None)
+
+    def __repr__(self):
+        return f"<stand-in for {self.name}>"
+
+
 class StorageType(NamedTuple):       # stands in for torch.FloatStorage & co.
     name: str
     dtype: dtypes.DType
+
+    def __setstate__(self, state):
+        raise UnsafePickle(f"refusing to give state to torch.{self.name}", file=None)
 
 
 class StorageRef(NamedTuple):        # a persistent id, resolved
@@ -88,36 +119,32 @@ STORAGES = {"FloatStorage": dtypes.float32, "DoubleStorage": dtypes.float64,
             "ShortStorage": dtypes.int16, "CharStorage": dtypes.int8,
             "ByteStorage": dtypes.uint8, "BoolStorage": dtypes.bool_}
 
-# the state dicts' whole allowlist: "module.name" -> stand-in
-GLOBALS = {"collections.OrderedDict": OrderedDict,
-           "torch._utils._rebuild_tensor": _rebuild_tensor,
-           "torch._utils._rebuild_tensor_v2": _rebuild_tensor_v2,
-           "torch._utils._rebuild_parameter": _rebuild_parameter,
+
+# the state dicts' whole allowlist but OrderedDict (each load's own, Unpickler.allowed): "module.name" -> stand-in
+GLOBALS = {**{f"torch._utils.{f.__name__}": StandIn(f"torch._utils.{f.__name__}", f)
+              for f in (_rebuild_tensor, _rebuild_tensor_v2, _rebuild_parameter)},
            **{f"torch.{name}": StorageType(name, dtype) for name, dtype in STORAGES.items()}}
 
 
-def check_pickle(stream: io.BytesIO, file: str) -> None:
-    """Walk the next pickle's opcodes (pickletools, which reads only the bytes there are) before the
-    C unpickler runs it: the unpickler allocates what an opcode claims before reading it, a
-    BINBYTES8 length or the memo size a PUT names (LONG_BINPUT 2**31 asks for 16 GB), so a few
-    hostile bytes would exhaust memory. An argument past the end is refused here; so is a memo
-    index past what the pickle's bytes could fill (it stores at most one object per byte)."""
-    import pickletools  # here: 50 ms to import in Pyodide, for .pth files only
-    start = stream.tell()
-    limit = len(stream.getbuffer()) - start
-    try:
-        for opcode, argument, _ in pickletools.genops(stream):
-            if opcode.name in ("PUT", "BINPUT", "LONG_BINPUT") and not 0 <= argument <= limit:
-                raise InvalidHeader(f"malformed pickle: memo index {argument} past what its {limit} bytes "
-                                    f"can hold", file=file)
-            if opcode.name == "STOP":
-                break
-    except (ValueError, struct.error) as e:        # truncated or unknown opcodes (UnicodeDecodeError too)
-        if "remain" in str(e) or "exhausted" in str(e):
-            raise TruncatedFile(f"file truncated inside a pickle: {e}", file=file) from None
-        raise InvalidHeader(f"malformed pickle: {e}", file=file) from None
-    finally:
-        stream.seek(start)
+def _container(kind: type, budget_of, pairs: bool):
+    """A stand-in's function for set, frozenset or OrderedDict: their untrusted keys hash within the
+    load's budget (engine.io.pickle_check), from a list, tuple, set or dict only."""
+    def build(*args, **kwargs):
+        if len(args) > 1 or (kwargs and not pairs):
+            raise ValueError(f"{kind.__name__} of {len(args)} arguments")
+        keys = list(kwargs)
+        if args:
+            items = args[0]
+            if type(items) in (dict, OrderedDict):
+                keys += dict.keys(items)
+            elif type(items) in (list, tuple, set, frozenset):
+                keys += [item[0] for item in items if type(item) in (list, tuple) and len(item) == 2] \
+                    if pairs else items
+            else:
+                raise ValueError(f"{kind.__name__} of a {_kind(items)}")
+        budget_of().charge(keys, _INERT)
+        return kind(*args, **kwargs)
+    return build
 
 
 class Unpickler(pickle.Unpickler):
@@ -128,15 +155,21 @@ class Unpickler(pickle.Unpickler):
         self.stream = file
         self.name, self.legacy, self.storages_allowed = name, legacy, storages
         self.roots: dict[str, tuple[dtypes.DType, int]] = {}    # key -> (dtype, numel)
+        self.budget: Budget | None = None                        # the pickle's hashing, from its walk
+        self.allowed = {**self.globals(), "collections.OrderedDict": StandIn(
+            "collections.OrderedDict", _container(OrderedDict, lambda: self.budget, pairs=True))}
+
+    def globals(self) -> dict:
+        return GLOBALS
 
     def load(self):
-        check_pickle(self.stream, self.name)
+        self.budget = check_pickle(self.stream, self.name)
         return super().load()
 
     def find_class(self, module, name):
         qualified = f"{module}.{name}"
-        if qualified in GLOBALS:
-            return GLOBALS[qualified]
+        if qualified in self.allowed:
+            return self.allowed[qualified]
         self.refuse_storage(module, name)
         raise UnsafePickle(f"refusing to load global {_cut(qualified)}: a state dict holds only tensors "
                            f"(allowed: collections.OrderedDict, torch._utils._rebuild_tensor[_v2], "
@@ -212,12 +245,15 @@ _REFUSED_MODULES = frozenset((
 
 class _RecordClass(type):
     """The type of record classes: calling one (REDUCE) is refused, since from the file alone a
-    class cannot be told from a function such as os.system."""
+    class cannot be told from a function such as os.system; a record class is never changed."""
 
     def __call__(cls, *args, **kwargs):
         raise UnsafePickle(f"refusing to call {cls.qualified_name}: of the file's globals only the "
                            f"allowlist is called; other classes are built by NEWOBJ, as inert records",
                            file=cls.file)
+
+    def __setattr__(cls, name, value):
+        raise UnsafePickle(f"refusing to set an attribute of {cls.qualified_name}", file=cls.file)
 
 
 class Record(metaclass=_RecordClass):
@@ -251,7 +287,11 @@ class AttributeRef(NamedTuple):
 
 
 class TorchName(str):
-    """torch.float16, torch.device('cpu') ...: kept as their names."""
+    """torch.float16, torch.device('cpu') ...: kept as their names, with no state to give."""
+    __slots__ = ()
+
+    def __setstate__(self, state):
+        raise UnsafePickle(f"refusing to give state to {str.__str__(self)[:100]}", file=None)
 
 
 _OBJECT = TorchName("builtins.object")
@@ -285,12 +325,15 @@ def _device(*args):
 
 _DTYPE_NAMES = ("float16", "float32", "float64", "bfloat16", "half", "float", "double", "int8", "int16",
                 "int32", "int64", "uint8", "bool", "long", "int", "short")
+# a whole module's allowlist but set and frozenset (each load's own, ModuleUnpickler.globals)
 MODULE_GLOBALS = {**GLOBALS,
-                  "builtins.set": set, "builtins.frozenset": frozenset, "builtins.getattr": _getattr,
-                  "builtins.object": _OBJECT, "copyreg._reconstructor": _reconstructor,
-                  "torch._utils._rebuild_parameter_with_state": _rebuild_parameter,
-                  "torch.Size": _size, "torch.device": _device,
+                  **{name: StandIn(name, function) for name, function in (
+                      ("builtins.getattr", _getattr), ("copyreg._reconstructor", _reconstructor),
+                      ("torch._utils._rebuild_parameter_with_state", _rebuild_parameter),
+                      ("torch.Size", _size), ("torch.device", _device))},
+                  "builtins.object": _OBJECT,
                   **{f"torch.{name}": TorchName(f"torch.{name}") for name in _DTYPE_NAMES}}
+_INERT = (Record, _RecordClass, StandIn, TorchName, StorageType)     # hashed by identity, or fixed values
 
 
 class ModuleUnpickler(Unpickler):
@@ -300,12 +343,16 @@ class ModuleUnpickler(Unpickler):
         super().__init__(file, name, legacy, storages)
         self.classes: dict[str, type] = {}
 
+    def globals(self) -> dict:
+        return {**MODULE_GLOBALS, **{f"builtins.{kind.__name__}": StandIn(
+            f"builtins.{kind.__name__}", _container(kind, lambda: self.budget, pairs=False)) for kind in (set, frozenset)}}
+
     def find_class(self, module, name):
         # Python 2's names, as pickle's own find_class maps them for protocols < 3 (torch writes 2)
         module = {"__builtin__": "builtins", "copy_reg": "copyreg"}.get(module, module)
         qualified = f"{module}.{name}"
-        if qualified in MODULE_GLOBALS:
-            return MODULE_GLOBALS[qualified]
+        if qualified in self.allowed:
+            return self.allowed[qualified]
         self.refuse_storage(module, name)
         if module.split(".")[0] in _REFUSED_MODULES or qualified.startswith(("torch._C", "torch.jit",
                                                                              "torch.ops", "torch.hub")):
