@@ -46,7 +46,7 @@ class TextGeneration(Pipeline):
         metadata = getattr(self.model, "metadata", None) or {}
         self.tokenizer = Tokenizer.from_gguf(metadata)
         template = self.tokenizer.chat_template
-        self.template = ChatTemplate(template) if template else None
+        self.template = ChatTemplate(template, **self.tokenizer.chat_template_origin) if template else None
         eos = {metadata.get(k) for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id")}
         if self.template is not None:                     # ChatML ends a turn with <|im_end|>
             eos.add(self.tokenizer.token_to_id("<|im_end|>"))

@@ -84,9 +84,13 @@ def _items(template: str) -> list[tuple[str, tuple]]:
     return items
 
 
-def _unknown(template: str, why: str) -> TokenizerError:
-    return TokenizerError(f"this chat template is not one the engine implements (ChatML, as SmolLM2's): {why}; "
-                          f"template starts {template[:80]!r}", field="chat_template")
+class _Unknown(Exception):
+    """Why a template is not the known form; ChatTemplate words it, naming where the template came from."""
+
+
+def _unknown(template: str, why: str) -> _Unknown:
+    return _Unknown(f"this chat template is not one the engine implements (ChatML, as SmolLM2's): {why}; "
+                    f"template starts {template[:80]!r}")
 
 
 _DEFAULT_SYSTEM_PART = ("{% if loop.first and messages[0]['role'] != 'system' %}"
@@ -109,21 +113,26 @@ class ChatTemplate:
     """A recognised chat template; render(messages, add_generation_prompt) gives what
     transformers' apply_chat_template(messages, tokenize=False, ...) gives."""
 
-    def __init__(self, template: str):
+    def __init__(self, template: str, *, file: str | None = None, field: str = "chat_template"):
+        """`file` and `field`: where the template came from (a GGUF's tokenizer.chat_template, a
+        tokenizer_config.json's chat_template), for the error when it is not one the engine renders."""
         if not isinstance(template, str):
             raise TokenizerError(f"a chat template is Jinja source text, got {type(template).__name__}",
-                                 field="chat_template")
+                                 file=file, field=field)
         self.template = template
-        items = _items(template)
         self.default_system: str | None = None
-        for form, has_system in _FORMS:
-            if len(items) != len(form):
-                continue
-            system = _match(items, form)
-            if system is not False:
-                self.default_system = system if has_system else None
-                return
-        raise _unknown(template, "its tags differ from the ChatML form")
+        try:
+            items = _items(template)
+            for form, has_system in _FORMS:
+                if len(items) != len(form):
+                    continue
+                system = _match(items, form)
+                if system is not False:
+                    self.default_system = system if has_system else None
+                    return
+            raise _unknown(template, "its tags differ from the ChatML form")
+        except _Unknown as e:
+            raise TokenizerError(str(e), file=file, field=field) from None
 
     def __repr__(self) -> str:
         return f"ChatTemplate(ChatML, default_system={self.default_system!r})"

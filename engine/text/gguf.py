@@ -210,4 +210,4 @@ def tokenizer_parts(source, reference: str = "transformers") -> dict:
         padding = Padding(pad_id=special_ids["pad_token"], pad_token=special["pad_token"])
     return {"model": bpe, "pre_tokenizer": SPLITS[pre][reference](), "post_processor": processor,
             "decoder": ByteLevelDecoder(), "added_tokens": added, "chat_template": chat_template,
-            "special_tokens": special, "padding": padding}
+            "special_tokens": special, "padding": padding, "file": file}

@@ -64,6 +64,7 @@ class Tokenizer:
         # what a GGUF (or a tokenizer_config.json) says beyond tokenizer.json: the chat template and
         # the names of the special tokens ("bos_token": "<|im_start|>", "eos_token": ...)
         self.chat_template: str | None = None
+        self.chat_template_origin = {"file": None, "field": "chat_template"}    # for its errors
         self.special_tokens: dict[str, str] = {}
         self._chat = None
         # what encode_batch_arrays pads with, even while padding is off
@@ -118,6 +119,7 @@ class Tokenizer:
         tok = cls(parts["model"], pre_tokenizer=parts["pre_tokenizer"], post_processor=parts["post_processor"],
                   decoder=parts["decoder"], added_tokens=parts["added_tokens"])
         tok.chat_template = parts["chat_template"]
+        tok.chat_template_origin = {"file": parts["file"], "field": "tokenizer.chat_template"}
         tok.special_tokens = parts["special_tokens"]
         if parts["padding"] is not None:
             tok._pad = parts["padding"]
@@ -325,7 +327,7 @@ class Tokenizer:
             raise InputError("this tokenizer has no chat template (a GGUF's tokenizer.chat_template, "
                              "or tokenizer_config.json's chat_template)")
         if self._chat is None or self._chat.template != self.chat_template:
-            self._chat = ChatTemplate(self.chat_template)
+            self._chat = ChatTemplate(self.chat_template, **self.chat_template_origin)
         text = self._chat.render(messages, add_generation_prompt)
         return self.encode(text, add_special_tokens=False).ids if tokenize else text
 
