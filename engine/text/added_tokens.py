@@ -50,14 +50,51 @@ class AddedToken:
     normalized: bool = True
 
 
+_TREE_DEPTH = 32          # branch points nested in the regex; deeper, the rest is one flat alternation
+
+
+def _common_prefix(a: str, b: str, start: int) -> int:
+    """How many characters a[start:] and b[start:] share (slices compared in C, halving the span)."""
+    low, high = start, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[start:middle] == b[start:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low - start
+
+
+def _alternation(patterns: list[str], start: int = 0, depth: int = 0) -> str:
+    """A regex matching, at a position, the longest of `patterns` (sorted, distinct, all sharing
+    their first `start` characters) there, as a prefix tree: their common part once, then one
+    alternative per next character, longer ones before the end of a shorter pattern (the regex takes
+    the first alternative that matches, and the tree leaves at most one to try). A flat alternation
+    of every pattern, longest first, matches the same, but `re` compiles it at about a microsecond a
+    character: 1,000 added tokens of 5,000 characters took 3 s."""
+    common = _common_prefix(patterns[0], patterns[-1], start)
+    head, start = re.escape(patterns[0][start:start + common]), start + common
+    ends = patterns[0] if len(patterns[0]) == start else None      # sorted: a pattern ending here comes first
+    rest = patterns[1:] if ends is not None else patterns
+    if not rest:
+        return head
+    if depth >= _TREE_DEPTH:
+        branches = [re.escape(p[start:]) for p in sorted(rest, key=len, reverse=True)]
+    else:
+        groups: dict[str, list[str]] = {}
+        for p in rest:
+            groups.setdefault(p[start], []).append(p)
+        branches = [_alternation(group, start, depth + 1) for group in groups.values()]
+    return f"{head}(?:{'|'.join(branches)}{'|' if ends is not None else ''})"
+
+
 class _Matcher:
     """Finds the tokens of one kind (raw or normalized) in a string."""
 
     def __init__(self, by_pattern: dict[str, AddedToken]):
         self.by_pattern = by_pattern
-        # longest first: at one position the regex takes the first alternative that matches
-        patterns = sorted((p for p in by_pattern if p), key=len, reverse=True)
-        self.regex = re.compile("|".join(map(re.escape, patterns))) if patterns else None
+        patterns = sorted(p for p in by_pattern if p)
+        self.regex = re.compile(_alternation(patterns)) if patterns else None
 
     def find(self, text: str) -> list[tuple[int, int, AddedToken | None]]:
         """(start, stop, token or None) pieces covering `text`."""

@@ -100,3 +100,35 @@ def test_real_split_regexes_are_accepted(pattern):
 ], ids=["special-token", "template-piece"])
 def test_null_where_an_object_must_be(change, field):
     assert refused(variant(change), "expected an object, got null").field == field
+
+
+def test_many_long_added_tokens_are_found_without_compiling_megabytes_of_regex():
+    # 1,000 added tokens of 5,000 characters (the fuzzer's case tokenizer:11:222): a flat alternation
+    # of them took `re` 3 s to compile; as a prefix tree it is 7 kB of regex
+    added = [{"id": 5000 + i, "content": "a" * 5000 + str(i), "special": False, "single_word": False,
+              "lstrip": False, "rstrip": False, "normalized": False} for i in range(1000)]
+    text = variant(lambda config: config["added_tokens"].extend(added))
+    start = time.perf_counter()
+    tokenizer = Tokenizer.from_str(text, file=FILE)
+    encoding = tokenizer.encode("x " + "a" * 5000 + "123 " + "a" * 5000 + "7")
+    assert time.perf_counter() - start < 2
+    assert [t for t in encoding.tokens if t.startswith("aaaa")] == ["a" * 5000 + "123", "a" * 5000 + "7"]
+
+
+def test_the_prefix_tree_finds_what_a_flat_alternation_finds():
+    # leftmost-longest, as tokenizers' Aho-Corasick: the prefix-tree regex against the flat one,
+    # longest first, on random tokens that share prefixes and hold regex syntax
+    import random
+    import re
+
+    from engine.text.added_tokens import _alternation
+    rng = random.Random(7)
+    alphabet = "ab<|>.*é"
+    for _ in range(500):
+        tokens = sorted({"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 6)))
+                         for _ in range(rng.randint(1, 40))})
+        flat = re.compile("|".join(map(re.escape, sorted(tokens, key=len, reverse=True))))
+        tree = re.compile(_alternation(tokens))
+        for _ in range(5):
+            text = "".join(rng.choice(alphabet + " ") for _ in range(60))
+            assert [m.span() for m in tree.finditer(text)] == [m.span() for m in flat.finditer(text)]
