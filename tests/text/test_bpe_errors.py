@@ -209,3 +209,25 @@ def test_file_named_in_errors(tmp_path):
     with pytest.raises(TokenizerError) as caught:
         Tokenizer.from_gguf(path)
     assert "no-merges.gguf" in str(caught.value) and caught.value.field == "tokenizer.ggml.merges"
+
+
+def test_a_chat_template_the_engine_cannot_render_names_the_file(tmp_path):
+    # found by the GGUF fuzzer: the error came at apply_chat_template, naming no file
+    gguf = need_import("gguf")
+    path = tmp_path / "odd-template.gguf"
+    metadata = tiny_metadata()
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(metadata["tokenizer.ggml.tokens"])
+    writer.add_token_types([int(t) for t in metadata["tokenizer.ggml.token_type"]])
+    writer.add_token_merges(metadata["tokenizer.ggml.merges"])
+    writer.add_chat_template("{{ messages[0]['content'] * 1000000 }}")
+    for step in (writer.write_header_to_file, writer.write_kv_data_to_file, writer.write_tensors_to_file, writer.close):
+        step()
+    tok = Tokenizer.from_gguf(path)
+    with pytest.raises(TokenizerError, match="not one the engine implements") as caught:
+        tok.apply_chat_template([{"role": "user", "content": "hi"}])
+    assert str(path) in str(caught.value) and caught.value.field == "tokenizer.chat_template"
+    assert Tokenizer.from_gguf(tiny_metadata()).chat_template_origin == {"file": None,
+                                                                         "field": "tokenizer.chat_template"}
