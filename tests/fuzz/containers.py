@@ -12,6 +12,8 @@ import zipfile
 import zlib
 
 from .edits import GENERIC, HOSTILE_NAMES, INTERESTING, _fit, _interesting_near, _write_int, int_field, json_edit, mutate_bytes
+from .gguf_edits import GGUF_EDITS
+from .payloads import PAYLOAD, pickle_payload
 
 
 # --- safetensors ----------------------------------------------------------------------------------------
@@ -134,7 +136,7 @@ def gguf_type(rng, data: bytes, ctx) -> bytes:
     return bytes(out)
 
 
-GGUF = ((gguf_field, 10), (gguf_type, 4))
+GGUF = ((gguf_field, 10), (gguf_type, 4)) + GGUF_EDITS
 
 
 # --- CTranslate2 model.bin --------------------------------------------------------------------------------
@@ -363,7 +365,17 @@ def zip_with_raw_entry(entries, target: str, stream: bytes, size: int) -> bytes:
     return out.getvalue()
 
 
-ZIP = ((zip_field, 8), (zip_rebuild, 8))
+def zip_payload(rng, data: bytes, ctx) -> bytes:
+    """The archive written again with a hostile payload in its data.pkl (payloads.py)."""
+    entries = zip_entries(data)
+    pickles = [info.filename for info, _ in entries or () if info.filename.endswith("data.pkl")]
+    if not pickles:
+        return zip_field(rng, data, ctx)
+    return _zip_write([(info, pickle_payload(rng, body, ctx) if info.filename == pickles[0] else body)
+                       for info, body in entries], {})
+
+
+ZIP = ((zip_field, 8), (zip_rebuild, 8), (zip_payload, 4))
 
 
 # --- pickle (.pth) ---------------------------------------------------------------------------------------
@@ -455,4 +467,4 @@ def pickle_structure(rng, data: bytes, ctx) -> bytes:
     return data[:start] + _STRUCTURE[replacement] + data[end:]
 
 
-PICKLE = ((pickle_edit, 10), (pickle_structure, 6))
+PICKLE = ((pickle_edit, 10), (pickle_structure, 6)) + PAYLOAD

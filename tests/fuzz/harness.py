@@ -11,11 +11,19 @@ from (R, S, index) alone. Cases run in a forked worker process, which
 - limits its address space (RLIMIT_AS) to what it had plus `memory` bytes, so an allocation sized
   by a number the file claims fails at once (a MemoryError, or one caught and wrapped);
 - audits every `open`: a path outside the case folder (and outside Python's own files) raises
-  `Escape` before anything is read.
+  `Escape` before anything is read;
+- audits what only code the file smuggled in would do: start a process (os.system, subprocess,
+  exec*, spawn, fork), run Python from a string (exec, eval), load native code (ctypes), open a
+  socket, remove or rename files. Each raises `CodeRan` where it happens, so it is stopped too;
+- runs each case inside its folder, and looks there afterwards for the file a payload would write
+  (`MARKER`: hostile pickles ask os.system, eval, open... to create it), in case something ran
+  that no audit event names;
+- asks the reader for a fingerprint of the engine's shared state (`Reader.state`, such as the
+  pickle readers' stand-ins) before and after each case.
 
 Verdicts: "ok" (read), "error" (an allowed engine error), and the findings "crash" (any other
 exception, or the worker died), "hang", "memory", "escape", "unnamed" (an engine error that does not
-name the file).
+name the file), "code" (the file ran code) and "tamper" (a case changed state a later read would see).
 """
 from __future__ import annotations
 
@@ -35,10 +43,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import mutate
-from .readers import BASE, READERS, Escape, Seed
+from .readers import BASE, MARKER, READERS, CodeRan, Escape, Seed
 
 ROOT = Path(__file__).resolve().parents[2]
-FINDINGS = ("crash", "hang", "memory", "escape", "unnamed")
+FINDINGS = ("crash", "hang", "memory", "escape", "unnamed", "code", "tamper")
+# audit events only code the file smuggled in would raise while a reader runs
+CODE_EVENTS = frozenset(("os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
+                         "subprocess.Popen", "pty.spawn", "ctypes.dlopen", "ctypes.dlsym", "ctypes.call_function",
+                         "socket.connect", "socket.bind", "socket.sendto", "webbrowser.open",
+                         "os.remove", "os.rmdir", "os.rename", "shutil.rmtree", "shutil.move", "os.kill",
+                         "os.killpg", "os.truncate", "os.chmod", "os.symlink", "os.link", "os.putenv",
+                         "os.unsetenv"))
 
 
 class Hang(BaseException):
@@ -122,7 +137,12 @@ _guard = _Guard()
 
 
 def _audit(event: str, args) -> None:
-    if event != "open" or _guard.root is None:
+    if _guard.root is None:
+        return
+    if event in CODE_EVENTS or (event == "exec" and not _importing()):
+        detail = getattr(args[0], "co_filename", None) if event == "exec" else args[0] if args else ""
+        raise CodeRan(f"{event}: {str(detail)[:200]}")
+    if event != "open":
         return
     path = args[0]
     if isinstance(path, int):
@@ -133,6 +153,16 @@ def _audit(event: str, args) -> None:
         return
     if not full.startswith(_guard.allowed):
         raise Escape(f"opened {full}")
+
+
+def _importing() -> bool:
+    """Whether the import machinery is on the stack (a module's own code runs through exec)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _install_guards() -> None:
@@ -156,6 +186,16 @@ def _limit_memory(budget: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     limit = size + budget
     resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+
+
+def _register_extensions() -> None:
+    """copyreg's extension registry as a hostile environment might have it: EXT opcodes then name
+    globals that run code, and a reader must still refuse them (payloads.py uses these codes)."""
+    import copyreg
+    from .payloads import EXTENSIONS
+    for code, (module, name) in EXTENSIONS.items():
+        if copyreg._inverted_registry.get(code) != (module, name):
+            copyreg.add_extension(module, name, code)
 
 
 def materialize(case: Case, folder: Path) -> Path:
@@ -214,7 +254,10 @@ def run_case(case: Case, folder: Path, timeout: float) -> dict:
     reader = READERS[case.reader]
     path = materialize(case, folder)
     verdict, error = "ok", None
+    before = reader.state() if reader.state else None
     started = time.perf_counter()
+    home = os.getcwd()
+    os.chdir(folder)                   # where a payload's relative MARKER lands
     _guard.root = str(folder) + os.sep
     _guard.allowed = (_guard.root,) + tuple(a for a in _guard.allowed if a != _guard.root)
     try:
@@ -226,6 +269,8 @@ def run_case(case: Case, folder: Path, timeout: float) -> dict:
             signal.setitimer(signal.ITIMER_REAL, 0)
     except Hang as e:
         verdict, error = "hang", e
+    except CodeRan as e:
+        verdict, error = "code", e
     except Escape as e:
         verdict, error = "escape", e
     except MemoryError as e:
@@ -244,7 +289,12 @@ def run_case(case: Case, folder: Path, timeout: float) -> dict:
         verdict, error = "crash", e
     finally:
         _guard.root = None
+        os.chdir(home)
     seconds = time.perf_counter() - started
+    if verdict not in FINDINGS and (folder / MARKER).exists():
+        verdict, error = "code", CodeRan(f"the payload wrote {MARKER}")
+    if verdict not in FINDINGS and reader.state and reader.state() != before:
+        verdict, error = "tamper", CodeRan(f"the reader's shared state changed: {_changed(before, reader.state())}")
     record = {"index": case.index, "verdict": verdict, "seconds": round(seconds, 4), "ops": case.ops,
               "source": case.source}
     if error is not None:
@@ -256,8 +306,14 @@ def run_case(case: Case, folder: Path, timeout: float) -> dict:
 
 # --- many cases in a worker process ---------------------------------------------------------------
 
+def _changed(before: dict, after: dict) -> str:
+    return ", ".join(f"{k}: {str(before.get(k))[:80]} -> {str(after.get(k))[:80]}"
+                     for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k))[:400]
+
+
 def _worker(reader: str, seed: int, indices: list[int], out: int, root: Path, timeout: float, memory: int) -> None:
     _decoys(root)
+    _register_extensions()
     _install_guards()
     _limit_memory(memory)
     folder = root / "case"

@@ -80,11 +80,51 @@ def gguf_file(path: Path, split_metadata: bool = False) -> None:
         step()
 
 
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+          "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def gguf_tokenizer_file(path: Path) -> None:
+    """A chat model's GGUF as llama.cpp converts one: byte-level BPE (the tokenizer seed
+    bpe_bytelevel.json's vocabulary and merges, ChatML's tokens added as CONTROL), SmolLM2's `pre`,
+    special ids, add_bos, a ChatML template; and a Q8_0 embedding."""
+    import gguf
+    from gguf import GGMLQuantizationType as Q
+    from engine.text import Tokenizer
+    config = json.loads((SEEDS / "tokenizer" / "bpe_bytelevel.json").read_text())
+    vocab = dict(config["model"]["vocab"])
+    for token in ("<|im_start|>", "<|im_end|>"):
+        vocab[token] = len(vocab)
+    tokens = sorted(vocab, key=vocab.get)
+    specials = {"<|endoftext|>", "<pad>", "<|im_start|>", "<|im_end|>"}
+    merges = [m if isinstance(m, str) else " ".join(m) for m in config["model"]["merges"]]
+    writer = gguf.GGUFWriter(str(path), arch="llama")
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(tokens)
+    writer.add_token_types([3 if t in specials else 1 for t in tokens])
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(vocab["<|im_start|>"])
+    writer.add_eos_token_id(vocab["<|im_end|>"])
+    writer.add_pad_token_id(vocab["<pad>"])
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(CHATML)
+    blocks = np.random.default_rng(7).integers(0, 256, (len(tokens) // 32 + 1, 34), dtype=np.uint8)
+    blocks[:, :2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)
+    writer.add_tensor("token_embd.weight", blocks.reshape(-1, 34 * 1), raw_dtype=Q.Q8_0)
+    for step in (writer.write_header_to_file, writer.write_kv_data_to_file, writer.write_tensors_to_file,
+                 writer.close):
+        step()
+    tokenizer = Tokenizer.from_gguf(str(path))            # the seed must load and render with ours
+    tokenizer.apply_chat_template([{"role": "user", "content": TEXT}], add_generation_prompt=True)
+
+
 def gguf_seeds(out: Path) -> None:
     gguf_file(out / "mixed.gguf")
     data = bytearray((out / "mixed.gguf").read_bytes())
     data[4:8] = (2).to_bytes(4, "little")             # version 2 has the same layout
     (out / "version2.gguf").write_bytes(bytes(data))
+    gguf_tokenizer_file(out / "tokenizer.gguf")
 
 
 def ctranslate2_seeds(out: Path) -> None:
@@ -334,9 +374,9 @@ def manifest_seeds(out: Path) -> None:
         shutil.rmtree(work)
 
 
-MAKERS = {"safetensors": safetensors_seeds, "gguf": gguf_seeds, "ctranslate2": ctranslate2_seeds, "pth": pth_seeds,
+MAKERS = {"safetensors": safetensors_seeds, "tokenizer": tokenizer_seeds, "gguf": gguf_seeds, "ctranslate2": ctranslate2_seeds, "pth": pth_seeds,
           "pth_modules": pth_modules_seeds,
-          "png": png_seeds, "npy": npy_seeds, "pillow": pillow_seeds, "tokenizer": tokenizer_seeds, "manifest": manifest_seeds,
+          "png": png_seeds, "npy": npy_seeds, "pillow": pillow_seeds, "manifest": manifest_seeds,
           "wav": wav_seeds}
 
 

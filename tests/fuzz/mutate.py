@@ -10,12 +10,18 @@ assumes about bytes; the format-aware ones reach past the first checks a random 
   very long, a directory), deep nesting, duplicate keys, thousands of copies of an entry;
 - safetensors: the JSON header edited and the length field rewritten to match (or not);
 - GGUF: any integer field of the header (counts, lengths, types, dims, offsets), found by walking it;
+  and the file parsed, one metadata value, tokenizer key or tensor info changed, written again with
+  its framing intact (gguf_edits.py: values of other types, strings that are not UTF-8, arrays
+  nested 100 deep, vocabularies, merges, token types and special ids broken, chat templates the
+  engine cannot render, dims, types, offsets and names of tensors);
 - zip (.pth): method, flags, sizes, CRC, name lengths and offsets of the local and central records;
   the archive rebuilt with deflate/bzip2/lzma, a corrupt deflate stream, an entry that inflates to a
   gigabyte, or its pickle mutated;
 - pickle (.pth): memo indices, integers (as small or as enormous as a pickle can write), strings
   and globals of the opcodes; structural opcodes swapped (NEWOBJ for REDUCE: a class called) and
-  the globals a whole-module checkpoint names;
+  the globals a whole-module checkpoint names; hostile payloads in place of a value (payloads.py:
+  code run through REDUCE, INST, OBJ, NEWOBJ, STACK_GLOBAL, EXT, copyreg and getattr chains; BUILD
+  on the allowed globals; what the C unpickler hashes: deep, shared and colliding keys);
 - PNG: IHDR fields, chunk lengths and order, PLTE/tRNS sizes, the inflated scanlines (filter bytes),
   zlib bombs that declare millions of pixels in a few kB; CRCs fixed so the decoder reads on;
 - .npy: the header's descr/shape/fortran_order, text that breaks Python's tokenizer, the header

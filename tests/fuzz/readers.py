@@ -1,7 +1,8 @@
 """The readers under test: how each opens a case and reads everything in it, and what it may raise.
 
 A reader passes a case when it returns or raises one of `allowed` (the engine's errors for that
-kind of file); an error of a `named` type must also name the file. Anything else is a finding.
+kind of file); an error of a `named` type must also name the file. Anything else is a finding, and
+so is a change in what `state` returns (the engine's shared objects a file must never reach).
 """
 from __future__ import annotations
 
@@ -20,8 +21,16 @@ BASE = "https://fuzz.invalid/models/toy/"        # where the manifest reader's s
 TEXT = "Hello, world! The naive cafe's 123 tests don't fail; 東京 [MASK] héllo aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!"
 
 
+MARKER = "PWNED"             # what a hostile payload writes in the folder it runs in (tests/fuzz/payloads.py)
+
+
 class Escape(BaseException):
     """A reader reached for a file outside its case (raised where it opens it, so nothing is read)."""
+
+
+class CodeRan(BaseException):
+    """Something only code smuggled in by the file would do: raised where it happens (an audit event),
+    or afterwards when its marker is found."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,7 @@ class Reader:
     run: Callable                # run(path, case): open the case with the reader, read all of it
     allowed: tuple               # the error types a hostile file may give
     named: tuple                 # of those, the ones whose message must name the file
+    state: Callable | None = None   # a fingerprint of shared state no case may change
 
     def seeds(self) -> list[Seed]:
         return load_seeds(self.name)
@@ -78,15 +88,47 @@ def _read_all(weights) -> None:
 
 
 def read_gguf(path, case) -> None:
+    """Every tensor (dequantized), then the tokenizer its metadata describes, as the chat uses it."""
     from engine.io import load_gguf
+    from engine.text import Tokenizer
     with load_gguf(path) as weights:
         _read_all(weights)
+        if "tokenizer.ggml.model" in weights.metadata:
+            use_gguf_tokenizer(Tokenizer.from_gguf(weights))
+
+
+def use_gguf_tokenizer(tokenizer) -> None:
+    encoding = tokenizer.encode(TEXT)
+    tokenizer.decode(encoding.ids, skip_special_tokens=False)
+    stream = tokenizer.decode_stream()
+    for token_id in encoding.ids[:16]:
+        stream.step(token_id)
+    if tokenizer.chat_template is not None:
+        tokenizer.apply_chat_template([{"role": "user", "content": TEXT}], add_generation_prompt=True)
 
 
 def read_pth(path, case) -> None:
     from engine.io import load_pth
     for tensor in load_pth(path).values():
         tensor.numpy()
+
+
+def pickle_state() -> dict:
+    """What the pickle readers share between loads: every allowed global's stand-in, with whatever
+    state it could carry (attributes, a function's defaults), and the tables naming them."""
+    from engine.io import pickled
+    out = {}
+    for table in ("GLOBALS", "MODULE_GLOBALS", "STORAGES"):
+        for name, value in getattr(pickled, table).items():
+            function = getattr(value, "function", value)
+            out[f"{table}[{name}]"] = (type(value).__name__, repr(value), repr(getattr(value, "__dict__", None)),
+                                       repr(getattr(function, "__defaults__", None)),
+                                       repr(getattr(function, "__kwdefaults__", None)),
+                                       repr(getattr(function, "__dict__", None)))
+    for name in ("Record", "StandIn", "TorchName", "StorageType"):
+        if hasattr(pickled, name):
+            out[name] = repr(sorted((k, repr(v)) for k, v in vars(getattr(pickled, name)).items()))
+    return out
 
 
 def read_pth_modules(path, case) -> None:
@@ -179,9 +221,10 @@ def read_site(path, case) -> None:
 
 READERS = {reader.name: reader for reader in (
     Reader("safetensors", read_safetensors, (WeightsError,), (WeightsError,)),
-    Reader("gguf", read_gguf, (WeightsError,), (WeightsError,)),
-    Reader("pth", read_pth, (WeightsError,), (WeightsError,)),
-    Reader("pth_modules", read_pth_modules, (WeightsError,), (WeightsError,)),
+    # a tokenizer's errors (TokenizerError, an InputError) name the file; the text's need not
+    Reader("gguf", read_gguf, (WeightsError, InputError), (WeightsError, TokenizerError)),
+    Reader("pth", read_pth, (WeightsError,), (WeightsError,), pickle_state),
+    Reader("pth_modules", read_pth_modules, (WeightsError,), (WeightsError,), pickle_state),
     Reader("ctranslate2", read_ctranslate2, (WeightsError,), (WeightsError,)),
     Reader("png", read_image_file, (InputError,), (InputError,)),
     Reader("npy", read_image_file, (InputError,), (InputError,)),
