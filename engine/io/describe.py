@@ -16,7 +16,7 @@ import struct
 
 import numpy as np
 
-from ..errors import InvalidHeader, SourceNotFound, TruncatedFile
+from ..errors import FetchError, InvalidHeader, SourceNotFound, TruncatedFile
 from .ctranslate2 import looks_like_ctranslate2
 
 LONG_STRING = 200          # strings longer than this are cut, with their length
@@ -85,6 +85,8 @@ def detect_format(path: str) -> str:
             size = os.fstat(f.fileno()).st_size
     except FileNotFoundError:
         raise SourceNotFound("no such file", file=path) from None
+    except (OSError, ValueError) as e:      # a directory, a NUL in the name... (as the loaders word it)
+        raise FetchError(f"cannot open: {getattr(e, 'strerror', None) or e}", file=path) from None
     hint = _EXTENSIONS.get(os.path.splitext(path)[1].lower())
     if head[:4] == b"GGUF":
         return "gguf"

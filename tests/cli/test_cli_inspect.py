@@ -124,3 +124,9 @@ def test_not_weights_or_missing_exit_2(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     one_line_error(run(str(empty)), "empty")
+
+
+def test_an_index_that_is_a_directory_exit_2(tmp_path):
+    # the fuzzer's case safetensors:20240613:240: a folder whose index name is a directory (IsADirectoryError)
+    (tmp_path / "model.safetensors.index.json").mkdir()
+    one_line_error(run(str(tmp_path)), "model.safetensors.index.json", "cannot open")
