@@ -47,6 +47,7 @@ class Reader:
     allowed: tuple               # the error types a hostile file may give
     named: tuple                 # of those, the ones whose message must name the file
     state: Callable | None = None   # a fingerprint of shared state no case may change
+    covers: tuple = ()           # the entry points it runs, "module.function" (tests/fuzz/test_coverage.py)
 
     def seeds(self) -> list[Seed]:
         return load_seeds(self.name)
@@ -65,6 +66,28 @@ def load_seeds(reader: str) -> list[Seed]:
 
 
 # --- what each reader does with a case ----------------------------------------------------------------
+
+def inspected(read):
+    """`read` after `python -m engine inspect` of the same file (its own header readers: .pth's
+    read_pth_header walks the pickle by another path), as text and as JSON. An engine error from the
+    inspection is checked like the read's, once the read has run too."""
+    def run(path, case) -> None:
+        import json
+        from engine.errors import WeightsError
+        from engine.io.describe import format_text, inspect_file
+        first = None
+        try:
+            report = inspect_file(path)
+            format_text(report)
+            json.dumps(report, ensure_ascii=False)
+        except WeightsError as e:
+            first = e
+        read(path, case)
+        if first is not None:
+            raise first
+    run.__name__ = read.__name__
+    return run
+
 
 def read_safetensors(path, case) -> None:
     from engine.io import load_safetensors
@@ -219,19 +242,31 @@ def read_site(path, case) -> None:
         raise first
 
 
+INSPECT = ("engine.io.describe.inspect_file", "engine.io.pth.read_pth_header")
+IMAGES = ("engine.vision.image.read_image", "engine.vision.image.image_size")
 READERS = {reader.name: reader for reader in (
-    Reader("safetensors", read_safetensors, (WeightsError,), (WeightsError,)),
+    Reader("safetensors", inspected(read_safetensors), (WeightsError,), (WeightsError,),
+           covers=("engine.io.load_safetensors", "engine.io.safetensors.load_safetensors", *INSPECT)),
     # a tokenizer's errors (TokenizerError, an InputError) name the file; the text's need not
-    Reader("gguf", read_gguf, (WeightsError, InputError), (WeightsError, TokenizerError)),
-    Reader("pth", read_pth, (WeightsError,), (WeightsError,), pickle_state),
-    Reader("pth_modules", read_pth_modules, (WeightsError,), (WeightsError,), pickle_state),
-    Reader("ctranslate2", read_ctranslate2, (WeightsError,), (WeightsError,)),
-    Reader("png", read_image_file, (InputError,), (InputError,)),
-    Reader("npy", read_image_file, (InputError,), (InputError,)),
-    Reader("pillow", read_image_file, (InputError,), (InputError,)),
+    Reader("gguf", inspected(read_gguf), (WeightsError, InputError), (WeightsError, TokenizerError),
+           covers=("engine.io.load_gguf", "engine.io.gguf.load_gguf", "engine.text.tokenizer.Tokenizer.from_gguf",
+                   "engine.text.tokenizer.Tokenizer.apply_chat_template")),
+    Reader("pth", inspected(read_pth), (WeightsError,), (WeightsError,), pickle_state,
+           covers=("engine.io.pth.load_pth", "engine.io.pth.read_pth_arrays")),
+    Reader("pth_modules", inspected(read_pth_modules), (WeightsError,), (WeightsError,), pickle_state,
+           covers=("engine.io.pth.read_module_checkpoint",)),
+    Reader("ctranslate2", inspected(read_ctranslate2), (WeightsError,), (WeightsError,),
+           covers=("engine.io.ctranslate2.load_ctranslate2",)),
+    Reader("png", read_image_file, (InputError,), (InputError,), covers=IMAGES),
+    Reader("npy", read_image_file, (InputError,), (InputError,), covers=IMAGES),
+    Reader("pillow", read_image_file, (InputError,), (InputError,), covers=IMAGES),
     # an empty WAV reaches log_mel_spectrogram, whose InputError (no samples) is about the call
-    Reader("wav", read_audio, (InputError,), (AudioError,)),
+    Reader("wav", read_audio, (InputError,), (AudioError,),
+           covers=("engine.audio.wav.read_wav", "engine.audio.load.load_audio")),
     # errors of the text and the calls (InputError) need not name the file; the file's own must
-    Reader("tokenizer", use_tokenizer, (InputError,), (TokenizerError,)),
-    Reader("manifest", read_site, (WeightsError,), (WeightsError,)),
+    Reader("tokenizer", use_tokenizer, (InputError,), (TokenizerError,),
+           covers=("engine.text.tokenizer.Tokenizer.from_file", "engine.text.tokenizer.Tokenizer.from_buffer",
+                   "engine.text.tokenizer.Tokenizer.from_str")),
+    Reader("manifest", read_site, (WeightsError,), (WeightsError,),
+           covers=("engine.io.site.fetch_model", "engine.io.site.fetch_gguf", "engine.io.site.open_gguf_folder")),
 )}
