@@ -15,7 +15,7 @@ from tests.fuzz.readers import READERS
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the harness forks and uses Linux limits")
 
 SUITE_SEED = 20_240_613
-CASES = {"safetensors": 500, "gguf": 500, "ctranslate2": 400, "pth": 300, "pth_modules": 300, "png": 300, "npy": 400, "pillow": 300, "tokenizer": 300,
+CASES = {"safetensors": 500, "gguf": 600, "ctranslate2": 400, "pth": 500, "pth_modules": 500, "png": 300, "npy": 400, "pillow": 300, "tokenizer": 300,
          "manifest": 400, "wav": 400}
 
 
