@@ -45,16 +45,8 @@ from ..errors import (
 )
 from ..tensor import Tensor, from_raw
 from ..untrusted import INT64_MAX, checked_shape, shown
-from .pickled import (
-    ModuleRecord,
-    ModuleUnpickler,
-    StorageRef,
-    TensorRef,
-    Unpickler,
-    model_of,
-    module_tree,
-    unpickle,
-)
+from .module_tree import ModuleRecord, model_of, module_tree
+from .pickled import ModuleUnpickler, StorageRef, TensorRef, Unpickler, unpickle
 from .sources import is_url, open_source
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C

@@ -157,7 +157,7 @@ def _audit(event: str, args) -> None:
 
 def _importing() -> bool:
     """Whether the import machinery is on the stack (a module's own code runs through exec)."""
-    frame = sys._getframe(2)
+    frame = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_filename.startswith("<frozen importlib"):
             return True
