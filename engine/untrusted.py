@@ -38,16 +38,19 @@ def shown(value, limit: int = 80) -> str:
     parts: list[str] = []
     size = 0
     stack = [value]
-    while stack and size <= limit:
-        node = stack.pop()
-        if type(node) is _Text:
-            text = node
-        elif isinstance(node, (list, tuple, dict, set, frozenset)):
-            text = _opening(node, stack, limit)
-        else:
-            text = _scalar(node, limit - size + 1)
-        parts.append(text)
-        size += len(text)
+    try:
+        while stack and size <= limit:
+            node = stack.pop()
+            if type(node) is _Text:
+                text = node
+            elif isinstance(node, (list, tuple, dict, set, frozenset)):
+                text = _opening(node, stack, limit)
+            else:
+                text = _scalar(node, limit - size + 1)
+            parts.append(text)
+            size += len(text)
+    except (ValueError, RecursionError):     # the int-to-str limit, a repr that recurses
+        return f"<{type(value).__name__} too large to show>"
     text = "".join(parts)
     return text if len(text) <= limit and not stack else text[:limit] + "..."
 
@@ -57,12 +60,9 @@ class _Text(str):
 
 
 def _scalar(value, limit: int) -> str:
-    try:
-        if type(value) in (str, bytes, bytearray) and len(value) > limit:
-            return repr(value[:limit])
-        return repr(value)
-    except (ValueError, RecursionError):     # the int-to-str limit, a repr that recurses
-        return f"<{type(value).__name__} too large to show>"
+    if type(value) in (str, bytes, bytearray) and len(value) > limit:
+        return repr(value[:limit])
+    return repr(value)
 
 
 def _opening(node, stack: list, limit: int) -> str:
