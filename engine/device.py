@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import importlib
-import sys
 import warnings
 
+from . import runtime
 from .errors import BackendError
 
 # name -> module implementing it (a module with a `BACKEND` object and, when the backend
@@ -48,7 +48,7 @@ def auto_selectable(name: str) -> bool:
 
 
 def _runtime() -> str:
-    return "emscripten" if sys.platform == "emscripten" else "native"
+    return "emscripten" if runtime.in_browser() else "native"
 
 
 def best_available() -> str:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import runtime
 from .errors import InputError, WeightsError
 
 MODEL_PACKAGE = os.environ.get("ENGINE_MODELS", "models")
@@ -180,38 +181,12 @@ def dist_folder() -> Path:
     return Path(package.__file__).resolve().parent.parent / "dist"
 
 
-_site: dict = {"url": None}
-
-
-def set_site(url: str) -> None:
-    """The site's base URL, in the browser (our page's worker sets it; `engine.pipeline(task,
-    site=URL)` sets it in any other page where none is set): default weights and the SIMD
-    kernels come from there."""
-    _site["url"] = url if url.endswith("/") else url + "/"
-
-
-def known_site() -> str | None:
-    """The site's base URL when one is set, else None."""
-    return _site["url"]
-
-
-def site_url() -> str:
-    if _site["url"] is None:
-        raise WeightsError("this page has no site to load models from: pass site=URL, the base URL of a built "
-                           "site (engine.pipeline(task, site=URL)), or call engine.registry.set_site(URL)")
-    return _site["url"]
-
-
-def in_browser() -> bool:
-    return sys.platform == "emscripten"
-
-
 def default_location(entry: Model) -> str:
     """The weights a task uses with no `weights=`: in the browser the site's copy (fetched by
     Range), natively the built dist/models/<name>/, or the file bundled in this repository.
     A GGUF the build split into parts is its folder's manifest (engine.load_gguf opens it)."""
-    if in_browser():
-        return f"{site_url()}models/{entry.name}/{entry.site_file}"
+    if runtime.in_browser():
+        return f"{runtime.site_url()}models/{entry.name}/{entry.site_file}"
     source = entry.source("weights")
     if source.registry == "repo":               # shipped with the code: no build needed
         root = Path(importlib.import_module(MODEL_PACKAGE).__file__).resolve().parent.parent

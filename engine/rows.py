@@ -9,47 +9,19 @@ from a tensor: a weight type of the core, as QuantizedTensor is, that nn reads a
 
 Fetching is asynchronous (the browser's fetch and Cache API are): `await table.fetch(ids)`
 before a forward pass takes no thread. A synchronous `gather` of rows not fetched yet waits
-for them itself: through JSPI (`pyodide.ffi.run_sync`) in the browser, `asyncio.run`
-natively. Rows come out as float32 whatever the stored dtype.
+for them itself (engine.runtime.wait: through JSPI in the browser, `asyncio.run` natively).
+Rows come out as float32 whatever the stored dtype.
 """
 from __future__ import annotations
 
-import asyncio
-import sys
-
 import numpy as np
 
+from . import runtime
 from .dtypes import DType, as_dtype, float32, to_numpy_compute
-from .errors import FetchError, InputError, NeedsAwait
+from .errors import FetchError, InputError
 
 
-def wait(awaitable, hint: str = "await the pipeline's prepare(...)"):
-    """Run a coroutine to completion from synchronous code.
-
-    In Pyodide this blocks through JSPI (`pyodide.ffi.run_sync`); where that cannot be done
-    (no JSPI, or Python was not entered asynchronously), and natively inside a running event
-    loop, it raises NeedsAwait naming `hint`, the awaitable form to use instead."""
-    if sys.platform == "emscripten":
-        from pyodide.ffi import can_run_sync, run_sync
-        if not can_run_sync():
-            _discard(awaitable)
-            raise NeedsAwait("this call cannot wait for the browser here (this runtime has no JavaScript "
-                             "Promise Integration, or the call was not entered asynchronously): "
-                             f"use `{hint}` instead")
-        return run_sync(asyncio.ensure_future(awaitable))
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(awaitable)
-    _discard(awaitable)
-    raise NeedsAwait(f"this call cannot block inside a running event loop: use `{hint}` instead")
-
-
-def _discard(awaitable) -> None:
-    """Close a coroutine that will not run (no "never awaited" warning); a future is left alone."""
-    close = getattr(awaitable, "close", None)
-    if close is not None:
-        close()
+PREPARE = "await the pipeline's prepare(...)"     # what to await where a gather cannot wait
 
 
 class RowTable:
@@ -130,7 +102,7 @@ class RowTable:
         """(len(ids), columns) float32: the rows `ids` (fetched first if needed)."""
         ids = self._ids(ids)
         if self.missing(ids):
-            wait(self.fetch(ids))
+            runtime.wait(self.fetch(ids), PREPARE)
         out = np.empty((ids.size, self.shape[1]), np.float32)
         blocks, within = np.divmod(ids, self.block_rows)
         for block in np.unique(blocks):

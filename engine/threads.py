@@ -15,8 +15,7 @@ one (any Pyodide page but ours, and ours when it is not cross-origin isolated) i
 """
 from __future__ import annotations
 
-import sys
-
+from . import runtime
 from .backends.simd.library import default_threads, physical_cores  # noqa: F401  (part of this module's API)
 from .errors import InputError
 
@@ -43,7 +42,7 @@ def _native_library():
 def set_num_threads(n: int) -> None:
     """Run the kernels on n threads (the calling one included), as torch.set_num_threads."""
     n = _check(n, "set_num_threads")
-    if sys.platform == "emscripten":
+    if runtime.in_browser():
         if _provider is not None:
             _provider.set_num_threads(n)
         return
@@ -54,7 +53,7 @@ def set_num_threads(n: int) -> None:
 
 def get_num_threads() -> int:
     """The threads the kernels run on now, as torch.get_num_threads."""
-    if sys.platform == "emscripten":
+    if runtime.in_browser():
         return _provider.get_num_threads() if _provider is not None else 1
     lib = _native_library()
     return lib.engine_threads() if lib is not None else 1
@@ -62,7 +61,7 @@ def get_num_threads() -> int:
 
 def unavailable_reason() -> str | None:
     """None when the kernels can run on more than one thread here, else why not."""
-    if sys.platform == "emscripten":
+    if runtime.in_browser():
         return None if _provider is not None else _why_one_thread()
     from .backends.simd import library
     reason = library.unavailable_reason()
@@ -72,12 +71,7 @@ def unavailable_reason() -> str | None:
 def _why_one_thread() -> str:
     """In Pyodide without a provider: threads need shared memory, which needs cross-origin
     isolation, and a pool of workers that only the engine's own page starts."""
-    try:
-        import js                           # Pyodide's bridge to the page (or worker) it runs in
-        isolated = getattr(js, "crossOriginIsolated", False) is True
-    except ImportError:
-        isolated = False
-    if not isolated:
+    if not runtime.cross_origin_isolated():
         return ("this page is not cross-origin isolated (no SharedArrayBuffer), so the kernels run on one "
                 "thread (no thread pool)")
     return "the kernels run on one thread: no thread pool was started in this page"
@@ -85,7 +79,7 @@ def _why_one_thread() -> str:
 
 def describe() -> str:
     """"2 threads", or "1 thread (why)" when more are not possible here."""
-    if sys.platform == "emscripten" and _provider is not None:
+    if runtime.in_browser() and _provider is not None:
         return _provider.describe()
     n = get_num_threads()
     reason = unavailable_reason()

@@ -61,3 +61,28 @@ def test_no_module_takes_a_standard_library_name():
              if (p.suffix == ".py" or (p / "__init__.py").exists()) and "__pycache__" not in p.parts}
     taken = sorted(names & set(sys.stdlib_module_names) - IMPORTED_AT_START)
     assert not taken, f"modules named as standard library ones: {taken}"
+
+
+def test_only_the_runtime_asks_where_it_runs():
+    """`sys.platform` is read in engine/runtime.py alone (in_browser() and the rest); the browser's
+    modules are imported only by the runtime, the browser glue and the device layers (the
+    "browser" contract of pyproject.toml)."""
+    import ast
+    readers = []
+    for path in sorted((ROOT / "engine").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "platform" and \
+                    isinstance(node.value, ast.Name) and node.value.id == "sys":
+                readers.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert readers and all(r.startswith("engine/runtime.py:") for r in readers), readers
+
+
+def test_the_browser_contract_can_fail(tmp_path):
+    for name in ("engine", "models"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__", "*.safetensors"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    with open(tmp_path / "engine" / "threads.py", "a") as f:
+        f.write("\n\ndef _isolated():\n    import js\n    return js.crossOriginIsolated\n")
+    r = lint_imports(tmp_path)
+    assert r.returncode != 0 and "engine is not allowed to import js" in r.stdout, r.stdout
+    assert "engine.threads -> js" in r.stdout, r.stdout

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 
+from .. import runtime
 from ..errors import AudioError, InputError
 from .mel import SAMPLE_RATE
 from .resample import downmix, resample
@@ -69,7 +69,7 @@ def _from_array(samples: np.ndarray, sr: int, orig_sr, name) -> np.ndarray:
 
 def _decode_other(data: bytes, source, sr: int, name) -> np.ndarray:
     """A container other than WAV: ffmpeg natively, as openai-whisper runs it."""
-    if sys.platform == "emscripten":
+    if runtime.in_browser():
         raise AudioError("only WAV files and float32 sample arrays are read in the browser "
                          "(the page decodes other formats before they reach Python)", file=name)
     ffmpeg = shutil.which("ffmpeg")

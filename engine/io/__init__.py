@@ -11,8 +11,8 @@ folder to the site. So are URLs: in Pyodide `open_source` reads one through the 
 (engine.io.urls), and the awaitable forms `load_*_async` fetch one in any Python.
 """
 import os
-import sys
 
+from .. import runtime
 from .ctranslate2 import CTranslate2File, load_ctranslate2  # noqa: F401
 from .gguf import GGUFFile, QuantizedTensor  # noqa: F401
 from .gguf import load_gguf as _open_gguf_file
@@ -59,7 +59,7 @@ def _open_url(url: str) -> ByteSource:
     return open_url(url)
 
 
-if sys.platform == "emscripten":        # urllib has no network there: the browser fetches
+if runtime.in_browser():                # urllib has no network there: the browser fetches
     set_url_opener(_open_url)
 
 

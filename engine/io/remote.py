@@ -9,8 +9,9 @@ validation it applies to a local file. A GGUF on a site (`Loader.open_gguf`, use
 engine.io.site.fetch_gguf) goes the same way: its header in one request (the manifest
 gives its length and sha256), parsed by `GGUFFile`, then its tensors as `RemoteGGUF`
 asks for them; the file may be split into byte parts, each range read from the parts
-holding it. Transport and cache are small async protocols: `UrllibTransport` below for
-CPython, `engine.io.browser` for the browser.
+holding it. Transport and cache are small async protocols: engine.runtime.transport() is the
+transport of each runtime (urllib natively, the browser's fetch in Pyodide), engine.io.browser
+the cache in the browser.
 
 What goes wrong on the way is handled here, once for both: failed and broken replies are
 retried with backoff, then a FetchError names the file, the range and the cause; bytes that
@@ -35,12 +36,14 @@ from typing import Protocol
 
 from ..errors import (FetchError, IntegrityError, MissingShard, MissingTensor, SourceNotFound,
                       WeightsError)
+from .. import runtime
+from ..runtime import Unexplained
 from .gguf import GGUFFile
 from .manifest import (cache_key, check_gguf_header, check_header, check_manifest, gguf_parts,
                        is_stale, run_digest, tiling)
 from .safetensors import (MAX_HEADER_BYTES, SafetensorsFile, ShardedSafetensors, TensorInfo,
                           parse_json)
-from .sources import CONTENT_RANGE, ByteSource, html_page, http_get
+from .sources import CONTENT_RANGE, ByteSource, html_page
 
 HEAD_BYTES = 64 * 1024          # one request usually holds the whole header
 WHOLE_FILE_LIMIT = 128 << 20    # a host without byte ranges: files up to this size are read whole
@@ -119,11 +122,6 @@ class _NoRanges(Exception):
     def __init__(self, reason: str, size: int | None = None):
         super().__init__(reason)
         self.size = size
-
-
-class Unexplained(ConnectionError):
-    """A failed request whose message is already the whole reason a person needs (the browser's
-    refusal of a cross-origin request, which it does not explain)."""
 
 
 def _describe(error: Exception) -> str:
@@ -562,8 +560,8 @@ class RemoteGGUF(GGUFFile):
 
     def _wait_for(self, names) -> None:
         if self.missing(names):
-            from ..rows import wait
-            wait(self.fetch(names))
+            from ..rows import PREPARE
+            runtime.wait(self.fetch(names), PREPARE)
 
     def __getitem__(self, name: str):
         self._wait_for([name])
@@ -642,16 +640,3 @@ async def fetch_manifest(url: str, transport: Transport, *, retries: int = 3,
     doc = parse_json(body, url, "manifest")
     check_manifest(doc, url)
     return doc
-
-
-class UrllibTransport:
-    """`Transport` for CPython: urllib in a worker thread (not for Pyodide: no threads)."""
-
-    def __init__(self, timeout: float = 60.0):
-        self.timeout = timeout
-
-    async def get(self, url, start=None, end=None):
-        return await asyncio.to_thread(self._get, url, start, end)
-
-    def _get(self, url, start, end):
-        return http_get(url, start, end, self.timeout)

@@ -12,6 +12,7 @@ import re
 import time
 import urllib.parse
 
+from .. import runtime
 from ..errors import FetchError, SourceNotFound, TruncatedFile
 
 try:                         # absent or partial on some Pyodide builds
@@ -269,7 +270,7 @@ class HttpSource(RangeSource):
         self.timeout = timeout
 
     def _request(self, start: int, end: int) -> tuple[int, str | None, bytes]:
-        status, headers, body = http_get(self.url, start, end + 1, self.timeout)
+        status, headers, body = runtime.http_get(self.url, start, end + 1, self.timeout)
         html = html_page(headers, body, start) if status in (200, 206) else None
         if html is not None:
             raise FetchError(f"{html}: is the URL right?", file=self.name)
@@ -279,33 +280,6 @@ class HttpSource(RangeSource):
         url = urllib.parse.urljoin(self.url, urllib.parse.quote(filename))
         return type(self)(url, timeout=self.timeout, retries=self.retries,
                           backoff=self.backoff)
-
-
-def http_get(url: str, start: int | None = None, end: int | None = None,
-             timeout: float = 60.0) -> tuple[int, dict, bytes]:
-    """GET `url` natively with urllib, bytes [start, end) when start is given: the status, the
-    headers (lower-case names) and the body. A 200 to a Range request is the whole file, which is
-    not downloaded just to fail: its body is empty. urllib is imported here, on first use: it takes
-    ~0.2 s to import in Pyodide, which fetches through the browser instead."""
-    import http.client
-    import urllib.error
-    import urllib.request
-    headers = {"Accept-Encoding": "identity"}      # ranges address the raw bytes
-    if start is not None:
-        headers["Range"] = f"bytes={start}-{end - 1}"
-    request = urllib.request.Request(url, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            lower = {k.lower(): v for k, v in response.headers.items()}
-            skip = start is not None and response.status != 206
-            return response.status, lower, b"" if skip else response.read()
-    except urllib.error.HTTPError as e:
-        try:
-            return e.code, {k.lower(): v for k, v in e.headers.items()}, b""
-        finally:
-            e.close()
-    except http.client.HTTPException as e:   # IncompleteRead, BadStatusLine...
-        raise ConnectionError(f"{type(e).__name__}: {e}") from None
 
 
 def is_url(location) -> bool:

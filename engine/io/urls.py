@@ -3,9 +3,9 @@ URL natively and in Pyodide, and their awaitable forms.
 
 Natively the blocking forms read a URL by Range with urllib as the parser asks for bytes
 (engine.io.sources.HttpSource). In Pyodide urllib has no network to reach: the browser fetches
-(JS fetch, engine.io.browser) through a `UrlLoader`, the engine.io.remote.Loader that loads a
+(engine.runtime.transport()) through a `UrlLoader`, the engine.io.remote.Loader that loads a
 site's models, which retries and checks every reply, and the blocking forms wait for it through
-JavaScript Promise Integration (`engine.rows.wait`), reading by Range as natively
+JavaScript Promise Integration (`engine.runtime.wait`), reading by Range as natively
 (`LoaderSource`). Where the runtime cannot block (no JSPI, or Python was not entered
 asynchronously) they raise NeedsAwait, naming the awaitable form.
 
@@ -25,22 +25,21 @@ another origin's page may not read: Access-Control-Expose-Headers): nothing is c
 
 What goes wrong is one error naming the URL: SourceNotFound for a 404; a FetchError for a host
 that ignores Range, for an HTML page served instead of the file, and, in the browser, for a
-request the browser refuses without a reason (likely CORS: engine.io.browser).
+request the browser refuses without a reason (likely CORS: engine.runtime.JsFetchTransport).
 """
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import os
-import sys
 import urllib.parse
 
+from .. import runtime
 from ..errors import FetchError, InvalidHeader
-from ..rows import wait
 from .gguf import GGUFFile, load_gguf
 from .manifest import cache_key, key_prefix
 from .pth import load_pth
-from .remote import HEAD_BYTES, Loader, PrefetchedSource, UrllibTransport, fetch_manifest, fetch_safetensors
+from .remote import HEAD_BYTES, Loader, PrefetchedSource, fetch_manifest, fetch_safetensors
 from .safetensors import load_safetensors
 from .site import MANIFEST_NAME, fetch_gguf, open_gguf_folder
 from .sources import CONTENT_RANGE, ByteSource, is_url
@@ -50,18 +49,10 @@ COALESCE_GAP = 64 * 1024
 MAX_RUN_BYTES = 8 << 20
 
 
-def default_transport():
-    """The browser's fetch in Pyodide, urllib (in a thread) natively."""
-    if sys.platform == "emscripten":
-        from .browser import JsFetchTransport
-        return JsFetchTransport()
-    return UrllibTransport()
-
-
 def default_cache(cache=True):
     """`cache` as a store: True is the browser's Cache API in Pyodide and none natively; False none."""
     if cache is True:
-        if sys.platform != "emscripten":
+        if not runtime.in_browser():
             return None
         from .browser import CacheApiStore
         return CacheApiStore()
@@ -107,7 +98,7 @@ class UrlLoader(Loader):
     reads are cached under the file's version (its ETag and size) where the host gives one."""
 
     def __init__(self, transport=None, cache=None, **options):
-        super().__init__(_Validated(transport or default_transport()), cache, None, whole_files=False, **options)
+        super().__init__(_Validated(transport or runtime.transport()), cache, None, whole_files=False, **options)
 
     def range_key(self, url: str, start: int, end: int) -> str | None:
         version = self.transport.versions.get(url)
@@ -174,7 +165,7 @@ class LoaderSource(ByteSource):
         self._windows: list[tuple[int, bytes]] = []
 
     def _wait(self, awaitable):
-        return wait(awaitable, awaitable_form(self.name))
+        return runtime.wait(awaitable, awaitable_form(self.name))
 
     def size(self) -> int:
         if self._size is None:
@@ -231,7 +222,7 @@ async def _folder_manifest(folder: str, transport, kind: str) -> dict:
 
 async def folder_safetensors(folder: str, *, transport=None, cache=True):
     """Every tensor of a site's safetensors model folder, verified against its manifest."""
-    transport = transport or default_transport()
+    transport = transport or runtime.transport()
     manifest = await _folder_manifest(folder, transport, "safetensors")
     return await fetch_safetensors(folder + manifest["index"], transport=transport, manifest=manifest,
                                    cache=default_cache(cache))
@@ -240,7 +231,7 @@ async def folder_safetensors(folder: str, *, transport=None, cache=True):
 async def folder_gguf(folder: str, *, transport=None, cache=True, names=None):
     """The GGUF of a site's model folder (engine.io.site.fetch_gguf): tensors `names` (all by
     default; () for none, each then fetched when read) verified against the manifest."""
-    transport = transport or default_transport()
+    transport = transport or runtime.transport()
     manifest = await _folder_manifest(folder, transport, "gguf")
     return await fetch_gguf(folder, transport=transport, cache=default_cache(cache), names=names, manifest=manifest)
 
@@ -249,8 +240,8 @@ def load_folder(url: str, kind: str):
     """load_safetensors / load_gguf of a site folder's URL, blocking (JSPI in the browser)."""
     folder = site_folder(url)
     if kind == "gguf":
-        return wait(folder_gguf(folder, names=()), "await engine.load_gguf_async(url)")
-    return wait(folder_safetensors(folder), "await engine.load_safetensors_async(url)")
+        return runtime.wait(folder_gguf(folder, names=()), "await engine.load_gguf_async(url)")
+    return runtime.wait(folder_safetensors(folder), "await engine.load_safetensors_async(url)")
 
 
 # --- the awaitable forms ------------------------------------------------------------------------

@@ -120,15 +120,17 @@ def pipeline(task: str, device: str | None = None, weights=None, model: str | No
     In Pyodide this waits for the browser's fetches through JavaScript Promise Integration; where
     Python cannot block (no JSPI, or a synchronous call from JavaScript) it raises
     engine.errors.NeedsAwait: `await engine.pipeline_async(...)` is the same call, awaited."""
-    from .. import registry
+    from .. import runtime
     from ..io.checkpoint import Checkpoint
-    if site is None and (not registry.in_browser() or isinstance(weights, Checkpoint)):
+    from .base import AWAITABLE, open_checkpoint_async
+    if site is None and (not runtime.in_browser() or isinstance(weights, Checkpoint)):
         entry = _entry(task, model)                 # nothing to fetch before the model is built
         return _build(entry, task, _device(entry, device), weights, options)
-    from .base import open_checkpoint_async
-    entry, root = _block(_site_model(task, model, site, device))
+    # in a thread of its own natively where an event loop runs already (a notebook's)
+    entry, root = runtime.wait(_site_model(task, model, site, device), AWAITABLE, thread=True)
     device = _device(entry, device)
-    return _build(entry, task, device, _block(open_checkpoint_async(entry, weights, root)), options)
+    checkpoint = runtime.wait(open_checkpoint_async(entry, weights, root), AWAITABLE, thread=True)
+    return _build(entry, task, device, checkpoint, options)
 
 
 async def pipeline_async(task: str, device: str | None = None, weights=None, model: str | None = None, site=None,
@@ -181,20 +183,19 @@ async def _site_model(task: str, model: str | None, site, device: str | None):
     (its registry.json read and checked), or with no site the local registry's. In Pyodide the
     site becomes the page's when it has none, and the SIMD kernels are fetched from the page's
     site where they are missing, before any backend is chosen."""
-    from .. import registry
+    from .. import registry, runtime
     if site is None:
         entry, root = _entry(task, model), None
     else:
         from ..io.site import read_registry, served_model, site_root
-        from ..io.urls import default_transport
-        root = site_root(site, _page_url())
-        served = await read_registry(root, default_transport())
+        root = site_root(site, runtime.page_url())
+        served = await read_registry(root, runtime.transport())
         entry = registry.model(served_model(served, root, task, model, registry.models()))
         _check_serves(entry, task)
-        if registry.in_browser() and registry.known_site() is None:
-            registry.set_site(root)
-    if registry.in_browser() and device in (None, "simd"):
-        await _ensure_kernels(root or registry.known_site())
+        if runtime.in_browser() and runtime.known_site() is None:
+            runtime.set_site(root)
+    if runtime.in_browser() and device in (None, "simd"):
+        await _ensure_kernels(root or runtime.known_site())
     return entry, root
 
 
@@ -204,32 +205,3 @@ async def _ensure_kernels(site: str | None) -> None:
     (engine.device) and falls back."""
     from ..backends.simd import library
     await library.ensure_kernels(site)
-
-
-def _page_url() -> str | None:
-    """The address of the page (or worker) running this, in the browser: relative sites resolve
-    against it. None natively."""
-    from .. import registry
-    if not registry.in_browser():
-        return None
-    import js
-    return str(js.location.href)
-
-
-def _block(awaitable):
-    """Run `awaitable` to its end from synchronous code: in Pyodide through JSPI (else NeedsAwait
-    naming pipeline_async); natively in a fresh event loop, in a thread of its own when this one
-    already runs a loop (a notebook's)."""
-    from .. import registry
-    if registry.in_browser():
-        from ..rows import wait
-        from .base import AWAITABLE
-        return wait(awaitable, hint=AWAITABLE)
-    import asyncio
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(awaitable)
-    from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, awaitable).result()

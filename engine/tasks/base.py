@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import registry
+from .. import registry, runtime
 from ..errors import DeviceLost, EngineError, WeightsError
 from ..io.checkpoint import Checkpoint, location_of
 from ..io.sources import is_url
@@ -38,10 +38,9 @@ def open_checkpoint(entry: registry.Model, weights, site: str | None = None) -> 
     if isinstance(weights, Checkpoint):
         return weights
     if weights is None:
-        if registry.in_browser():                  # the site's copy, by Range (engine.io.browser)
+        if runtime.in_browser():                   # the site's copy, by Range (engine.io.browser)
             from ..io.browser import load_checkpoint
-            from ..rows import wait
-            return wait(load_checkpoint(entry, site=site), hint=AWAITABLE)
+            return runtime.wait(load_checkpoint(entry, site=site), AWAITABLE)
         default = registry.default_location(entry) if site is None else registry.built_location(entry, site)
         return Checkpoint(default, location=default)
     location = location_of(weights)
@@ -74,16 +73,15 @@ async def open_checkpoint_async(entry: registry.Model, weights, site: str | None
     location = location_of(weights)
     if location is not None and is_url(location):
         return await _open_url(entry, location, site)
-    if isinstance(weights, Checkpoint) or weights is not None or (site is None and not registry.in_browser()):
+    if isinstance(weights, Checkpoint) or weights is not None or (site is None and not runtime.in_browser()):
         return open_checkpoint(entry, weights, site)
-    if registry.in_browser():
+    if runtime.in_browser():
         from ..io.browser import load_checkpoint
         return await load_checkpoint(entry, site=site)
     if not is_url(site):
         return open_checkpoint(entry, None, site)
-    from ..io.remote import UrllibTransport
     from ..io.site import fetch_model
-    checkpoint = await fetch_model(f"{site}models/{entry.name}/", transport=UrllibTransport())
+    checkpoint = await fetch_model(f"{site}models/{entry.name}/", transport=runtime.transport())
     for table in getattr(checkpoint.tensors, "tables", {}).values():
         await table.fetch(np.arange(table.shape[0]))
     return checkpoint
@@ -94,14 +92,13 @@ async def _open_url(entry: registry.Model, url: str, site: str | None) -> Checkp
     and the model's processor files, from beside it or else from the site's copy of the model."""
     from ..io import load_gguf_async, load_pth_async, load_safetensors_async
     from ..io.remote import Loader
-    from ..io.urls import default_transport
     path = urllib.parse.urlsplit(url).path.lower()
     torch_file = path.endswith((".pth", ".pt"))
     load = load_gguf_async if path.endswith(".gguf") else load_pth_async if torch_file else load_safetensors_async
     checkpoint = open_checkpoint(entry, await load(url), site)
     if not torch_file:                              # no processor files beside a torch checkpoint
         checkpoint.location = url
-    loader = Loader(default_transport())
+    loader = Loader(runtime.transport())
 
     async def get(url: str) -> bytes:
         return (await loader.request(url))[0]

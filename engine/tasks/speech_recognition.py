@@ -43,7 +43,7 @@ class SpeechRecognition(Pipeline):
     def __init__(self, entry, device: str | None = None, weights=None, **defaults):
         from ..speech import SpeechTokenizer
         from ..device import best_for_quantized
-        from ..registry import in_browser
+        from ..runtime import in_browser
         # in Pyodide simd (NumPy has no BLAS there; simd multiplies the float16 weights as stored);
         # natively NumPy's BLAS on every core beats simd's one thread (python -m engine bench whisper)
         device = device or (best_for_quantized() if in_browser() else None)
@@ -207,16 +207,16 @@ def _cancel_check(call: int):
     nothing else can arrive meanwhile)."""
     import asyncio
     import time
-    try:
-        from pyodide.ffi import can_run_sync, run_sync
-    except ImportError:
+
+    from .. import runtime
+    if not runtime.in_browser():
         return lambda: _stop["stopped"] >= call
     last = [time.perf_counter()]
 
     def cancel() -> bool:
         now = time.perf_counter()
-        if now - last[0] >= YIELD_EVERY_S and can_run_sync():
-            run_sync(asyncio.ensure_future(asyncio.sleep(0)))
+        if now - last[0] >= YIELD_EVERY_S and runtime.can_block():
+            runtime.wait(asyncio.sleep(0), "transcribe_stop is read between windows")
             last[0] = time.perf_counter()
         return _stop["stopped"] >= call
     return cancel

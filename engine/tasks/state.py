@@ -85,8 +85,6 @@ def rgba(pixels, width: int, height: int) -> np.ndarray:
 
 def heap_bytes() -> int:
     """The wasm heap's size in the worker (the whole linear memory); 0 natively."""
-    try:
-        import pyodide_js
-        return int(pyodide_js._module.HEAPU8.length)
-    except (ImportError, AttributeError):
-        return 0
+    from .. import runtime
+    heap = runtime.heap()
+    return 0 if heap is None else heap[1]

@@ -46,10 +46,10 @@ async def devices() -> str:
 async def load(task: str, device: str | None, base_url: str, progress=None) -> str:
     """Fetch (lazily, by Range, cache-first) and build the pipeline for `task`: its model and
     where its weights lie come from the registry."""
-    from engine import registry
+    from engine import registry, runtime
     from engine.io.browser import load_checkpoint
 
-    registry.set_site(base_url)
+    runtime.set_site(base_url)
     entry = registry.for_task(task)
     t0 = time.perf_counter()
     report = (lambda loaded, total: progress(loaded, total)) if progress is not None else None

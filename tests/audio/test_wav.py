@@ -1,6 +1,7 @@
 """engine.audio.read_wav against sox, which reads the same files itself, and Python's wave
 module; headers made by hand (tests/audio/wavs.py); every broken header a clear AudioError."""
 import struct
+import sys
 import wave
 
 import numpy as np
@@ -233,7 +234,7 @@ def test_other_formats_without_ffmpeg_or_in_the_browser(tmp_path, monkeypatch):
     monkeypatch.setattr(load_module.shutil, "which", lambda name: None)
     with pytest.raises(AudioError, match=f"only WAV is read.*{path.name}"):
         load_audio(path)
-    monkeypatch.setattr(load_module.sys, "platform", "emscripten")
+    monkeypatch.setattr(sys, "platform", "emscripten")
     with pytest.raises(AudioError, match="only WAV files and float32 sample arrays are read in the browser"):
         load_audio(path.read_bytes(), name="song.mp3")
     np.testing.assert_array_equal(load_audio(GOOD), read_wav(GOOD)[0][:, 0])     # WAV still is

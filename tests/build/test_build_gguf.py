@@ -10,7 +10,7 @@ import threading
 import numpy as np
 
 from buildtools.devserver import make_server
-from engine.io.remote import UrllibTransport
+from engine.runtime import UrllibTransport
 from engine.io.site import fetch_gguf
 
 NAME = "SmolLM2-135M-Instruct"

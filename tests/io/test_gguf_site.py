@@ -16,7 +16,7 @@ from buildtools import convert
 from engine import registry
 from engine.errors import FetchError, IntegrityError, InvalidHeader, SourceNotFound, TruncatedFile
 from engine.io.manifest import check_manifest
-from engine.io.remote import UrllibTransport
+from engine.runtime import UrllibTransport
 from engine.io.site import fetch_gguf, fetch_model
 from test_gguf import random, write
 from test_remote import BASE, FakeTransport, MemoryCache, Sleeps

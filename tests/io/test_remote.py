@@ -17,10 +17,11 @@ import pytest
 
 from engine.errors import (FetchError, IntegrityError, InvalidHeader, MissingShard,
                            MissingTensor, SourceNotFound, TruncatedFile)
-from engine.io.remote import (HEAD_BYTES, PrefetchedSource, UrllibTransport, fetch_manifest,
+from engine.io.remote import (HEAD_BYTES, PrefetchedSource, fetch_manifest,
                               fetch_safetensors)
 from engine.io.safetensors import (SafetensorsFile, ShardedSafetensors, load_safetensors,
                                    save_safetensors)
+from engine.runtime import UrllibTransport
 from tests.helpers import range_reply
 
 BASE = "https://site.test/w/"
@@ -558,7 +559,8 @@ def test_cache_key_scheme(site):
 
 
 def test_browser_module_imports_natively_and_cache_falls_back(monkeypatch):
-    from engine.io.browser import CacheApiStore, CacheUnavailable, JsFetchTransport
+    from engine.io.browser import CacheApiStore, CacheUnavailable
+    from engine.runtime import JsFetchTransport
     assert JsFetchTransport().stall_timeout == 20.0
     monkeypatch.setitem(sys.modules, "js", types.SimpleNamespace())   # no `caches`
     with pytest.raises(CacheUnavailable, match="secure context"):

@@ -16,7 +16,8 @@ import pytest
 import engine
 from engine.errors import FetchError, NeedsAwait, SourceNotFound
 from engine.io import sources, urls
-from engine.rows import wait
+from engine.rows import PREPARE
+from engine.runtime import wait
 from tests.helpers import write_weight_formats
 from tests.io.conftest import _RangeHandler
 from tests.io.test_remote import MemoryCache
@@ -164,7 +165,7 @@ def test_wait_inside_a_running_loop_names_the_awaitable_form():
                                              r"engine.load_gguf_async\(url\)` instead"):
             wait(work(), "await engine.load_gguf_async(url)")
         with pytest.raises(NeedsAwait, match=r"use `await the pipeline's prepare\(...\)` instead"):
-            wait(work())
+            wait(work(), PREPARE)
     asyncio.run(inside())
     assert issubclass(NeedsAwait, FetchError)
 

@@ -11,7 +11,7 @@ sys.path.insert(0, "/repo")
 import numpy as np  # noqa: E402
 
 import engine  # noqa: E402
-from engine import device, registry, threads  # noqa: E402
+from engine import device, runtime, threads  # noqa: E402
 from engine.backends.simd import library  # noqa: E402
 
 SITE = SCRIPT_ARG  # noqa: F821  (set by pyodide_run.mjs)
@@ -30,7 +30,7 @@ out["missing"] = await library.ensure_kernels(SITE + "nothing-here/")  # noqa: F
 out["written_after_failures"] = os.path.exists(library.PYODIDE_PATH)
 
 # the blocking path: Node without JSPI cannot wait, and says which call to await instead
-registry.set_site(SITE)
+runtime.set_site(SITE)
 library._tried = False                        # ask again, as the next first use would
 out["blocking"] = device.unavailable_reason("simd")
 

@@ -12,7 +12,7 @@ import warnings
 
 import pytest
 
-from engine import device, registry
+from engine import device, runtime
 from engine.backends.simd import library
 
 
@@ -26,7 +26,7 @@ def pyodide_like(monkeypatch, tmp_path):
     monkeypatch.setattr(library, "PYODIDE_PATH", str(tmp_path / "engine_kernels.so"))
     monkeypatch.delenv("ENGINE_SIMD_LIBRARY", raising=False)
     monkeypatch.delenv("ENGINE_SIMD_FLAVOUR", raising=False)
-    monkeypatch.setitem(registry._site, "url", None)
+    monkeypatch.setitem(runtime._site, "url", None)
     monkeypatch.setattr(sys, "platform", "emscripten")
     yield
 
@@ -45,9 +45,9 @@ def test_kernel_urls_try_relaxed_then_simd(monkeypatch):
 
 
 def test_known_site(monkeypatch):
-    monkeypatch.setitem(registry._site, "url", None)
+    monkeypatch.setitem(runtime._site, "url", None)
     assert library.known_site() is None
-    registry.set_site("http://127.0.0.1:8000")
+    runtime.set_site("http://127.0.0.1:8000")
     assert library.known_site() == "http://127.0.0.1:8000/"
 
 

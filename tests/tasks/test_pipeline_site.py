@@ -211,10 +211,12 @@ def test_a_site_checkpoint_has_all_its_files_and_looks_nowhere_else(site_url):
 
 def test_no_site_in_a_foreign_page_says_pass_site(monkeypatch):
     """A Pyodide page that set no site (not our page) and passed none: the error says what to
-    pass, before anything is fetched (in_browser() stands in for Pyodide: the site is looked up
-    before any browser call)."""
-    monkeypatch.setitem(registry._site, "url", None)
-    monkeypatch.setattr(registry, "in_browser", lambda: True)
+    pass, before anything is fetched (in_browser() stands in for Pyodide, and a native wait for
+    JSPI's: the site is looked up before any browser call)."""
+    from engine import runtime
+    monkeypatch.setitem(runtime._site, "url", None)
+    monkeypatch.setattr(runtime, "in_browser", lambda: True)
+    monkeypatch.setattr(runtime, "wait", lambda awaitable, hint, thread=False: asyncio.run(awaitable))
     for device in (None, "numpy"):                # with the kernels to fetch first, and without
         with pytest.raises(WeightsError, match=r"this page has no site to load models from: pass site=URL"):
             engine.pipeline("sentence-embedding", device=device)

@@ -83,7 +83,8 @@ import hashlib, js, json, time
 import numpy as np
 import engine
 from engine.io.site import fetch_gguf, fetch_model
-from engine.io.browser import CacheApiStore, JsFetchTransport
+from engine.io.browser import CacheApiStore
+from engine.runtime import JsFetchTransport
 if {fresh}:
     await js.caches.delete("fault-matrix")
 options = dict(transport=JsFetchTransport(stall_timeout={stall}), cache=CacheApiStore("fault-matrix"),
@@ -91,12 +92,12 @@ options = dict(transport=JsFetchTransport(stall_timeout={stall}), cache=CacheApi
 started = time.perf_counter()
 try:
     if {gguf}:
-        w = await fetch_gguf(engine.registry.site_url() + "models/toy/", **options)
+        w = await fetch_gguf(engine.runtime.site_url() + "models/toy/", **options)
         value = hashlib.sha256(b"".join(bytes(w.source.read(w.info(n).offset, w.info(n).nbytes))
                                         for n in sorted(w))).hexdigest()
         stats = w.fetch_stats
     else:
-        checkpoint = await fetch_model(engine.registry.site_url() + "models/mnist_cnn/", **options)
+        checkpoint = await fetch_model(engine.runtime.site_url() + "models/mnist_cnn/", **options)
         pipe = engine.pipeline("digit-classification", weights=checkpoint, device="numpy")
         value = pipe.logits(np.array({x}, dtype=np.float32)).tolist()
         stats = checkpoint.tensors.tensors.fetch_stats
@@ -245,7 +246,7 @@ def test_a_stalled_download_is_an_error_in_its_card_then_works(host, session_fac
     host is mended the same click classifies the photo."""
     s = session_factory(host.url)
     page = s.open()
-    s.run("import engine.io.browser as f\nf.STALL_SECONDS = 1.0\n'ok'")
+    s.run("import engine.runtime as f\nf.STALL_SECONDS = 1.0\n'ok'")
     host.inject("trickle", r"/models/efficientnet_lite0/model-00002-of-00005\.safetensors$", chunk=64, interval=0.5)
     stalled = ("!document.querySelector('[data-testid=image-error]').hidden && document.querySelector("
                "'[data-testid=image-error]').textContent.includes('the download stalled')")

@@ -47,7 +47,7 @@ def test_pipeline_async_from_another_origin_gives_the_native_vectors(page, other
     got = page.run(f"""
 emb = await engine.pipeline_async("sentence-embedding", site={other.url!r})
 batch = await emb.prepare({TEXTS!r})              # the word rows these texts use, awaited
-[emb.entry.name, emb.embed(batch).tolist(), sorted(emb.checkpoint.files), engine.registry.site_url()]
+[emb.entry.name, emb.embed(batch).tolist(), sorted(emb.checkpoint.files), engine.runtime.site_url()]
 """)
     name, vectors, files, page_site = got
     assert name == "all-MiniLM-L6-v2" and "tokenizer.json" in files

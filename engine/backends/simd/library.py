@@ -1,14 +1,16 @@
-"""Find and load the C kernels of wasm_kernels/ through ctypes, once per process.
+"""Find and load the C kernels of wasm_kernels/ through ctypes, once per process, when the simd
+backend is chosen (engine.device asks `unavailable_reason()`), never from inside an op: `get()`
+only hands out what is loaded.
 
 Natively the library is compiled on first use with the system C compiler (cached by
-source hash in .cache/native/, see wasm_kernels/build.py). In Pyodide
-(`sys.platform == "emscripten"`) it is a WebAssembly side module in the file system at
-PYODIDE_PATH: our page's worker writes it there before Python asks (or anywhere, then calls
-`load_library(path)`). In any other Pyodide page this module fetches it from the site the
-engine came from (`engine.registry.known_site()`, or the `site` given to `ensure_kernels`):
+source hash in .cache/native/, see wasm_kernels/build.py). In Pyodide it is a WebAssembly side
+module in the file system at PYODIDE_PATH: our page's worker writes it there before Python asks
+(or anywhere, then calls `load_library(path)`). In any other Pyodide page this module fetches it,
+through engine.runtime's transport, from the site the engine came from
+(`engine.runtime.known_site()`, or the `site` given to `ensure_kernels`):
 `<site>/kernels/engine_kernels.relaxed.wasm` when the browser validates relaxed SIMD, else
-the plain SIMD128 build. `await ensure_kernels(site)` does that in any page; a blocking first
-use does it through JSPI (engine.rows.wait) where the runtime can block.
+the plain SIMD128 build. `await ensure_kernels(site)` does that in any page; choosing the backend
+does it through JSPI (engine.runtime.wait) where the runtime can block.
 `ctypes.CDLL` loads both kinds the same way.
 
 Settings (environment variables, read when the library is first needed):
@@ -21,8 +23,9 @@ import contextlib
 import ctypes
 import importlib.util
 import os
-import sys
 from pathlib import Path
+
+from ... import runtime
 
 ABI = 7                                  # ENGINE_KERNELS_ABI in wasm_kernels/common.h
 PYODIDE_PATH = "/lib/engine_kernels.so"
@@ -143,7 +146,7 @@ class Library:
             raise OSError(f"{self.path} implements kernel ABI {abi}, this engine needs {ABI}: rebuild it "
                           "(python wasm_kernels/build.py)")
         self.features = self.engine_kernels_features()
-        if sys.platform != "emscripten":     # the native pool; in Pyodide the page's worker sizes its own
+        if not runtime.in_browser():         # the native pool; in Pyodide the page's worker sizes its own
             self.engine_set_threads(default_threads())
 
     def resident(self, array) -> None:
@@ -197,7 +200,7 @@ _reason: str | None = None
 _tried = False
 
 NO_SITE = ("the WebAssembly kernels are not in this page, and no site is known to fetch them from: pass "
-           "site=URL (engine.pipeline / engine.pipeline_async) or call engine.registry.set_site(URL)")
+           "site=URL (engine.pipeline / engine.pipeline_async) or call engine.runtime.set_site(URL)")
 WAIT_HINT = "await engine.pipeline_async(...)` or `await engine.backends.simd.ensure_kernels()"
 
 
@@ -242,41 +245,36 @@ def kernel_urls(site: str) -> list[tuple[str, str]]:
 
 
 def known_site() -> str | None:
-    """The site the engine's files come from (engine.registry.set_site), or None."""
-    from ...registry import known_site
-    return known_site()
+    """The site the engine's files come from (engine.runtime.set_site), or None."""
+    return runtime.known_site()
 
 
 def _needs_fetch() -> bool:
-    return (sys.platform == "emscripten" and not os.environ.get("ENGINE_SIMD_LIBRARY")
-            and not os.path.exists(PYODIDE_PATH))
+    return runtime.in_browser() and not os.environ.get("ENGINE_SIMD_LIBRARY") and not os.path.exists(PYODIDE_PATH)
 
 
 async def fetch_kernels(site: str, path: str = PYODIDE_PATH) -> str:
-    """In Pyodide: fetch the site's kernel build that this browser accepts (WebAssembly.validate)
-    and write it to `path`; its flavour ("relaxed" or "simd"). A FetchError naming every URL
-    tried and why each failed when none will do."""
-    import js                                 # Pyodide's bridge to the page
+    """In Pyodide: fetch the site's kernel build that this browser accepts (WebAssembly.validate),
+    through engine.runtime's transport, and write it to `path`; its flavour ("relaxed" or
+    "simd"). A FetchError naming every URL tried and why each failed when none will do."""
+    import js                                 # the device layer: WebAssembly.validate is the browser's
     from ...errors import FetchError
-    failures = []
+    transport, failures = runtime.transport(), []
     for name, url in kernel_urls(site):
         try:
-            response = await js.fetch(url)
-        except Exception as e:                # a JsException: the browser's TypeError
-            host = url.split("/")[2] if url.count("/") >= 2 else url
-            failures.append(f"{url}: {str(e).strip() or type(e).__name__} (the browser gives no reason; the likely "
-                            f"cause is that {host} does not allow cross-origin requests (CORS) from this page, or is "
-                            "not reachable)")
+            status, headers, data = await transport.get(url)
+        except (ConnectionError, FetchError) as e:     # a refused cross-origin request says so itself
+            failures.append(f"{url}: {e}")
             continue
-        if not response.ok:
-            failures.append(f"{url}: HTTP {response.status}")
+        if not 200 <= status < 300:
+            failures.append(f"{url}: HTTP {status}")
             continue
-        buffer = await response.arrayBuffer()
-        if not js.WebAssembly.validate(buffer):
-            kind = response.headers.get("Content-Type") or "no Content-Type"
-            failures.append(f"{url}: not a WebAssembly module this browser accepts ({kind}, {buffer.byteLength} bytes)")
+        module = js.Uint8Array.new(len(data))
+        module.assign(data)
+        if not js.WebAssembly.validate(module):
+            kind = headers.get("content-type") or "no Content-Type"
+            failures.append(f"{url}: not a WebAssembly module this browser accepts ({kind}, {len(data)} bytes)")
             continue
-        data = buffer.to_bytes()
         partial = f"{path}.part"
         with open(partial, "wb") as f:        # never a half-written library at `path`
             f.write(data)
@@ -290,7 +288,7 @@ async def ensure_kernels(site: str | None = None) -> str | None:
     engine.device.unavailable_reason("simd") gives from then on).
 
     In a Pyodide page without them (any page but ours), fetches them from `site` (default: the
-    known site, engine.registry.known_site()) without blocking, so it works with or without JSPI.
+    known site, engine.runtime.known_site()) without blocking, so it works with or without JSPI.
     Natively and where they are already here it only loads them."""
     global _tried, _reason
     if _library is not None:
@@ -310,14 +308,13 @@ async def ensure_kernels(site: str | None = None) -> str | None:
 
 
 def _fetch_blocking() -> None:
-    """The first use in a Pyodide page without the kernels: fetch them through JSPI."""
+    """The backend chosen in a Pyodide page without the kernels: fetch them through JSPI."""
     from ...errors import FetchError, NeedsAwait
-    from ...rows import wait
     site = known_site()
     if site is None:
         raise _Retry(NO_SITE)
     try:
-        wait(fetch_kernels(site), hint=WAIT_HINT)
+        runtime.wait(fetch_kernels(site), WAIT_HINT)
     except NeedsAwait as e:
         raise _Retry(str(e)) from None
     except FetchError as e:
@@ -328,7 +325,7 @@ def _default_path() -> str:
     configured = os.environ.get("ENGINE_SIMD_LIBRARY")
     if configured:
         return configured
-    if sys.platform == "emscripten":
+    if runtime.in_browser():
         if not os.path.exists(PYODIDE_PATH):
             _fetch_blocking()
         return PYODIDE_PATH
@@ -356,16 +353,19 @@ def _load_default() -> None:
 
 
 def unavailable_reason() -> str | None:
-    """None when the kernels load here, else why not (loads them on first call)."""
+    """None when the kernels load here, else why not: what choosing the simd backend asks, so it
+    loads them (compiles them natively, fetches them in a Pyodide page without them) on its
+    first call."""
     if not _tried:
         _load_default()
     return None if _library is not None else _reason
 
 
 def get() -> Library:
-    if not _tried:
-        _load_default()
+    """The loaded kernels: the ops call this, and it never loads anything (the backend's choice
+    did: engine.device.get_backend("simd"))."""
     if _library is None:
         from ...errors import BackendError
-        raise BackendError(f"the simd kernels are not available: {_reason}")
+        why = _reason if _tried else "they load when the simd backend is chosen (engine.device.get_backend)"
+        raise BackendError(f"the simd kernels are not available: {why}")
     return _library

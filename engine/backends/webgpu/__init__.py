@@ -3,14 +3,14 @@ and in the browser through navigator.gpu (gpu.py: the device layer; kernels.py: 
 as functions; backend.py: the kernel table)."""
 from __future__ import annotations
 
-import sys
+from ... import runtime
 
 _state: dict = {}
 
 
 def default_api():
     """The device layer's implementation for this platform: navigator.gpu in Pyodide, wgpu natively."""
-    if sys.platform == "emscripten":
+    if runtime.in_browser():
         from .browser import BrowserApi
         return BrowserApi()
     from .gpu import NativeApi
