@@ -46,7 +46,7 @@ PACKAGES = ("numpy", "engine")               # loaded by the worker before it im
 GENERAL = ("engine.web.worker",
            "engine.backends.numpy.backend", "engine.backends.simd.backend", "engine.backends.webgpu.backend",
            "engine.backends.webgpu.browser", "engine.backends.simd.heap", "engine.threads",
-           "engine.io.browser", "engine.io.site", "engine.io.remote", "engine.io.manifest")
+           "engine.site.browser", "engine.site.folders", "engine.site.remote", "engine.site.manifest")
 
 
 def start_modules() -> tuple[str, ...]:

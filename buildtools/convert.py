@@ -36,7 +36,7 @@ validated it:
                                         sha256, version, alignment, header_bytes, header_sha256,
                                         parts}, "files", "tensors": {name: {ggml_type, shape,
                                         offset, nbytes, sha256}}, "metadata"}: see
-                                        engine/io/manifest.py
+                                        engine/site/manifest.py
 """
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ def checkpoint_format(entry, head: bytes = b"") -> str:
         return "ctranslate2"
     if name.endswith(".bin"):
         _engine()
-        from engine.io.ctranslate2 import looks_like_ctranslate2
+        from engine.formats.ctranslate2 import looks_like_ctranslate2
         return "ctranslate2" if looks_like_ctranslate2(head[:64]) else "pth"    # pytorch_model.bin
     return "safetensors"
 
@@ -164,18 +164,18 @@ def read_weights(entry, paths: list[Path]):
     tensors, or for `pickled_modules` the ModuleCheckpoint (tensors, module records, meta)."""
     engine = _engine()
     from engine.errors import WeightsError
-    from engine.io.sources import BytesSource
+    from engine.formats.sources import BytesSource
     where, data = checkpoint_file(entry, paths)
     name = entry.source("weights").files["weights"].rsplit("/", 1)[-1]
     kind = checkpoint_format(entry, data[:64])
     if kind == "pth" and entry.pickled_modules:
-        from engine.io.pth import read_module_checkpoint     # records of the modules; nothing runs
+        from engine.formats.pth import read_module_checkpoint     # records of the modules; nothing runs
         try:
             return where, read_module_checkpoint(data, name=name), {}
         except WeightsError as e:
             raise BuildError(f"{entry.name}: not a readable module checkpoint: {e}") from None
     if kind == "pth":
-        from engine.io.pth import load_pth       # our torch-free reader: no pickle code runs
+        from engine.formats.pth import load_pth       # our torch-free reader: no pickle code runs
         return where, load_pth(data, name=name), {}
     if kind == "ctranslate2":
         try:
@@ -264,7 +264,7 @@ def write_model(entry, sources: list[Path], out: Path, max_shard_kb: int | None 
     if entry.site_format == "gguf":
         return write_gguf(entry, sources, out, max_shard_kb)
     engine = _engine()
-    from engine.io.safetensors import SafetensorsFile
+    from engine.formats.safetensors import SafetensorsFile
     folder = out / "models" / entry.name
     folder.mkdir(parents=True, exist_ok=True)
     metadata, tensors = read_checkpoint(entry, sources)
@@ -342,9 +342,9 @@ def write_gguf(entry, sources: list[Path], out: Path, max_shard_kb: int | None =
     request fetches it) and each tensor's offset, type, shape and sha256."""
     _engine()
     from engine.errors import WeightsError
-    from engine.io.gguf import GGUFFile
-    from engine.io.manifest import check_gguf_header, check_manifest, gguf_metadata
-    from engine.io.sources import BytesSource
+    from engine.formats.gguf import GGUFFile
+    from engine.site.manifest import check_gguf_header, check_manifest, gguf_metadata
+    from engine.formats.sources import BytesSource
     folder = out / "models" / entry.name
     folder.mkdir(parents=True, exist_ok=True)
     where, data = checkpoint_file(entry, sources)

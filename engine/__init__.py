@@ -5,8 +5,8 @@ from .dtypes import (bfloat16, bool_, float16, float32, float64, int8, int16, in
 from .errors import EngineError
 from .functions import *  # noqa: F401,F403  (torch.* level functions)
 from .functions import __all__ as _function_names
-from .io import (load_ctranslate2, load_gguf, load_gguf_async, load_pth, load_pth_async, load_safetensors,
-                 load_safetensors_async, save_safetensors)
+from .formats import load_ctranslate2, load_pth, save_safetensors
+from .site import load_gguf, load_gguf_async, load_pth_async, load_safetensors, load_safetensors_async
 from .tasks import pipeline, pipeline_async
 from . import nn, registry  # noqa: E402  (as with torch: engine.nn.functional after `import engine`)
 from .tensor import Tensor, from_numpy, tensor

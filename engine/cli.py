@@ -240,12 +240,12 @@ def _bench_qlinear(args) -> int:
 
 def _tokenize(args) -> int:
     from . import registry
-    from .io.checkpoint import Checkpoint, location_of
+    from .site.checkpoint import Checkpoint, location_of
     from .text import Tokenizer
     entry = registry.model(args.model)
     where = location_of(args.weights) or registry.default_location(entry)
     if entry.site_format == "gguf":               # the tokenizer is in the GGUF's metadata
-        from .io import load_gguf
+        from .site import load_gguf
         with load_gguf(where) as weights:
             tokenizer = Tokenizer.from_gguf(weights.metadata)
     elif "tokenizer.json" not in entry.processor:
@@ -271,7 +271,7 @@ def _tasks(args) -> int:
 
 
 def _inspect(args) -> int:
-    from .io.describe import format_text, inspect_file
+    from .formats.describe import format_text, inspect_file
     report = inspect_file(args.file)
     print(json.dumps(report, ensure_ascii=False) if args.json else format_text(report))
     return 0

@@ -11,7 +11,7 @@ module's name in `models.MODULES` (docs/adding-a-model.md).
 An entry may publish weights before any pipeline runs them (`tasks=()`, `pipeline` and
 `load` None): the build serves them and the registry lists the model, but no task does.
 A checkpoint that is a GGUF file is served as such (whole, or in byte parts; see
-engine/io/manifest.py), every other one is converted to sharded safetensors. A checkpoint may
+engine/site/manifest.py), every other one is converted to sharded safetensors. A checkpoint may
 arrive in byte parts, one per package: the roles "weights", "weights.part2", "weights.part3"...
 are concatenated in that order before it is read. An entry's `convert` turns the checkpoint's
 tensors into the site's (renames, splits of fused matrices) at build time.
@@ -76,7 +76,7 @@ class Model:
     convert: Callable | None = None             # build time: (checkpoint's {name: Tensor}) -> iterable of
                                                 # (site name, Tensor); None: the checkpoint's tensors as they are
     pickled_modules: bool = False               # the .pt pickles whole modules (ultralytics): the build reads
-                                                # it with engine.io.read_module_checkpoint, and `convert` and
+                                                # it with engine.formats.read_module_checkpoint, and `convert` and
                                                 # `generate` get that ModuleCheckpoint
     generate: dict = field(default_factory=dict)    # build time: file beside the weights -> (checkpoint,
                                                 # read(role) -> bytes) -> bytes (a config.json made from it)

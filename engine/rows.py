@@ -4,7 +4,7 @@ Half of a small text encoder is its word-embedding table (all-MiniLM-L6-v2: 3052
 and a sentence uses a few dozen of its rows. The site therefore serves such a table in
 blocks of rows, each with its own sha256 in the manifest (buildtools/convert.py), and a
 `RowTable` fetches the blocks holding the ids it is asked for, verifies and caches them
-(engine.io.site and engine.io.remote) and keeps them. `F.embedding` gathers from it like
+(engine.site.folders and engine.site.remote) and keeps them. `F.embedding` gathers from it like
 from a tensor: a weight type of the core, as QuantizedTensor is, that nn reads and io fills.
 
 Fetching is asynchronous (the browser's fetch and Cache API are): `await table.fetch(ids)`

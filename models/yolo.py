@@ -475,7 +475,7 @@ def _float32(tensors):
 
 
 def config_from_checkpoint(checkpoint, names: dict | None = None) -> Config:
-    """The Config of a whole-module checkpoint (engine.io.pth.read_module_checkpoint); see
+    """The Config of a whole-module checkpoint (engine.formats.pth.read_module_checkpoint); see
     models/yolo_checkpoint.py."""
     return Config.from_dict(yolo_checkpoint.checkpoint_config(checkpoint, names))
 

@@ -1,5 +1,5 @@
 """Build time for models/yolo.py: a whole-module ultralytics checkpoint (read by
-engine.io.pth.read_module_checkpoint: module records, tensors, nothing run) -> the site's
+engine.formats.pth.read_module_checkpoint: module records, tensors, nothing run) -> the site's
 config.json (the records the model is built from) and the tensors inference reads; the class
 names of a dataset yaml. The registry entries in models/yolo.py name `convert` and `config_json`.
 """
@@ -23,7 +23,7 @@ def _short(type_name: str) -> str:
 
 def checkpoint_config(checkpoint, names: dict | None = None, imgsz: int = 640) -> dict:
     """config.json's content (models.yolo.Config's fields) for a whole-module checkpoint
-    (engine.io.pth.read_module_checkpoint): every module's short type and plain settings, each
+    (engine.formats.pth.read_module_checkpoint): every module's short type and plain settings, each
     Conv2d's `bias` (whether it has one), the root's `save`; `names` (index -> class name)
     replaces the checkpoint's where given."""
     modules = {}

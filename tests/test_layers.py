@@ -33,23 +33,24 @@ def test_the_import_contracts_hold():
 
 def test_imports_that_once_went_in_circles_break_them(tmp_path):
     """The check can fail: a copy of the packages where the GGUF parser calls up into the site, nn
-    imports io and generation imports the engine's facade, as they did, breaks the io contract,
-    the engine's layers, the facade rule and the no-cycles rule."""
+    imports the site and generation imports the engine's facade, as they did, breaks the engine's
+    layers (formats under site, nn under both), the facade rule and the no-cycles rule."""
     for name in ("engine", "models"):
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__", "*.safetensors"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
-    with open(tmp_path / "engine" / "io" / "gguf.py", "a") as f:
-        f.write("\n\ndef _folder(location):\n    from .site import open_gguf_folder\n"
+    with open(tmp_path / "engine" / "formats" / "gguf.py", "a") as f:
+        f.write("\n\ndef _folder(location):\n    from ..site.folders import open_gguf_folder\n"
                 "    return open_gguf_folder(location)\n")
     with open(tmp_path / "engine" / "nn" / "functional.py", "a") as f:
-        f.write("\n\ndef _load(location):\n    from ..io import load_gguf\n    return load_gguf(location)\n")
+        f.write("\n\ndef _load(location):\n    from ..site import load_gguf\n    return load_gguf(location)\n")
     with open(tmp_path / "engine" / "generation.py", "a") as f:
         f.write("\n\ndef _pipeline(task):\n    from . import pipeline\n    return pipeline(task)\n")
     r = lint_imports(tmp_path)
     assert r.returncode != 0, r.stdout
-    assert "engine.io.gguf is not allowed to import engine.io.site" in r.stdout, r.stdout
-    assert "engine.nn is not allowed to import engine.io" in r.stdout, r.stdout
-    assert "No cycles are allowed in engine.io" in r.stdout, r.stdout
+    assert "engine.formats is not allowed to import engine.site" in r.stdout, r.stdout
+    assert "engine.formats.gguf -> engine.site.folders" in r.stdout, r.stdout
+    assert "engine.nn is not allowed to import engine.site" in r.stdout, r.stdout
+    assert "No cycles are allowed in engine." in r.stdout and ".formats -> .site" in r.stdout, r.stdout
     assert "engine.generation is not allowed to import engine" in r.stdout, r.stdout
 
 

@@ -52,7 +52,7 @@ def test_a_present_dependency_passes_either_way(monkeypatch):
 
 
 def test_our_own_modules_are_never_imported_through_it():
-    for name in ("engine.io.pth", "models", "buildtools.fetch", "tests.helpers"):
+    for name in ("engine.formats.pth", "models", "buildtools.fetch", "tests.helpers"):
         with pytest.raises(ValueError, match="import the project's own modules normally"):
             need_import(name)
 

@@ -1,7 +1,7 @@
 // The service worker (sw.js, written by the build, sets self.SITE = {version, files} and imports
 // this): after a first visit the page, its Python runtime and the models' JSON files come from
 // the Cache API, so the site works with no network. Weights are the loader's: it keeps them in
-// the Cache API itself (engine/io/browser.py), and their Range requests pass through untouched.
+// the Cache API itself (engine/site/browser.py), and their Range requests pass through untouched.
 //
 // One cache per build ("engine-site-<version>"). A new build is a new service worker: it fills
 // its own cache, checking every file against the sha256 the build recorded, and takes over only

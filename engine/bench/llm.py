@@ -51,7 +51,7 @@ def bench_torch(path, new_tokens: int = 128, repeat: int = 1) -> dict:
     import transformers
     from pathlib import Path
     from ..text import ChatTemplate, Tokenizer
-    from ..io import load_gguf
+    from ..site import load_gguf
     transformers.utils.logging.disable_progress_bar()
     path = Path(path)
     with load_gguf(path) as weights:

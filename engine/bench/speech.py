@@ -89,7 +89,7 @@ def run_reference(folder: Path, config, audio: np.ndarray, english: bool, repeat
     import torch
     import whisper
 
-    from ..io.safetensors import load_safetensors
+    from ..formats.safetensors import load_safetensors
     tensors = load_safetensors(folder / "model.safetensors.index.json")
     state = {k: torch.from_numpy(tensors[k].numpy().astype(np.float32)) for k in tensors}
     dims = whisper.model.ModelDimensions(**dataclasses.asdict(config))

@@ -121,7 +121,7 @@ def pipeline(task: str, device: str | None = None, weights=None, model: str | No
     Python cannot block (no JSPI, or a synchronous call from JavaScript) it raises
     engine.errors.NeedsAwait: `await engine.pipeline_async(...)` is the same call, awaited."""
     from .. import runtime
-    from ..io.checkpoint import Checkpoint
+    from ..site.checkpoint import Checkpoint
     from .base import AWAITABLE, open_checkpoint_async
     if site is None and (not runtime.in_browser() or isinstance(weights, Checkpoint)):
         entry = _entry(task, model)                 # nothing to fetch before the model is built
@@ -187,7 +187,7 @@ async def _site_model(task: str, model: str | None, site, device: str | None):
     if site is None:
         entry, root = _entry(task, model), None
     else:
-        from ..io.site import read_registry, served_model, site_root
+        from ..site.folders import read_registry, served_model, site_root
         root = site_root(site, runtime.page_url())
         served = await read_registry(root, runtime.transport())
         entry = registry.model(served_model(served, root, task, model, registry.models()))

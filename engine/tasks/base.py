@@ -20,8 +20,8 @@ import numpy as np
 
 from .. import registry, runtime
 from ..errors import DeviceLost, EngineError, WeightsError
-from ..io.checkpoint import Checkpoint, location_of
-from ..io.sources import is_url
+from ..site.checkpoint import Checkpoint, location_of
+from ..formats.sources import is_url
 
 if TYPE_CHECKING:                               # the page's worker imports this module, and needs no argparse
     import argparse
@@ -33,13 +33,13 @@ AWAITABLE = "await engine.pipeline_async(...)"    # what to use where a pipeline
 def open_checkpoint(entry: registry.Model, weights, site: str | None = None) -> Checkpoint:
     """What `weights=` names, as a Checkpoint: None (the registry's default: in the browser the
     site's copy, fetched by Range), a location (file, index, folder, URL), a mapping of tensors,
-    or a Checkpoint as is. `site` (engine.io.site.site_root): the built site whose copy of the
+    or a Checkpoint as is. `site` (engine.site.folders.site_root): the built site whose copy of the
     model holds the processor files (labels, tokenizer) that `weights` lacks."""
     if isinstance(weights, Checkpoint):
         return weights
     if weights is None:
-        if runtime.in_browser():                   # the site's copy, by Range (engine.io.browser)
-            from ..io.browser import load_checkpoint
+        if runtime.in_browser():                   # the site's copy, by Range (engine.site.browser)
+            from ..site.browser import load_checkpoint
             return runtime.wait(load_checkpoint(entry, site=site), AWAITABLE)
         default = registry.default_location(entry) if site is None else registry.built_location(entry, site)
         return Checkpoint(default, location=default)
@@ -76,11 +76,11 @@ async def open_checkpoint_async(entry: registry.Model, weights, site: str | None
     if isinstance(weights, Checkpoint) or weights is not None or (site is None and not runtime.in_browser()):
         return open_checkpoint(entry, weights, site)
     if runtime.in_browser():
-        from ..io.browser import load_checkpoint
+        from ..site.browser import load_checkpoint
         return await load_checkpoint(entry, site=site)
     if not is_url(site):
         return open_checkpoint(entry, None, site)
-    from ..io.site import fetch_model
+    from ..site.folders import fetch_model
     checkpoint = await fetch_model(f"{site}models/{entry.name}/", transport=runtime.transport())
     for table in getattr(checkpoint.tensors, "tables", {}).values():
         await table.fetch(np.arange(table.shape[0]))
@@ -90,8 +90,8 @@ async def open_checkpoint_async(entry: registry.Model, weights, site: str | None
 async def _open_url(entry: registry.Model, url: str, site: str | None) -> Checkpoint:
     """weights=URL with every fetch awaited: its tensors (engine.load_*_async by the file's type)
     and the model's processor files, from beside it or else from the site's copy of the model."""
-    from ..io import load_gguf_async, load_pth_async, load_safetensors_async
-    from ..io.remote import Loader
+    from ..site import load_gguf_async, load_pth_async, load_safetensors_async
+    from ..site.remote import Loader
     path = urllib.parse.urlsplit(url).path.lower()
     torch_file = path.endswith((".pth", ".pt"))
     load = load_gguf_async if path.endswith(".gguf") else load_pth_async if torch_file else load_safetensors_async

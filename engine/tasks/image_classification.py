@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from ..errors import EngineError, InputError
-from ..io.checkpoint import Checkpoint
+from ..site.checkpoint import Checkpoint
 from . import state
 from .base import INPUT_ERRORS, Command, Pipeline, add_device_argument, bad_input, softmax_rows
 

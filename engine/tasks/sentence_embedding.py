@@ -81,7 +81,7 @@ class SentenceEmbedding(Pipeline):
     async def fetch_rows(self, input_ids) -> None:
         """Fetch the rows these token ids need of the model's row tables (engine.rows), where
         the checkpoint serves them by rows; elsewhere the whole table is at hand."""
-        tables = getattr(self.checkpoint.tensors, "tables", {})     # engine.io.site's row tables
+        tables = getattr(self.checkpoint.tensors, "tables", {})     # engine.site.folders's row tables
         for name in self.entry.row_tensors:
             if name in tables:
                 await tables[name].fetch(input_ids)

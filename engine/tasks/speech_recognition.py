@@ -289,7 +289,7 @@ async def speech_model(name, on_progress=None) -> str:
     for the task); its weights come from the site cache-first, on_progress(json {"loaded",
     "total"}) as they stream in."""
     from .. import registry
-    from ..io.browser import load_checkpoint
+    from ..site.browser import load_checkpoint
     from . import pipeline, state
     entry = registry.model(str(name))
     if TASK not in entry.tasks:

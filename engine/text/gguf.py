@@ -138,7 +138,7 @@ def tokenizer_parts(source, reference: str = "transformers") -> dict:
     "llama.cpp"; see the module docstring)."""
     file = None
     if isinstance(source, (str, os.PathLike)):
-        from ..io import load_gguf
+        from ..site import load_gguf
         file = os.fspath(source)
         with load_gguf(source) as weights:
             metadata = weights.metadata

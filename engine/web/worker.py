@@ -2,7 +2,7 @@
 
 worker.js calls the functions named in EXPORTS and posts their results to the page. Every
 result is a JSON string so nothing depends on proxy lifetimes. The model code, preprocessing and
-weight parsing are the same as natively; only fetching (engine.io.browser) and the WebGPU device
+weight parsing are the same as natively; only fetching (engine.site.browser) and the WebGPU device
 (engine.backends.webgpu.browser) touch the browser.
 
 This module holds what no task owns: the backends, loading a task's pipeline when its card opens,
@@ -47,7 +47,7 @@ async def load(task: str, device: str | None, base_url: str, progress=None) -> s
     """Fetch (lazily, by Range, cache-first) and build the pipeline for `task`: its model and
     where its weights lie come from the registry."""
     from engine import registry, runtime
-    from engine.io.browser import load_checkpoint
+    from engine.site.browser import load_checkpoint
 
     runtime.set_site(base_url)
     entry = registry.for_task(task)

@@ -11,7 +11,7 @@ import numpy as np
 
 from buildtools.devserver import make_server
 from engine.runtime import UrllibTransport
-from engine.io.site import fetch_gguf
+from engine.site.folders import fetch_gguf
 
 NAME = "SmolLM2-135M-Instruct"
 FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -168,7 +168,7 @@ def test_engine_wheel_contents_and_record(dist):
     path = dist / "pyodide" / "engine-0.1.0-py3-none-any.whl"
     with zipfile.ZipFile(path) as z:
         names = z.namelist()
-        assert {"engine/__init__.py", "engine/io/safetensors.py", "models/__init__.py",
+        assert {"engine/__init__.py", "engine/formats/safetensors.py", "models/__init__.py",
                 "models/mnist_cnn.py", "models/mnist_data.py"} <= set(names)
         assert not [n for n in names if "train_" in n or n.endswith((".safetensors", ".pyc"))]
         assert {n for n in names if n.startswith("engine/")} == {
@@ -256,7 +256,7 @@ def test_bytecode_archive_holds_checked_pyc_of_the_shipped_sources(dist):
     modules = {n.split("/__pycache__/")[0] + "/" + n.rsplit("/", 1)[1].split(".")[0] for n in names}
     assert {"engine/__init__", "engine/tensor", "engine/web/worker", "numpy/__init__",
             "numpy/_core/_methods"} <= modules
-    assert {"engine/backends/simd/backend", "engine/backends/webgpu/browser", "engine/io/browser",
+    assert {"engine/backends/simd/backend", "engine/backends/webgpu/browser", "engine/site/browser",
             "models/mnist_cnn"} <= modules                                   # what the start imports on first use
     assert not any(m.startswith(("engine/text/", "numpy/tests/")) for m in modules)    # imported later, or never
 

@@ -74,7 +74,7 @@ def inspected(read):
     def run(path, case) -> None:
         import json
         from engine.errors import WeightsError
-        from engine.io.describe import format_text, inspect_file
+        from engine.formats.describe import format_text, inspect_file
         first = None
         try:
             report = inspect_file(path)
@@ -90,7 +90,7 @@ def inspected(read):
 
 
 def read_safetensors(path, case) -> None:
-    from engine.io import load_safetensors
+    from engine.site import load_safetensors
     with load_safetensors(path) as weights:
         for tensor in weights.get_many().values():
             tensor.numpy()
@@ -112,7 +112,7 @@ def _read_all(weights) -> None:
 
 def read_gguf(path, case) -> None:
     """Every tensor (dequantized), then the tokenizer its metadata describes, as the chat uses it."""
-    from engine.io import load_gguf
+    from engine.site import load_gguf
     from engine.text import Tokenizer
     with load_gguf(path) as weights:
         _read_all(weights)
@@ -131,7 +131,7 @@ def use_gguf_tokenizer(tokenizer) -> None:
 
 
 def read_pth(path, case) -> None:
-    from engine.io import load_pth
+    from engine.formats import load_pth
     for tensor in load_pth(path).values():
         tensor.numpy()
 
@@ -139,7 +139,7 @@ def read_pth(path, case) -> None:
 def pickle_state() -> dict:
     """What the pickle readers share between loads: every allowed global's stand-in, with whatever
     state it could carry (attributes, a function's defaults), and the tables naming them."""
-    from engine.io import pickled
+    from engine.formats import pickled
     out = {}
     for table in ("GLOBALS", "MODULE_GLOBALS", "STORAGES"):
         for name, value in getattr(pickled, table).items():
@@ -158,7 +158,7 @@ def read_pth_modules(path, case) -> None:
     """A whole-module checkpoint: its records (whose settings must be plain, JSON-ready values) and
     its tensors by module path through load_pth's door."""
     import json
-    from engine.io import load_pth, read_module_checkpoint
+    from engine.formats import load_pth, read_module_checkpoint
     checkpoint = read_module_checkpoint(path)
     json.dumps([checkpoint.meta, {path: record.attrs for path, record in checkpoint.modules.items()}])
     for tensor in load_pth(path).values():
@@ -166,7 +166,7 @@ def read_pth_modules(path, case) -> None:
 
 
 def read_ctranslate2(path, case) -> None:
-    from engine.io import load_ctranslate2
+    from engine.formats import load_ctranslate2
     with load_ctranslate2(path) as weights:
         for tensor in weights.get_many().values():
             tensor.numpy()
@@ -200,7 +200,7 @@ def use_tokenizer(path, case) -> None:
 
 
 class FolderTransport:
-    """engine.io.remote's Transport over a folder: a static host serving it at BASE with Range
+    """engine.site.remote's Transport over a folder: a static host serving it at BASE with Range
     support. A URL that leaves the folder (after the host's own resolving of %2e%2e and ..) is an
     escape: a page must never fetch outside the model's folder."""
 
@@ -227,8 +227,8 @@ async def _no_sleep(seconds):
 def read_site(path, case) -> None:
     """A built model folder: natively from disk (a GGUF folder opens as one file), and as the page
     reads it, over HTTP through its manifest (tensors, row tables, processor files)."""
-    from engine.io import load_gguf
-    from engine.io.site import fetch_model
+    from engine.site import load_gguf
+    from engine.site.folders import fetch_model
     first = None
     if case.source.startswith("gguf"):
         try:
@@ -242,21 +242,21 @@ def read_site(path, case) -> None:
         raise first
 
 
-INSPECT = ("engine.io.describe.inspect_file", "engine.io.pth.read_pth_header")
+INSPECT = ("engine.formats.describe.inspect_file", "engine.formats.pth.read_pth_header")
 IMAGES = ("engine.vision.image.read_image", "engine.vision.image.image_size")
 READERS = {reader.name: reader for reader in (
     Reader("safetensors", inspected(read_safetensors), (WeightsError,), (WeightsError,),
-           covers=("engine.io.load_safetensors", "engine.io.safetensors.load_safetensors", *INSPECT)),
+           covers=("engine.site.load_safetensors", "engine.formats.safetensors.load_safetensors", *INSPECT)),
     # a tokenizer's errors (TokenizerError, an InputError) name the file; the text's need not
     Reader("gguf", inspected(read_gguf), (WeightsError, InputError), (WeightsError, TokenizerError),
-           covers=("engine.io.load_gguf", "engine.io.gguf.load_gguf", "engine.text.tokenizer.Tokenizer.from_gguf",
+           covers=("engine.site.load_gguf", "engine.formats.gguf.load_gguf", "engine.text.tokenizer.Tokenizer.from_gguf",
                    "engine.text.tokenizer.Tokenizer.apply_chat_template")),
     Reader("pth", inspected(read_pth), (WeightsError,), (WeightsError,), pickle_state,
-           covers=("engine.io.pth.load_pth", "engine.io.pth.read_pth_arrays")),
+           covers=("engine.formats.pth.load_pth", "engine.formats.pth.read_pth_arrays")),
     Reader("pth_modules", inspected(read_pth_modules), (WeightsError,), (WeightsError,), pickle_state,
-           covers=("engine.io.pth.read_module_checkpoint",)),
+           covers=("engine.formats.pth.read_module_checkpoint",)),
     Reader("ctranslate2", inspected(read_ctranslate2), (WeightsError,), (WeightsError,),
-           covers=("engine.io.ctranslate2.load_ctranslate2",)),
+           covers=("engine.formats.ctranslate2.load_ctranslate2",)),
     Reader("png", read_image_file, (InputError,), (InputError,), covers=IMAGES),
     Reader("npy", read_image_file, (InputError,), (InputError,), covers=IMAGES),
     Reader("pillow", read_image_file, (InputError,), (InputError,), covers=IMAGES),
@@ -268,5 +268,5 @@ READERS = {reader.name: reader for reader in (
            covers=("engine.text.tokenizer.Tokenizer.from_file", "engine.text.tokenizer.Tokenizer.from_buffer",
                    "engine.text.tokenizer.Tokenizer.from_str")),
     Reader("manifest", read_site, (WeightsError,), (WeightsError,),
-           covers=("engine.io.site.fetch_model", "engine.io.site.fetch_gguf", "engine.io.site.open_gguf_folder")),
+           covers=("engine.site.folders.fetch_model", "engine.site.folders.fetch_gguf", "engine.site.folders.open_gguf_folder")),
 )}

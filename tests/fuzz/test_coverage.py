@@ -1,6 +1,6 @@
 """Every way the engine and the build read a file is fuzzed: the rule for what the next wave adds.
 
-A public function named load_*, read_* or open_* (or a from_* constructor in engine.io, engine.text,
+A public function named load_*, read_* or open_* (or a from_* constructor in engine.formats, engine.site, engine.text,
 engine.audio and engine.vision) anywhere in engine/ or buildtools/ must be run by a fuzz reader
 (`Reader.covers`, tests/fuzz/readers.py) or be listed below with why it needs none. So an ONNX reader
 at build time, a GGUF split-set opener or a new audio or image decoder fails this test until the
@@ -16,7 +16,7 @@ from tests.fuzz.readers import READERS
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIXES = ("load_", "read_", "open_")
-CONSTRUCTOR_PACKAGES = ("engine.io", "engine.text", "engine.audio", "engine.vision")
+CONSTRUCTOR_PACKAGES = ("engine.formats", "engine.site", "engine.text", "engine.audio", "engine.vision")
 
 # entry points that read no file of their own, each with the reader that covers what they parse
 NOT_READERS = {
@@ -25,20 +25,20 @@ NOT_READERS = {
     "engine.text.truncation.read_padding": "a part of tokenizer.json (tokenizer reader)",
     "engine.text.models.read_vocab": "a part of tokenizer.json (tokenizer reader)",
     "engine.text.models.read_merges": "a part of tokenizer.json (tokenizer reader)",
-    "engine.io.gguf.read_header": "load_gguf's header parser (gguf reader)",
-    "engine.io.safetensors_header.read_header": "load_safetensors' header parser (safetensors reader)",
-    "engine.io.ctranslate2.read_header": "load_ctranslate2's header parser (ctranslate2 reader)",
-    "engine.io.sources.open_source": "a byte source (path, bytes, URL), no format",
-    "engine.io.urls.open_url": "a byte source over HTTP, no format",
-    "engine.io.urls.load_folder": "a site folder by URL: fetch_model (manifest reader)",
-    "engine.io.load_safetensors_async": "the bytes of a URL through load_safetensors (safetensors, manifest readers)",
-    "engine.io.load_gguf_async": "the bytes of a URL through load_gguf (gguf, manifest readers)",
-    "engine.io.load_pth_async": "the bytes of a URL through load_pth (pth readers)",
-    "engine.io.urls.load_safetensors_async": "as engine.io.load_safetensors_async",
-    "engine.io.urls.load_gguf_async": "as engine.io.load_gguf_async",
-    "engine.io.urls.load_pth_async": "as engine.io.load_pth_async",
-    "engine.io.browser.load_checkpoint": "the page's loader, in Pyodide: fetch_model (manifest reader)",
-    "engine.io.site.read_registry": "the site's own models.json, written by build.py",
+    "engine.formats.gguf.read_header": "load_gguf's header parser (gguf reader)",
+    "engine.formats.safetensors_header.read_header": "load_safetensors' header parser (safetensors reader)",
+    "engine.formats.ctranslate2.read_header": "load_ctranslate2's header parser (ctranslate2 reader)",
+    "engine.formats.sources.open_source": "a byte source (path, bytes, URL), no format",
+    "engine.site.urls.open_url": "a byte source over HTTP, no format",
+    "engine.site.urls.load_folder": "a site folder by URL: fetch_model (manifest reader)",
+    "engine.site.load_safetensors_async": "the bytes of a URL through load_safetensors (safetensors, manifest readers)",
+    "engine.site.load_gguf_async": "the bytes of a URL through load_gguf (gguf, manifest readers)",
+    "engine.site.load_pth_async": "the bytes of a URL through load_pth (pth readers)",
+    "engine.site.urls.load_safetensors_async": "as engine.site.load_safetensors_async",
+    "engine.site.urls.load_gguf_async": "as engine.site.load_gguf_async",
+    "engine.site.urls.load_pth_async": "as engine.site.load_pth_async",
+    "engine.site.browser.load_checkpoint": "the page's loader, in Pyodide: fetch_model (manifest reader)",
+    "engine.site.folders.read_registry": "the site's own models.json, written by build.py",
     "engine.tasks.base.open_checkpoint": "a registry model's weights through the loaders above",
     "engine.tasks.base.open_checkpoint_async": "as open_checkpoint, awaited",
     "engine.backends.simd.library.load_library": "the engine's own compiled kernels, not input",

@@ -1,5 +1,5 @@
 """Writes CTranslate2 model.bin files for tests, field by field as the format's writer lays them out
-(ctranslate2/specs/model_spec.py `_serialize`; engine/io/ctranslate2.py documents the layout), with
+(ctranslate2/specs/model_spec.py `_serialize`; engine/formats/ctranslate2.py documents the layout), with
 switches to break each field on purpose. Independent of our reader: struct and NumPy only."""
 from __future__ import annotations
 

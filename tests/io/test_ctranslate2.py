@@ -19,9 +19,9 @@ from engine.errors import (
     TruncatedFile,
     UnknownDtype,
 )
-from engine.io.ctranslate2 import load_ctranslate2, looks_like_ctranslate2
-from engine.io.describe import detect_format, inspect_file
-from engine.io.sources import BytesSource
+from engine.formats.ctranslate2 import load_ctranslate2, looks_like_ctranslate2
+from engine.formats.describe import detect_format, inspect_file
+from engine.formats.sources import BytesSource
 from tests.io.ctranslate2_writer import model_bin, string, variable
 from tests.whisper_files import checkpoint, checkpoint_parts
 

@@ -14,11 +14,11 @@ from gguf.quants import quantize as their_quantize
 import engine
 from engine import dtypes
 from engine.errors import UnknownDtype
-from engine.io import gguf as ours
+from engine.formats import gguf as ours
 from engine import quants
-from engine.io.gguf import GGUFFile, QuantizedTensor, load_gguf
-from engine.io import safetensors as st
-from engine.io.sources import BytesSource, FileSource
+from engine.formats.gguf import GGUFFile, QuantizedTensor, load_gguf
+from engine.formats import safetensors as st
+from engine.formats.sources import BytesSource, FileSource
 
 QUANTIZED = [Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0]
 SHAPES = [(1, 32), (3, 64), (5, 96), (2, 3, 128), (4, 1, 2, 32)]      # torch order

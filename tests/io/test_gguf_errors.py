@@ -9,8 +9,8 @@ import pytest
 
 from engine.errors import (InvalidHeader, InvalidOffsets, MissingTensor, TruncatedFile,
                            UnknownDtype, WeightsError)
-from engine.io import gguf as ours
-from engine.io.gguf import load_gguf
+from engine.formats import gguf as ours
+from engine.formats.gguf import load_gguf
 
 U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
 

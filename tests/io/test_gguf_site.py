@@ -1,4 +1,4 @@
-"""A GGUF served from a static site (buildtools/convert.write_gguf, engine.io.site.fetch_gguf):
+"""A GGUF served from a static site (buildtools/convert.write_gguf, engine.site.folders.fetch_gguf):
 as is or in byte parts, the header in one Range request, tensors fetched lazily by Range,
 each checked against the manifest's sha256, cached; every bad input a clear error."""
 import asyncio
@@ -15,9 +15,9 @@ import engine
 from buildtools import convert
 from engine import registry
 from engine.errors import FetchError, IntegrityError, InvalidHeader, SourceNotFound, TruncatedFile
-from engine.io.manifest import check_manifest
+from engine.site.manifest import check_manifest
 from engine.runtime import UrllibTransport
-from engine.io.site import fetch_gguf, fetch_model
+from engine.site.folders import fetch_gguf, fetch_model
 from test_gguf import random, write
 from test_remote import BASE, FakeTransport, MemoryCache, Sleeps
 

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from engine.errors import InvalidHeader
-from engine.io import load_gguf, load_safetensors
-from engine.io.site import open_gguf_folder
+from engine.site import load_gguf, load_safetensors
+from engine.site.folders import open_gguf_folder
 from engine.untrusted import MAX_JSON_DEPTH, load_json
 from tests.fuzz.readers import SEEDS
 

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from engine.errors import FetchError, InvalidHeader, WeightsError
-from engine.io import load_gguf, load_safetensors, save_safetensors
-from engine.io.manifest import check_manifest
-from engine.io.sources import FileSource
+from engine.formats import save_safetensors
+from engine.site import load_gguf, load_safetensors
+from engine.site.manifest import check_manifest
+from engine.formats.sources import FileSource
 from engine.untrusted import checked_name
 from tests.fuzz.readers import SEEDS
 

@@ -3,7 +3,7 @@
 1. What the C unpickler does with untrusted objects before any check of ours sees them: it hashes
    dict keys and set members. A tuple nested 150,000 deep overflows the C stack there (the process
    dies: SIGSEGV); tuples shared through the memo hash in exponential time; ints the file picks to
-   share a hash make every insertion probe all the others. engine.io.pickle_check walks the opcodes
+   share a hash make every insertion probe all the others. engine.formats.pickle_check walks the opcodes
    first and refuses each, naming the file. The crashing ones run in a child process, so a
    regression fails the test instead of killing the test run.
 2. BUILD or attribute writes on an allowed global (torch.Size, builtins.object, a dtype, the tensor
@@ -25,9 +25,9 @@ from collections import OrderedDict
 import pytest
 
 from engine.errors import InvalidHeader, UnsafePickle, WeightsError
-from engine.io import load_pth, read_module_checkpoint
-from engine.io import pickled
-from engine.io.pickle_check import MAX_CHOSEN_KEYS, MAX_NESTING
+from engine.formats import load_pth, read_module_checkpoint
+from engine.formats import pickled
+from engine.formats.pickle_check import MAX_CHOSEN_KEYS, MAX_NESTING
 from engine.untrusted import shown
 from tests.io.test_hostile_pth_modules import FakeModule
 from tests.io.test_pth import FakeStorage, FakeTensor, make_legacy, make_zip, pickle_with_storages
@@ -82,7 +82,7 @@ def _load_in_child(cases: dict) -> dict:
     """Load each {name: checkpoint bytes} in a fresh Python; {name: what happened}, a crash included."""
     script = textwrap.dedent("""
         import json, sys
-        from engine.io import load_pth, read_module_checkpoint
+        from engine.formats import load_pth, read_module_checkpoint
         readers = {"load_pth": load_pth, "read_module_checkpoint": read_module_checkpoint}
         name, reader = sys.argv[1], sys.argv[2]
         try:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from engine.errors import InvalidHeader, InvalidOffsets, TruncatedFile, WeightsError
-from engine.io import load_pth
+from engine.formats import load_pth
 from tests.fuzz.containers import deflated_zeros, zip_entries, zip_with_raw_entry
 from tests.io.test_pth import FakeStorage, FakeTensor, make_legacy, make_zip, pickle_with_storages
 

@@ -24,7 +24,7 @@ from engine.errors import (
     UnsafePickle,
     WeightsError,
 )
-from engine.io import load_pth, read_module_checkpoint
+from engine.formats import load_pth, read_module_checkpoint
 from tests.io.test_pth import (
     FakeStorage,
     FakeTensor,

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from engine.errors import InvalidHeader, SizeMismatch, WeightsError
-from engine.io import load_gguf, load_safetensors
-from engine.io.manifest import check_manifest
-from engine.io.site import row_blocks
+from engine.site import load_gguf, load_safetensors
+from engine.site.manifest import check_manifest
+from engine.site.folders import row_blocks
 from engine.untrusted import checked_shape, shown
 from tests.fuzz.readers import SEEDS
 from tests.io.test_gguf_errors import build, tensor

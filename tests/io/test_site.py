@@ -1,4 +1,4 @@
-"""A model folder on a site (engine.io.site): the converter's output fetched by Range, its row
+"""A model folder on a site (engine.site.folders): the converter's output fetched by Range, its row
 tables block by block for the ids used, everything verified and cached."""
 import asyncio
 import json
@@ -10,7 +10,7 @@ import engine
 from buildtools import convert
 from engine import registry
 from engine.errors import IntegrityError, InvalidHeader
-from engine.io.site import fetch_model
+from engine.site.folders import fetch_model
 from test_remote import BASE, FakeTransport, MemoryCache, Sleeps
 
 VOCAB, DIM = 1000, 24
@@ -120,11 +120,11 @@ def test_row_blocks_of_an_older_build_are_pruned(folder):
 
 
 def test_memory_check_counts_what_is_prefetched_and_refuses_before_downloading(folder):
-    """The page's heap check (engine.io.browser.check_memory): twice the tensor bytes fetched up
+    """The page's heap check (engine.site.browser.check_memory): twice the tensor bytes fetched up
     front (row tables come later, block by block) against the heap's headroom."""
     from engine.errors import ModelTooLarge
-    from engine.io.site import prefetch_bytes
-    from engine.io.browser import check_memory
+    from engine.site.folders import prefetch_bytes
+    from engine.site.browser import check_memory
     manifest = json.loads(folder[1]["manifest.json"])
     assert prefetch_bytes(manifest) == manifest["tensors"]["dense.weight"]["nbytes"] == DIM * DIM * 2
     mib = 1 << 20

@@ -8,8 +8,8 @@ import pytest
 import safetensors.numpy
 
 from engine.errors import FetchError, MissingShard, TruncatedFile
-from engine.io.safetensors import ShardedSafetensors, load_safetensors, save_safetensors
-from engine.io.sources import (BytesSource, FileSource, HttpSource, SourceNotFound,
+from engine.formats.safetensors import ShardedSafetensors, load_safetensors, save_safetensors
+from engine.formats.sources import (BytesSource, FileSource, HttpSource, SourceNotFound,
                                open_source)
 
 
@@ -61,7 +61,7 @@ def test_file_source(tmp_path):
 
 
 def test_file_source_without_mmap(tmp_path, monkeypatch):
-    import engine.io.sources as sources
+    import engine.formats.sources as sources
     monkeypatch.setattr(sources, "mmap", None)   # as on a Pyodide without mmap
     path = save_safetensors({"w": np.arange(6, dtype=np.int16)}, tmp_path / "m.safetensors")
     f = load_safetensors(path)

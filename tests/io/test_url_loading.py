@@ -3,7 +3,7 @@ awaitable forms, against a local Range server (tests/io/conftest.py), compared w
 files read from disk; and the faults, each one error naming the URL.
 
 The blocking forms run twice: through urllib by Range (HttpSource, what native Python uses) and
-through the Loader that Pyodide uses (engine.io.urls.LoaderSource, here over urllib instead of
+through the Loader that Pyodide uses (engine.site.urls.LoaderSource, here over urllib instead of
 the browser's fetch, waited for with asyncio.run instead of JSPI).
 """
 from __future__ import annotations
@@ -15,16 +15,17 @@ import pytest
 
 import engine
 from engine.errors import FetchError, NeedsAwait, SourceNotFound
-from engine.io import sources, urls
+from engine.formats import sources
+from engine.site import urls
 from engine.rows import PREPARE
 from engine.runtime import wait
 from tests.helpers import write_weight_formats
 from tests.io.conftest import _RangeHandler
 from tests.io.test_remote import MemoryCache
 
-ASYNC = {"safetensors": engine.io.load_safetensors_async, "gguf": engine.io.load_gguf_async,
-         "pth": engine.io.load_pth_async}
-SYNC = {"safetensors": engine.load_safetensors, "gguf": engine.load_gguf, "pth": engine.io.load_pth}
+ASYNC = {"safetensors": engine.site.load_safetensors_async, "gguf": engine.site.load_gguf_async,
+         "pth": engine.site.load_pth_async}
+SYNC = {"safetensors": engine.load_safetensors, "gguf": engine.load_gguf, "pth": engine.load_pth}
 FILES = {"safetensors": "model.safetensors", "gguf": "model.gguf", "pth": "model.pth"}
 PAGE = b"<!DOCTYPE html>\n<html><head><title>Not here</title></head><body>Sign in</body></html>\n"
 
@@ -152,7 +153,7 @@ def test_each_fault_is_one_error_naming_the_url(server, files, kind, form, mode,
 
 def test_transient_failures_are_retried_through_the_loader(server, files):
     server.fail_next = 2
-    f = asyncio.run(engine.io.load_safetensors_async(server.url(FILES["safetensors"])))
+    f = asyncio.run(engine.site.load_safetensors_async(server.url(FILES["safetensors"])))
     assert np.array_equal(f["w"].numpy(), files["w"])
     assert server.requests[:3] == ["bytes=0-65535"] * 3      # two 503s, then the header
 

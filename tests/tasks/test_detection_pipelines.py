@@ -24,7 +24,7 @@ def write_site(folder: Path, name: str) -> Path:
     """The model as the site serves it (model.safetensors and config.json beside it), made from the
     ultralytics checkpoint with the model file's own build-time functions, kept in float32."""
     import models.yolo as Y
-    from engine.io.pth import read_module_checkpoint
+    from engine.formats.pth import read_module_checkpoint
     from tests.yolo_files import checkpoint
     ckpt = read_module_checkpoint(checkpoint(name), name=f"{name}.pt")
     config = Y.config_from_checkpoint(ckpt)

@@ -178,7 +178,7 @@ def test_bad_sites(tmp_path):
 
 
 def test_site_roots():
-    from engine.io.site import site_root
+    from engine.site.folders import site_root
     assert site_root("http://example.org/engine") == "http://example.org/engine/"
     worker = "http://example.org/app/worker.js"             # in the browser: relative to the page or worker
     assert site_root("../site", page_url=worker) == "http://example.org/site/"

@@ -2,7 +2,7 @@
 (tests/web/faultserver.py), one fault at a time. Each load ends in the right weights or a
 clear error on the page, never wrong numbers, and the page keeps working once the fault is gone.
 
-The loader is the page's own (engine.io.remote over JS fetch and the Cache API in the worker);
+The loader is the page's own (engine.site.remote over JS fetch and the Cache API in the worker);
 every fault class runs through it in one page (the matrix), then the page-level tests show
 what a person sees: the status card's error and Retry, a card's error, the storage note.
 Models: MNIST (0.5 MB in three shards) for almost everything, a toy GGUF split into 16 KiB
@@ -34,8 +34,8 @@ def toy_gguf(tmp_path_factory):
 
     from buildtools import convert
     from engine import registry
-    from engine.io.gguf import GGUFFile
-    from engine.io.sources import FileSource
+    from engine.formats.gguf import GGUFFile
+    from engine.formats.sources import FileSource
     root = tmp_path_factory.mktemp("toy")
     path = root / "toy.Q8_0.gguf"
     writer = gguf.GGUFWriter(str(path), "llama")
@@ -82,8 +82,8 @@ LOAD = """
 import hashlib, js, json, time
 import numpy as np
 import engine
-from engine.io.site import fetch_gguf, fetch_model
-from engine.io.browser import CacheApiStore
+from engine.site.folders import fetch_gguf, fetch_model
+from engine.site.browser import CacheApiStore
 from engine.runtime import JsFetchTransport
 if {fresh}:
     await js.caches.delete("fault-matrix")

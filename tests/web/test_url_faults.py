@@ -1,5 +1,5 @@
 """Weights by URL in the page's worker (Pyodide): engine.load_safetensors / load_gguf / load_pth of a
-URL fetched by the browser (engine.io.urls over JS fetch) instead of urllib, from the page's own
+URL fetched by the browser (engine.site.urls over JS fetch) instead of urllib, from the page's own
 site and from another origin, blocking (through JSPI) and awaited; the same tensors as a native
 read of the same files, and a second load served from the Cache API but for the header. Then the faults, each one error naming the URL, with nothing left in the
 Cache API: a 404, a host that ignores Range, a host that sends no CORS headers, an HTML page
@@ -183,7 +183,7 @@ def test_weights_by_url_are_the_native_tensors(worker, dev_server, serve_folder,
         assert 2 <= len(fetched) <= 12 and all(r.status == 206 for r in fetched)     # by Range, never whole
     assert len(native_mnist) >= 4
     for name, loader in LOADERS.items():
-        want = digests(getattr(engine.io, loader)(toy / name))
+        want = digests(getattr(engine, loader)(toy / name))
         url = json.dumps(host.url(name))
         for form in (f"engine.{loader}({url})", f"await engine.{loader}_async({url})"):
             assert s.run(f"digests({form})") == want, (name, form)

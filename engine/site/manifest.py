@@ -23,7 +23,7 @@ block) and the tensor infos, so a client fetches them with one Range request. Pa
 the GGUF's bytes [offset_i, offset_i + its size): byte x of the GGUF is byte x - offset_i
 of the part with offset_i <= x < offset_i + size. Served as is, the one part is the GGUF.
 
-Cache keys (engine.io.remote): `{shard_url}?engine-range={a}-{b}&sha256={h}` holds
+Cache keys (engine.site.remote): `{shard_url}?engine-range={a}-{b}&sha256={h}` holds
 bytes [a, b) of a shard, h being the sha256 of the concatenated sha256s of the tensors
 that tile [a, b), so changed weights get new keys; `{shard_url}?engine-head&sha256=
 {file sha256}` holds the shard's header. A key is stale once the current manifest
@@ -37,7 +37,7 @@ import re
 
 from ..errors import IntegrityError, InvalidHeader
 from ..untrusted import INT64_MAX, checked_name, checked_shape, shown
-from .safetensors import SafetensorsFile, TensorInfo
+from ..formats.safetensors import SafetensorsFile, TensorInfo
 
 MANIFEST_FORMAT = 1
 CONTAINERS = ("safetensors", "gguf")
@@ -142,7 +142,7 @@ def gguf_metadata(metadata: dict) -> dict:
 
 
 def check_gguf_header(file, manifest: dict) -> None:
-    """A GGUF's parsed header (engine.io.gguf.GGUFFile) must say what its manifest says."""
+    """A GGUF's parsed header (engine.formats.gguf.GGUFFile) must say what its manifest says."""
     gguf, tensors = manifest["gguf"], manifest["tensors"]
 
     def fail(message, tensor=None):

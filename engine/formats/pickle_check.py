@@ -32,7 +32,7 @@ exact; a list grown later through the memo can nest deeper than counted, which n
 recurses through (the readers walk settings iteratively, within their own limits).
 
 Hashing done by the allowed calls (set, frozenset and OrderedDict over a list) is charged at run
-time against the same budget (`Budget.charge`, from engine.io.pickled), where the real objects are
+time against the same budget (`Budget.charge`, from engine.formats.pickled), where the real objects are
 at hand.
 """
 from __future__ import annotations

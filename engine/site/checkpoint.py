@@ -1,7 +1,7 @@
 """A model's checkpoint as a pipeline sees it: its tensors and its processor's files.
 
 The tensors are a lazy mapping by checkpoint name (engine.load_safetensors, engine.load_gguf,
-a .pth reader, or what engine.io.site.fetch_model prefetched in the browser: safetensors or a
+a .pth reader, or what engine.site.folders.fetch_model prefetched in the browser: safetensors or a
 GGUF, as the site's manifest says), or a location the model's loader opens; the processor files
 (labels.json, tokenizer.json, config.json, ...) come from memory when they were fetched
 with the weights, else from beside the weights' location. A checkpoint is `complete` once its
@@ -15,7 +15,7 @@ import urllib.parse
 from pathlib import Path
 
 from ..errors import SourceNotFound, WeightsError
-from .sources import is_url, open_source
+from ..formats.sources import is_url, open_source
 
 
 def beside(location: str, name: str) -> str:

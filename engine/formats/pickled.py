@@ -1,7 +1,7 @@
 """What a torch pickle may build here: inert stand-ins, never the objects it names, and no code run.
 
 A torch checkpoint's pickle (`data.pkl`, or the legacy stream's object) is first walked opcode by
-opcode (engine.io.pickle_check: arguments the bytes cannot back, nesting, hashing), then unpickled
+opcode (engine.formats.pickle_check: arguments the bytes cannot back, nesting, hashing), then unpickled
 by `Unpickler`, whose `find_class` hands out stand-ins and whose `persistent_load` resolves storages
 to `StorageRef`s. A stand-in cannot be changed (`StandIn`, `TorchName`, `StorageType`: BUILD and
 attribute writes are refused), so nothing one file does reaches the next load; set, frozenset and
@@ -19,7 +19,7 @@ OrderedDict are each load's own, charging the keys they hash to that pickle's bu
   is refused with UnsafePickle, and globals of the modules that reach the system (os, subprocess,
   builtins...) are refused by name even where they would stay inert.
 
-engine.io.module_tree then reads a module checkpoint's records.
+engine.formats.module_tree then reads a module checkpoint's records.
 """
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ GLOBALS = {**{f"torch._utils.{f.__name__}": StandIn(f"torch._utils.{f.__name__}"
 
 def _container(kind: type, budget_of, pairs: bool):
     """A stand-in's function for set, frozenset or OrderedDict: their untrusted keys hash within the
-    load's budget (engine.io.pickle_check), from a list, tuple, set or dict only."""
+    load's budget (engine.formats.pickle_check), from a list, tuple, set or dict only."""
     def build(*args, **kwargs):
         if len(args) > 1 or (kwargs and not pairs):
             raise ValueError(f"{kind.__name__} of {len(args)} arguments")
@@ -166,7 +166,7 @@ class Unpickler(pickle.Unpickler):
         raise UnsafePickle(f"refusing to load global {_cut(qualified)}: a state dict holds only tensors "
                            f"(allowed: collections.OrderedDict, torch._utils._rebuild_tensor[_v2], "
                            f"torch._utils._rebuild_parameter, torch.<dtype>Storage; whole-module "
-                           f"checkpoints: engine.io.read_module_checkpoint)", file=self.name)
+                           f"checkpoints: engine.formats.read_module_checkpoint)", file=self.name)
 
     def refuse_storage(self, module, name):
         qualified = _cut(f"{module}.{name}")

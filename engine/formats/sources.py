@@ -290,7 +290,7 @@ _url_opener = None
 
 
 def set_url_opener(opener) -> None:
-    """Have `open_source` open URLs with `opener(url) -> ByteSource` instead of urllib: engine.io
+    """Have `open_source` open URLs with `opener(url) -> ByteSource` instead of urllib: engine.site
     sets one in Pyodide, where the browser fetches (urllib there has no network to reach)."""
     global _url_opener
     _url_opener = opener

@@ -1,27 +1,27 @@
-"""Weights I/O: byte sources (file, memory, HTTP), the formats read over them, and a site's model folders.
+"""A site's model folders, and weights at a URL: fetched, verified and cached, then opened with the
+format readers of engine.formats (which never import this package).
 
-Two levels, imported one way only:
-- the formats (`safetensors`, `gguf`, `pth`, `ctranslate2`) parse bytes from a `ByteSource` (`sources`) and know
-  nothing of where the bytes come from;
-- the site (`manifest`, `remote`, `site`, `checkpoint`, `browser`, `urls`) fetches, verifies and caches a
-  model folder the build wrote, or a file at a URL, and opens it with the format readers.
+- `manifest`: a built model folder's manifest.json, the sha256s every byte is checked against;
+- `fetcher`: one file's bytes over a transport (engine.runtime.transport()): retries, checked
+  replies, a host without byte ranges read whole, the cache;
+- `remote`: a checkpoint's tensors prefetched in coalesced runs, verified, cached (`Loader`);
+- `folders`: a site's model folders (`fetch_model`, `fetch_gguf`, row tables), its registry;
+- `checkpoint`: what a pipeline sees: tensors and processor files;
+- `browser`: the browser's side: the Cache API, the heap check, our page's models;
+- `urls`: `load_safetensors`, `load_gguf` and `load_pth` of a URL in every Python.
 
-`load_gguf` below is where the two meet: a GGUF file goes to the format reader, a site's model
-folder to the site. So are URLs: in Pyodide `open_source` reads one through the browser
-(engine.io.urls), and the awaitable forms `load_*_async` fetch one in any Python.
+`load_gguf` and `load_safetensors` below are where the two levels meet: a file goes to the format
+reader, a site's model folder (or a URL) to this package. In Pyodide `open_source` reads a URL
+through the browser (engine.site.urls), and the awaitable forms `load_*_async` fetch one in any
+Python.
 """
 import os
 
 from .. import runtime
-from .ctranslate2 import CTranslate2File, load_ctranslate2  # noqa: F401
-from .gguf import GGUFFile, QuantizedTensor  # noqa: F401
-from .gguf import load_gguf as _open_gguf_file
-from .pth import ModuleCheckpoint, ModuleRecord, load_pth, read_module_checkpoint, read_pth_arrays  # noqa: F401
-from .safetensors import (SafetensorsFile, ShardedSafetensors, TensorInfo,  # noqa: F401
-                          save_safetensors)
-from .safetensors import load_safetensors as _open_safetensors_file
-from .sources import (ByteSource, BytesSource, FileSource, HttpSource,  # noqa: F401
-                      RangeSource, SourceNotFound, is_url, open_source, set_url_opener)
+from ..formats.gguf import GGUFFile
+from ..formats.gguf import load_gguf as _open_gguf_file
+from ..formats.safetensors import load_safetensors as _open_safetensors_file
+from ..formats.sources import ByteSource, is_url, set_url_opener
 
 
 def _site_folder_url(location) -> bool:
@@ -35,7 +35,7 @@ def load_gguf(location) -> GGUFFile:
     on disk or at a URL (then its tensors are checked against the manifest's sha256s)."""
     if isinstance(location, (str, os.PathLike)) and not is_url(location) and (
             os.path.isdir(location) or os.fspath(location).endswith(".json")):
-        from .site import open_gguf_folder
+        from .folders import open_gguf_folder
         return open_gguf_folder(location)
     if _site_folder_url(location):
         from .urls import load_folder
@@ -53,7 +53,7 @@ def load_safetensors(location):
     return _open_safetensors_file(location)
 
 
-# --- URLs in every Python (engine.io.urls, imported on first use: it brings the site layer) ------
+# --- URLs in every Python (engine.site.urls, imported on first use: it brings the site layer) ------
 def _open_url(url: str) -> ByteSource:
     from .urls import open_url
     return open_url(url)

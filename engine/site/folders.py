@@ -2,7 +2,7 @@
 
 dist/models/<name>/ (buildtools/convert.py) holds the manifest, the sharded safetensors
 and the processor files. `fetch_model` reads the manifest, prefetches every tensor except
-the row tables (engine.io.remote: coalesced Range requests, sha256-verified, cached),
+the row tables (engine.site.remote: coalesced Range requests, sha256-verified, cached),
 fetches the processor files (verified and cached by their sha256 too), and returns a
 `Checkpoint` whose row tables (word embeddings) fetch their blocks of rows later, for the
 ids a text actually uses, through the same loader.
@@ -11,7 +11,7 @@ Row tables in the manifest: the tensor's entry has
     "rows": {"block_rows": B, "sha256": [one per block of B rows, the last one shorter]}
 and its bytes are the tensor's [offset, offset + nbytes) as for any tensor.
 
-A folder whose manifest says "container": "gguf" (engine.io.manifest) serves a GGUF as is,
+A folder whose manifest says "container": "gguf" (engine.site.manifest) serves a GGUF as is,
 or split into byte parts: `fetch_gguf` reads its header in one request and its tensors as
 they are wanted (`fetch_model` does the same and prefetches them all). Natively,
 `open_gguf_folder` reads such a folder from disk, parts and all.
@@ -32,10 +32,10 @@ from ..errors import InputError, IntegrityError, InvalidHeader, SourceNotFound, 
 from ..rows import RowTable
 from ..untrusted import load_json, shown
 from .checkpoint import Checkpoint
-from .gguf import GGUFFile
+from ..formats.gguf import GGUFFile
 from .manifest import cache_key, check_manifest, gguf_parts, key_prefix
 from .remote import Loader, RemoteGGUF, fetch_manifest, fetch_safetensors
-from .sources import ByteSource, FileSource, is_url
+from ..formats.sources import ByteSource, FileSource, is_url
 
 MANIFEST_NAME = "manifest.json"
 REGISTRY_NAME = "registry.json"

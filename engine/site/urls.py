@@ -2,8 +2,8 @@
 URL natively and in Pyodide, and their awaitable forms.
 
 Natively the blocking forms read a URL by Range with urllib as the parser asks for bytes
-(engine.io.sources.HttpSource). In Pyodide urllib has no network to reach: the browser fetches
-(engine.runtime.transport()) through a `UrlLoader`, the engine.io.remote.Loader that loads a
+(engine.formats.sources.HttpSource). In Pyodide urllib has no network to reach: the browser fetches
+(engine.runtime.transport()) through a `UrlLoader`, the engine.site.remote.Loader that loads a
 site's models, which retries and checks every reply, and the blocking forms wait for it through
 JavaScript Promise Integration (`engine.runtime.wait`), reading by Range as natively
 (`LoaderSource`). Where the runtime cannot block (no JSPI, or Python was not entered
@@ -15,7 +15,7 @@ whose tensors are all read anyway, whole), through the same loader (urllib in a 
 natively); the file they return reads from memory.
 
 A site's model folder (a URL ending in "/", or its manifest.json) is read as the page reads it
-(engine.io.site): every tensor checked against the manifest's sha256 and cached by it. A bare
+(engine.site.folders): every tensor checked against the manifest's sha256 and cached by it. A bare
 URL comes with no sha256s, so what identifies its bytes is the host's strong ETag and its size.
 With a cache (the browser's Cache API in Pyodide, none natively) a range read is kept under
 the URL, the range and those two; the first request of a load (the header) always goes to the
@@ -36,13 +36,13 @@ import urllib.parse
 
 from .. import runtime
 from ..errors import FetchError, InvalidHeader
-from .gguf import GGUFFile, load_gguf
+from ..formats.gguf import GGUFFile, load_gguf
 from .manifest import cache_key, key_prefix
-from .pth import load_pth
+from ..formats.pth import load_pth
 from .remote import HEAD_BYTES, Loader, PrefetchedSource, fetch_manifest, fetch_safetensors
-from .safetensors import load_safetensors
-from .site import MANIFEST_NAME, fetch_gguf, open_gguf_folder
-from .sources import CONTENT_RANGE, ByteSource, is_url
+from ..formats.safetensors import load_safetensors
+from .folders import MANIFEST_NAME, fetch_gguf, open_gguf_folder
+from ..formats.sources import CONTENT_RANGE, ByteSource, is_url
 
 WINDOW = 1 << 20        # a small read past what is here fetches this much (a GGUF header is read piece by piece)
 COALESCE_GAP = 64 * 1024
@@ -196,7 +196,7 @@ class LoaderSource(ByteSource):
 
 
 def open_url(url: str) -> ByteSource:
-    """The source engine.io.sources.open_source gives a URL in Pyodide."""
+    """The source engine.formats.sources.open_source gives a URL in Pyodide."""
     return LoaderSource(url)
 
 
@@ -229,7 +229,7 @@ async def folder_safetensors(folder: str, *, transport=None, cache=True):
 
 
 async def folder_gguf(folder: str, *, transport=None, cache=True, names=None):
-    """The GGUF of a site's model folder (engine.io.site.fetch_gguf): tensors `names` (all by
+    """The GGUF of a site's model folder (engine.site.folders.fetch_gguf): tensors `names` (all by
     default; () for none, each then fetched when read) verified against the manifest."""
     transport = transport or runtime.transport()
     manifest = await _folder_manifest(folder, transport, "gguf")
@@ -249,7 +249,7 @@ async def load_safetensors_async(location, *, transport=None, cache=True):
     """`load_safetensors` for code that awaits: a URL of a .safetensors file or of an index (.json)
     is fetched, header first, then every tensor in coalesced Range requests; the file returned
     reads from memory (a site's model folder: verified against its manifest). A path opens as load_safetensors does. `cache`: True (the browser's Cache
-    API in Pyodide, none natively), False, or a store (engine.io.remote.CacheStore)."""
+    API in Pyodide, none natively), False, or a store (engine.site.remote.CacheStore)."""
     if not is_url(location):
         return load_safetensors(location)
     if site_folder(location):

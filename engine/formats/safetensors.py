@@ -6,7 +6,7 @@ tensor names to {"dtype", "shape", "data_offsets": [begin, end]}, offsets relati
 to the data buffer, plus an optional "__metadata__" {str: str}. The buffer must be
 indexed entirely: no holes, no overlaps.
 
-Opening validates the whole header against the file size (engine/io/safetensors_header.py)
+Opening validates the whole header against the file size (engine/formats/safetensors_header.py)
 and reads no tensor data; tensors are read on access, as zero-copy views of the source where
 possible.
 """

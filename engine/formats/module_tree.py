@@ -1,5 +1,5 @@
 """A whole-module checkpoint's records, read: tensors by module path, each module's type and plain
-settings, the checkpoint's plain top-level entries (engine.io.pickled makes the records, nothing of
+settings, the checkpoint's plain top-level entries (engine.formats.pickled makes the records, nothing of
 the file runs). It walks iteratively, within MAX_MODULE_DEPTH levels and MAX_VALUE_DEPTH for
 settings, so no hostile nesting reaches Python's recursion limit; each record is visited once, so
 shared or cyclic references cannot multiply work.

@@ -11,14 +11,14 @@ kept beside it. Two layouts exist:
   in that order, an 8-byte little-endian element count and the elements. Persistent ids
   are `('storage', storage_type, root_key, location, numel, view_metadata)`.
 
-Unpickling goes through engine.io.pickled, whose unpickler hands out harmless stand-ins for
+Unpickling goes through engine.formats.pickled, whose unpickler hands out harmless stand-ins for
 the few globals a state dict needs and refuses every other one before it can run; for a whole
 module saved by torch.save (`read_module_checkpoint`, ultralytics' .pt files) every other class
 becomes an inert record. The stand-ins only record descriptors (storage, offset, size, stride);
 arrays are cut from the storage bytes afterwards, bounds-checked, as contiguous copies.
 
 `load_pth` reads both: a state dict by its names, a module checkpoint by module path, from a
-path, bytes or an http(s) URL (fetched whole through engine.io.sources.open_source).
+path, bytes or an http(s) URL (fetched whole through engine.formats.sources.open_source).
 """
 from __future__ import annotations
 
@@ -351,7 +351,7 @@ def read_module_checkpoint(path_or_bytes, *, name: str | None = None) -> ModuleC
     entry, else its "ema" one (ultralytics), else the pickled object itself. Its parameters and
     buffers by module path, in state-dict order; each module's class name and plain settings (small
     tensor settings, such as Detect.stride, as lists); the checkpoint's plain entries. No code of
-    the file runs: every class it names is an inert record (engine.io.pickled)."""
+    the file runs: every class it names is an inert record (engine.formats.pickled)."""
     file = name or (os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else "<bytes>")
     try:
         arrays, tree = _read(path_or_bytes, name, _MODULES)
@@ -411,7 +411,7 @@ def _header_state(file: str, kind: _Kind) -> tuple[dict, str]:
 def read_pth_header(path) -> tuple[list[tuple[str, dtypes.DType, tuple[int, ...]]], str]:
     """The tensors of a checkpoint from its pickle alone, no storage read: [(name, storage dtype,
     shape)] in file order (a module checkpoint's by module path), and its layout ("zip" or "legacy").
-    `engine inspect` (engine.io.describe) lists them; unlike the reader it does not refuse a legacy
+    `engine inspect` (engine.formats.describe) lists them; unlike the reader it does not refuse a legacy
     file for its protocol or byte order."""
     file = os.fspath(path)
     try:

@@ -1,13 +1,13 @@
-"""The site's models in the browser: the Cache API under `engine.io.remote`, the heap check, and
+"""The site's models in the browser: the Cache API under `engine.site.remote`, the heap check, and
 a registry model's checkpoint loaded from the page's own site (fetched by engine.runtime's
 transport, the browser's `fetch`).
 
 The only weight-loading code that touches JS. Retries, coalescing, verification, cache keys
-and what to do about a host that mangles byte ranges live in the pure-Python engine.io.remote,
+and what to do about a host that mangles byte ranges live in the pure-Python engine.site.remote,
 tested natively. `js` and `pyodide` are imported inside the functions, so this module imports
 under CPython. Inside Pyodide a JS promise is awaited directly from an `async def`.
 
-`load_checkpoint` is the browser side of engine.io.site.fetch_model: lazily by Range, verified,
+`load_checkpoint` is the browser side of engine.site.folders.fetch_model: lazily by Range, verified,
 cached. `engine.pipeline(task)` with no weights uses it inside Pyodide (waiting through JSPI),
 and the worker's `load` awaits it directly. A GGUF model (its manifest says so) comes back as
 its GGUFFile with every tensor fetched: `.metadata`, `.info(name)`, QuantizedTensors.
@@ -32,7 +32,7 @@ class CacheUnavailable(RuntimeError):
 
 
 class CacheApiStore:
-    """`engine.io.remote.CacheStore` in the Cache API, under the cache `name`.
+    """`engine.site.remote.CacheStore` in the Cache API, under the cache `name`.
 
     Entries are synthetic 200 responses (`Cache.put` rejects 206) keyed by the key string,
     itself a URL. The cache is opened for each operation: a Cache object held across a
@@ -85,7 +85,7 @@ def _size(n: int) -> str:
 
 def check_memory(manifest: dict, name: str, where: str, heap_now: tuple[int, int] | None = None) -> None:
     """Raise ModelTooLarge when model `name` (its checked manifest) would not fit in the heap."""
-    from .site import prefetch_bytes
+    from .folders import prefetch_bytes
     heap_now = heap_now or runtime.heap()
     if heap_now is None:
         return
@@ -104,7 +104,7 @@ async def load_checkpoint(entry, progress=None, site: str | None = None):
     ending in "/"; None: the page's own, engine.runtime.site_url()): its manifest first, then
     (when the model fits in memory) its weights."""
     from .remote import fetch_manifest
-    from .site import MANIFEST_NAME, fetch_model
+    from .folders import MANIFEST_NAME, fetch_model
     folder = f"{site or runtime.site_url()}models/{entry.name}/"
     transport = runtime.transport()
     manifest = await fetch_manifest(folder + MANIFEST_NAME, transport)

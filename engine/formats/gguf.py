@@ -287,10 +287,10 @@ class GGUFFile(SingleFile):
 
 def load_gguf(location) -> GGUFFile:
     """Open one GGUF file lazily: a path, an http(s) URL, a bytes-like object or a ByteSource.
-    (A site's model folder, whose GGUF may be split into parts, is opened by engine.io.load_gguf.)"""
+    (A site's model folder, whose GGUF may be split into parts, is opened by engine.site.load_gguf.)"""
     if isinstance(location, (bytes, bytearray, memoryview, np.ndarray)):
         location = BytesSource(location)
     elif isinstance(location, (str, os.PathLike)) and not is_url(location) and os.path.isdir(location):
-        raise SourceNotFound("a folder, not a GGUF file: engine.io.load_gguf opens a site's model folder",
+        raise SourceNotFound("a folder, not a GGUF file: engine.site.load_gguf opens a site's model folder",
                              file=os.fspath(location))
     return GGUFFile(location)
