@@ -130,7 +130,7 @@ def elementwise(gpu: Gpu, expr: str, inputs: list[View], out_type: str) -> GpuBu
         info += list(v.strides) if v else [0] * len(shape)
     types = {f"T{i}": v.type if v else "u32" for i, v in enumerate(views)}
     buffers = [v.buf if v else placeholder(gpu) for v in views]
-    gpu.dispatch(shader("elementwise", EXPR=expr, TZ=out_type, **types),
+    gpu.dispatch(shader("elementwise", ("strided",), EXPR=expr, TZ=out_type, **types),
                  buffers + [out, gpu.params(words(*info))], workgroups_for(numel, 256, gpu))
     return out
 
@@ -141,7 +141,8 @@ def scatter(gpu: Gpu, x: View, z: View) -> None:
     numel = x.numel
     if numel:
         info = words(numel, len(x.shape), x.offset, z.offset, *x.shape, *x.strides, *z.strides)
-        gpu.dispatch(shader("scatter", T=x.type), [x.buf, z.buf, gpu.params(info)], workgroups_for(numel, 256, gpu))
+        gpu.dispatch(shader("scatter", ("strided",), T=x.type), [x.buf, z.buf, gpu.params(info)],
+                     workgroups_for(numel, 256, gpu))
 
 
 def index_copy(gpu: Gpu, z: View, axis: int, index: View, x: View) -> None:
@@ -152,7 +153,7 @@ def index_copy(gpu: Gpu, z: View, axis: int, index: View, x: View) -> None:
     if numel:
         info = words(numel, len(x.shape), x.offset, z.offset, axis, z.shape[axis], index.offset,
                       index.strides[0] if index.strides else 0, *x.shape, *x.strides, *z.strides)
-        gpu.dispatch(shader("index_copy", T=x.type), [x.buf, index.buf, z.buf, gpu.params(info)],
+        gpu.dispatch(shader("index_copy", ("strided",), T=x.type), [x.buf, index.buf, z.buf, gpu.params(info)],
                      workgroups_for(numel, 256, gpu))
 
 
@@ -179,8 +180,8 @@ def reduce(gpu: Gpu, op: str, x: View, axes: tuple[int, ...], acc_type: str, out
         info = words(n_out, n_red, nk, len(axes), v.offset, *v.shape[:nk], *v.strides[:nk], *v.shape[nk:],
                       *v.strides[nk:])
         per = min(64, 1 << max(0, math.ceil(n_red / 8) - 1).bit_length())   # ~8 elements a thread
-        source = shader("reduce", TX=x.type, TA=acc_type, TZ=out_type, OP=REDUCE_OPS[op], NAN=NAN_TEST[acc_type],
-                        PER=per)
+        source = shader("reduce", ("strided",), TX=x.type, TA=acc_type, TZ=out_type, OP=REDUCE_OPS[op],
+                        NAN=NAN_TEST[acc_type], PER=per)
         gpu.dispatch(source, [x.buf, out, gpu.params(info)], workgroups_for(n_out, 64 // per, gpu))
     return out
 
@@ -197,7 +198,7 @@ def topk(gpu: Gpu, x: View, axis: int, k: int, largest: bool) -> tuple[GpuBuffer
         info = words(rows, x.shape[axis], k, int(largest), len(others), x.offset, x.strides[axis],
                       out_strides[axis], *[x.shape[d] for d in others], *[x.strides[d] for d in others],
                       *[out_strides[d] for d in others])
-        gpu.dispatch(shader("topk", T=x.type, NAN=NAN_TEST[x.type]),
+        gpu.dispatch(shader("topk", ("strided",), T=x.type, NAN=NAN_TEST[x.type]),
                      [x.buf, values, indices, gpu.params(info)], workgroups_for(rows, 64, gpu))
     return values, indices, out_shape
 
@@ -211,7 +212,7 @@ def gather(gpu: Gpu, x: View, axis: int, index: View) -> tuple[GpuBuffer, tuple]
     if numel:
         info = words(numel, len(out_shape), x.offset, axis, x.shape[axis], index.offset,
                       index.strides[0] if index.strides else 0, *out_shape, *x.strides)
-        gpu.dispatch(shader("gather", T=x.type), [x.buf, index.buf, out, gpu.params(info)],
+        gpu.dispatch(shader("gather", ("strided",), T=x.type), [x.buf, index.buf, out, gpu.params(info)],
                      workgroups_for(numel, 256, gpu))
     return out, out_shape
 

@@ -1,7 +1,7 @@
 // Z = EXPR(a, b, c) elementwise; a, b, c are X0, X1, X2 read through strided, broadcast
 // (stride 0) views of one shape; Z is contiguous. Unused inputs are bound to a placeholder.
 // info: [numel, ndim, off0, off1, off2, shape[ndim], strides0[ndim], strides1[ndim], strides2[ndim]]
-// Template: T0 T1 T2 TZ element types, EXPR.
+// Template: T0 T1 T2 TZ element types, EXPR. Offsets: strided.wgsl.
 @group(0) @binding(0) var<storage, read> X0: array<{{T0}}>;
 @group(0) @binding(1) var<storage, read> X1: array<{{T1}}>;
 @group(0) @binding(2) var<storage, read> X2: array<{{T2}}>;
@@ -12,21 +12,9 @@
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let i = gid.x + gid.y * groups.x * 256u;
     if (i >= info[0]) { return; }
-    let nd = info[1];
-    var rest = i;
-    var i0 = info[2];
-    var i1 = info[3];
-    var i2 = info[4];
-    for (var d = nd; d > 0u; d--) {
-        let n = info[4u + d];
-        let c = rest % n;
-        rest = rest / n;
-        i0 += c * info[4u + nd + d];
-        i1 += c * info[4u + 2u * nd + d];
-        i2 += c * info[4u + 3u * nd + d];
-    }
-    let a = X0[min(i0, arrayLength(&X0) - 1u)];
-    let b = X1[min(i1, arrayLength(&X1) - 1u)];
-    let c = X2[min(i2, arrayLength(&X2) - 1u)];
+    let at = strided(i, 5u, info[1], 3u, vec3<u32>(info[2], info[3], info[4]), 0xffffffffu).offsets;
+    let a = X0[min(at.x, arrayLength(&X0) - 1u)];
+    let b = X1[min(at.y, arrayLength(&X1) - 1u)];
+    let c = X2[min(at.z, arrayLength(&X2) - 1u)];
     Z[i] = {{EXPR}};
 }

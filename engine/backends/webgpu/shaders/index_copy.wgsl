@@ -3,6 +3,7 @@
 // checks indices it can see; this keeps every write inside Z when it cannot).
 // info: [numel, ndim, x_off, z_off, axis, n_axis, idx_off, idx_stride,
 //        x_shape[ndim], x_strides[ndim], z_strides[ndim]]
+// Offsets: strided.wgsl.
 @group(0) @binding(0) var<storage, read> X: array<{{T}}>;
 @group(0) @binding(1) var<storage, read> IDX: array<i32>;
 @group(0) @binding(2) var<storage, read_write> Z: array<{{T}}>;
@@ -13,21 +14,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let i = gid.x + gid.y * groups.x * 256u;
     if (i >= info[0]) { return; }
     let nd = info[1];
-    var rest = i;
-    var xi = info[2];
-    var zi = info[3];
-    for (var d = nd; d > 0u; d--) {
-        let n = info[7u + d];
-        let c = rest % n;
-        rest = rest / n;
-        xi += c * info[7u + nd + d];
-        var zc = c;
-        if (d - 1u == info[4]) {
-            let t = IDX[info[6] + c * info[7]];
-            if (t < 0 || u32(t) >= info[5]) { return; }
-            zc = u32(t);
-        }
-        zi += zc * info[7u + 2u * nd + d];
-    }
-    Z[zi] = X[xi];
+    let axis = info[4];
+    let pos = strided(i, 8u, nd, 2u, vec3<u32>(info[2], info[3], 0u), axis);
+    let c = pos.picked;                                // X's coordinate along the axis
+    let t = IDX[info[6] + c * info[7]];                // Z's
+    if (t < 0 || u32(t) >= info[5]) { return; }
+    Z[pos.offsets.y + (u32(t) - c) * info[8u + 2u * nd + axis]] = X[pos.offsets.x];
 }

@@ -5,6 +5,7 @@
 // info: [n_out, n_red, nk, nr, x_off, keep_shape[nk], keep_strides[nk], red_shape[nr], red_strides[nr]]
 // Template: TX input, TA accumulator/value, TZ output, OP 0 sum, 1 max, 2 min,
 // 3 argmax, 4 argmin; NAN an expression in `x` (TA), true for NaN; PER a power of two <= 64.
+// Offsets: strided.wgsl.
 const OP: u32 = {{OP}}u;
 const PER: u32 = {{PER}}u;
 const EMPTY: u32 = 0xffffffffu;
@@ -37,28 +38,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: v
     let valid = o < info[0];
     let nk = info[2];
     let nr = info[3];
-    var base = info[4];
-    var rest = o;
-    for (var d = nk; d > 0u; d--) {
-        let n = info[4u + d];
-        let c = rest % n;
-        rest = rest / n;
-        base += c * info[4u + nk + d];
-    }
+    let base = strided(o, 5u, nk, 1u, vec3<u32>(info[4], 0u, 0u), 0xffffffffu).offsets.x;
     let rs = 5u + 2u * nk;
     var acc: {{TA}};
     var at = EMPTY;
     if (valid) {
         for (var r = lane; r < info[1]; r += PER) {
-            var off = base;
-            var q = r;
-            for (var d = nr; d > 0u; d--) {
-                let n = info[rs + d - 1u];
-                let c = q % n;
-                q = q / n;
-                off += c * info[rs + nr + d - 1u];
-            }
-            let v = {{TA}}(X[off]);
+            let v = {{TA}}(X[strided(r, rs, nr, 1u, vec3<u32>(base, 0u, 0u), 0xffffffffu).offsets.x]);
             if (OP == 0u) {
                 acc += v;
                 at = 0u;

@@ -2,6 +2,7 @@
 // last as NumPy's argsort puts it), one thread per row, k passes over the row (no scratch).
 // info: [rows, n, k, largest, nd, x_off, x_axis_stride, out_axis_stride,
 //        row_shape[nd], x_row_strides[nd], out_row_strides[nd]]
+// Offsets: strided.wgsl.
 @group(0) @binding(0) var<storage, read> X: array<{{T}}>;
 @group(0) @binding(1) var<storage, read_write> V: array<{{T}}>;
 @group(0) @binding(2) var<storage, read_write> I: array<i32>;
@@ -24,17 +25,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let row = gid.x + gid.y * groups.x * 64u;
     if (row >= info[0]) { return; }
     let n = info[1];
-    let nd = info[4];
-    var xb = info[5];
-    var ob = 0u;
-    var rest = row;
-    for (var d = nd; d > 0u; d--) {
-        let m = info[7u + d];
-        let c = rest % m;
-        rest = rest / m;
-        xb += c * info[7u + nd + d];
-        ob += c * info[7u + 2u * nd + d];
-    }
+    let at = strided(row, 8u, info[4], 2u, vec3<u32>(info[5], 0u, 0u), 0xffffffffu).offsets;
+    let xb = at.x;
+    let ob = at.y;
     var pv: {{T}};
     var pi = 0xffffffffu;
     for (var j = 0u; j < info[2]; j++) {
