@@ -28,6 +28,11 @@ class InputError(EngineError, ValueError):
     """Bad user input: an image that cannot be read, wrong arguments."""
 
 
+class ContractError(EngineError):
+    """A model lacks what its task needs of it (engine/tasks/contracts.py): the message names the
+    model, the contract and every member missing."""
+
+
 class WeightsError(EngineError):
     """A weights file or tensor is missing, malformed or does not fit the model.
 

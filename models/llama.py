@@ -210,6 +210,13 @@ class LlamaForCausalLM(nn.Module):
         self.register_buffer("rope_cos", engine.from_numpy(np.cos(angles).astype(np.float32)), persistent=False)
         self.register_buffer("rope_sin", engine.from_numpy(np.sin(angles).astype(np.float32)), persistent=False)
 
+    @property
+    def end_token_ids(self) -> frozenset:
+        """The ids that end an answer: the GGUF's end-of-sequence and end-of-turn tokens."""
+        metadata = getattr(self, "metadata", None) or {}
+        ids = (metadata.get(f"tokenizer.ggml.{key}_token_id") for key in ("eos", "eot"))
+        return frozenset(i for i in ids if isinstance(i, int) and not isinstance(i, bool))
+
     def new_cache(self, capacity: int | None = None, batch: int = 1, allocate: int | None = None) -> nn.KVCache:
         c = self.config
         capacity = min(capacity or c.max_position_embeddings, c.max_position_embeddings)

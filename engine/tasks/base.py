@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import registry, runtime
 from ..errors import DeviceLost, EngineError, WeightsError
+from . import contracts
 from ..site.checkpoint import Checkpoint, location_of
 from ..formats.sources import is_url
 
@@ -108,18 +109,27 @@ async def _open_url(entry: registry.Model, url: str, site: str | None) -> Checkp
 
 class Pipeline:
     """Shared by every pipeline: the model on a backend, rebuilt from its checkpoint on the next
-    best backend when the GPU goes away (`notice` says so)."""
+    best backend when the GPU goes away (`notice` says so). `MODEL`: what the task needs of its
+    model (engine/tasks/contracts.py), checked each time the model is built."""
 
     notice: str | None = None                   # set when the pipeline had to change backend
+    MODEL: type = contracts.Model
 
     def __init__(self, entry: registry.Model, device: str | None, weights):
         self.entry, self.task = entry, entry.tasks[0]
         self.checkpoint = open_checkpoint(entry, weights)
         self.device = device
 
-    def build(self, device: str | None):
-        """The model on `device`, from this pipeline's checkpoint."""
+    def load_model(self, device: str | None):
+        """The model on `device`, from this pipeline's checkpoint, as its entry's `load` gives it."""
         return self.entry.load(self.checkpoint.tensors, device)
+
+    def build(self, device: str | None):
+        """The model on `device`, checked against the task's contract (a ContractError naming what
+        it lacks)."""
+        model = self.load_model(device)
+        contracts.check(model, self.MODEL, self.entry.name, self.task)
+        return model
 
     def run(self, fn):
         """fn(model) -> NumPy result; on a lost GPU, once more on the next best backend."""

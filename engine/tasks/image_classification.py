@@ -20,7 +20,10 @@ import numpy as np
 from ..errors import EngineError, InputError
 from ..site.checkpoint import Checkpoint
 from . import state
+from . import contracts
 from .base import INPUT_ERRORS, Command, Pipeline, add_device_argument, bad_input, softmax_rows
+
+CARD = 2                     # where its card stands on the page (engine.tasks.card_order)
 
 
 class ImageClassification(Pipeline):
@@ -30,6 +33,8 @@ class ImageClassification(Pipeline):
     labels: a list of class names or a JSON file of them; default the entry's own list, else
     labels.json beside the weights (or beside the default weights).
     """
+    MODEL = contracts.ImageClassifier
+
 
     def __init__(self, entry, device: str | None = None, weights=None, labels=None):
         super().__init__(entry, device, weights)

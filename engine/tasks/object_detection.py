@@ -37,9 +37,11 @@ import numpy as np
 
 from ..errors import EngineError, InputError
 from . import state
+from . import contracts
 from .base import INPUT_ERRORS, Command, Pipeline, add_device_argument, bad_input
 
 TASK = "object-detection"
+CARD = 3                     # where its card stands on the page (engine.tasks.card_order)
 POSE = "pose-estimation"
 SIZES = (320, 480, 640)                 # what the command line and the page offer
 STRIDE = 32
@@ -55,6 +57,8 @@ def check_size(size) -> int:
 
 class Detection(Pipeline):
     """Images -> detections (object-detection) or people with keypoints (pose-estimation)."""
+    MODEL = contracts.Detector
+
 
     def __init__(self, entry, device: str | None = None, weights=None):
         super().__init__(entry, device, weights)
@@ -62,7 +66,7 @@ class Detection(Pipeline):
         self.config = self._config()
         self.stats: dict = {}
 
-    def build(self, device: str | None):
+    def load_model(self, device: str | None):
         """The model on `device`, with config.json from the checkpoint (in the page the weights
         are a mapping of tensors, with nothing beside them for the model to read)."""
         return self.entry.load(self.checkpoint.tensors, device, config=self.checkpoint.file("config.json"))

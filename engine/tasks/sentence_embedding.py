@@ -18,7 +18,10 @@ import numpy as np
 
 from ..errors import EngineError, InputError
 from . import state
+from . import contracts
 from .base import Command, Pipeline, add_device_argument
+
+CARD = 4                     # where its card stands on the page (engine.tasks.card_order)
 
 
 class SentenceEmbedding(Pipeline):
@@ -28,6 +31,8 @@ class SentenceEmbedding(Pipeline):
     max_length: tokens per text, [CLS] and [SEP] included (default the model's
     max_seq_length); longer texts are truncated with a warning, and `truncated` lists them.
     """
+    MODEL = contracts.SentenceEncoder
+
 
     batch_size = 32                             # texts per forward pass
 
@@ -49,7 +54,7 @@ class SentenceEmbedding(Pipeline):
         self.truncated: list[int] = []          # indices of the texts the last call truncated
         self.model = self.build(device)
 
-    def build(self, device):
+    def load_model(self, device):
         return self.entry.load(self.checkpoint.tensors, device, config=self.config)
 
     @property

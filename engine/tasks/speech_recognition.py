@@ -19,9 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
+from . import contracts
 from .base import Command, Pipeline, add_device_argument
 
 TASK = "speech-recognition"
+CARD = 6                     # where its card stands on the page (engine.tasks.card_order)
 SAMPLE_RATE = 16000                 # what the model hears (engine.audio.SAMPLE_RATE)
 
 
@@ -39,6 +41,8 @@ class SpeechRecognition(Pipeline):
     suppress_tokens, best_of, seed, ...). on_segment(segment) is called as each segment is
     made; cancel() returning True stops before the next token ("cancelled": True in the result).
     """
+    MODEL = contracts.SpeechModel
+
 
     def __init__(self, entry, device: str | None = None, weights=None, **defaults):
         from ..speech import SpeechTokenizer

@@ -13,10 +13,11 @@ import json
 import sys
 
 from ..errors import EngineError, InputError
-from . import state
+from . import contracts, state
 from .base import Command, Pipeline, add_device_argument
 
 TASK = "text-generation"
+CARD = 5                     # where its card stands on the page (engine.tasks.card_order)
 
 
 class TextGeneration(Pipeline):
@@ -35,6 +36,8 @@ class TextGeneration(Pipeline):
     at construction): engine.generation.GenerationConfig's fields. capacity: the context length
     the cache holds (prompt + answer); SmolLM2's cache takes 46 KB a position (47 MB for 1024).
     """
+    MODEL = contracts.CausalLM
+
 
     def __init__(self, entry, device: str | None = None, weights=None, capacity: int = 1024, **defaults):
         from ..device import best_for_quantized
@@ -43,13 +46,12 @@ class TextGeneration(Pipeline):
         device = device or best_for_quantized()           # not NumPy's reference kernels (30x slower)
         super().__init__(entry, device, weights)
         self.model = self.build(device)
-        metadata = getattr(self.model, "metadata", None) or {}
-        self.tokenizer = Tokenizer.from_gguf(metadata)
+        self.tokenizer = Tokenizer.from_gguf(self.model.metadata)
         template = self.tokenizer.chat_template
         self.template = ChatTemplate(template, **self.tokenizer.chat_template_origin) if template else None
-        eos = {metadata.get(k) for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id")}
-        if self.template is not None:                     # ChatML ends a turn with <|im_end|>
-            eos.add(self.tokenizer.token_to_id("<|im_end|>"))
+        eos = set(self.model.end_token_ids)
+        if self.template is not None:                     # the token that closes a turn of the template's form
+            eos.add(self.tokenizer.token_to_id(self.template.end_of_turn))
         GenerationConfig.of(defaults)                     # bad defaults fail here, not at the first call
         self.defaults = defaults
         limit = self.model.config.max_position_embeddings

@@ -111,7 +111,10 @@ _FORMS = _known_forms()
 
 class ChatTemplate:
     """A recognised chat template; render(messages, add_generation_prompt) gives what
-    transformers' apply_chat_template(messages, tokenize=False, ...) gives."""
+    transformers' apply_chat_template(messages, tokenize=False, ...) gives. `end_of_turn`: the
+    token its form closes each turn with (generation stops there)."""
+
+    end_of_turn = "<|im_end|>"                  # ChatML's, the one form recognised
 
     def __init__(self, template: str, *, file: str | None = None, field: str = "chat_template"):
         """`file` and `field`: where the template came from (a GGUF's tokenizer.chat_template, a
