@@ -1,8 +1,9 @@
 """The one list of primitive ops. Everything else is composed from these.
 
 A backend implements each op in its kernel table (`KERNELS: dict[Op, fn]`) and
-may add fused kernels for composites (`FUSED: dict[str, fn]`) as an
-optimisation; a composite checks that table, it never try/excepts.
+may add fused kernels for composites (`FUSED: dict[str, fn]`, named from the declared `FUSED`
+below) as an optimisation; a composite checks that table, it never try/excepts. `check_tables`
+holds each backend to both lists.
 
 Kernel contract (what `run` guarantees a backend):
 - inputs are engine Tensors on that backend, already cast to the op's compute
@@ -93,6 +94,29 @@ class Op(enum.Enum):
     # compute-heavy
     MATMUL = enum.auto()          # (B, M, K) @ (B, K, N) with equal batch shapes
     CONV2D = enum.auto()          # NCHW, input already padded; stride, dilation, groups
+
+
+# The fused kernels a backend may offer, by name (their semantics above), and the quantized ones every
+# backend must: each backend's table is checked against these (check_tables), as its op table is
+# against Op.
+FUSED = frozenset(("mul_add", "hardtanh", "softmax", "layer_norm", "rms_norm", "add_layer_norm", "linear",
+                   "linear_f16w", "conv2d", "gelu", "silu", "silu_mul", "rope", "attention", "linear_q",
+                   "embedding_q"))
+QUANTIZED = frozenset(("linear_q", "embedding_q"))
+
+
+def check_tables(backend: str, kernels: dict, fused: dict) -> None:
+    """A backend's tables as this module declares them: a kernel for every Op, fused kernels only
+    under declared names, and the quantized ones among them (a RuntimeError naming what is off)."""
+    problems = []
+    if set(kernels) != set(Op):
+        problems.append(f"its op table misses {sorted(o.name for o in set(Op) - set(kernels))}")
+    if set(fused) - FUSED:
+        problems.append(f"fused kernels not declared in engine.ops.FUSED: {sorted(set(fused) - FUSED)}")
+    if QUANTIZED - set(fused):
+        problems.append(f"it lacks the quantized kernels {sorted(QUANTIZED - set(fused))}")
+    if problems:
+        raise RuntimeError(f"the {backend} backend's kernel tables are not engine.ops': {'; '.join(problems)}")
 
 
 UNARY = {Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.SIN, Op.COS, Op.TANH, Op.ERF, Op.RECIPROCAL,

@@ -20,12 +20,15 @@ A task module is a module of this package (engine/tasks/<task>.py, the task's na
 - `COMMANDS`: {name: base.Command}, its subcommands of `python -m engine`;
 - `WORKER`: the functions the page's worker exports under their own names (engine/web/worker.py),
   called with the page's message arguments and answering a JSON string; they find their loaded
-  pipeline with state.loaded(task).
+  pipeline with state.loaded(task);
+- `CARD`: where the task's card (web/cards/<task>.html) stands on the page, a number (smaller
+  first); cards of tasks whose module says nothing come last, by name.
 
 Which model serves a task, where its weights are and which module runs it is the registry's
 business (engine/registry.py; each model file declares its entry). The command line, the
 worker's exports and the site's start-up modules are all derived from the modules found here,
-so a new task is a new module: nothing lists the tasks by hand.
+and so is the order of the page's cards (`card_order`): a new task is a new module, and nothing
+lists the tasks by hand.
 
 A task module imports only what every one of its uses needs at its top (NumPy, the engine's
 core, base and state); tokenizers, generation and model code are imported where they are used.
@@ -71,6 +74,12 @@ def modules() -> dict[str, ModuleType]:
                 found[info.name] = module
         _found = found
     return _found
+
+
+def card_order() -> list[str]:
+    """The tasks whose modules place a card, in the order the page shows them (their `CARD`)."""
+    placed = [(module.CARD, name) for name, module in modules().items() if hasattr(module, "CARD")]
+    return [name.replace("_", "-") for _, name in sorted(placed)]
 
 
 def module_for(pipeline: str) -> ModuleType:

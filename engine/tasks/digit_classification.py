@@ -22,6 +22,7 @@ from .base import Command, softmax_rows
 from .image_classification import add_image_arguments, classify_each
 
 TASK = "digit-classification"
+CARD = 1                     # where its card stands on the page (engine.tasks.card_order)
 
 
 def _digit(args) -> int:

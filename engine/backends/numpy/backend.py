@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ops import check_tables
 from . import quantized
 from .kernels import FUSED, KERNELS
+
+check_tables("numpy", KERNELS, FUSED)
 
 # Kernels run with NumPy's floating-point warnings off (1/0 is inf, as in torch, not a warning).
 # `with np.errstate(all="ignore")` costs ~0.8 us natively, more than a small ufunc; NumPy 2 keeps

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from ... import dtypes
-from ...ops import BINARY, REDUCTIONS, UNARY, Op
+from ...ops import BINARY, REDUCTIONS, UNARY, Op, check_tables
 from ..numpy import kernels as numpy_kernels
 from ..numpy.backend import NumpyBackend
 from . import kernels as C
@@ -53,7 +53,6 @@ def _index_copy(dest, index, source, *, dtype, axis):       # in place: float32 
 NUMPY_OPS = UNARY | BINARY | REDUCTIONS | {Op.CONTIGUOUS, Op.WHERE, Op.TOPK, Op.CAT, Op.PAD, Op.INDEX_SELECT}
 KERNELS = {**{op: numpy_kernels.KERNELS[op] for op in NUMPY_OPS},
            Op.MATMUL: _matmul, Op.CONV2D: _conv2d, Op.CAST: _cast, Op.INDEX_COPY: _index_copy}
-assert set(KERNELS) == set(Op), f"simd kernel table misses {set(Op) - set(KERNELS)}"
 
 
 # --- fused kernels (engine.functions / engine.nn.functional call them with float32 tensors) ------------
@@ -131,6 +130,7 @@ FUSED = {**quantized.KERNELS,                    # linear_q, embedding_q (engine
          "mul_add": _mul_add, "hardtanh": _hardtanh, "softmax": _softmax, "layer_norm": _layer_norm,
          "rms_norm": _rms_norm, "linear": _linear, "linear_f16w": _linear, "conv2d": _conv2d_bias, "gelu": _gelu, "silu": _silu,
          "silu_mul": C.silu_mul, "rope": C.rope, "attention": _attention, "add_layer_norm": _add_layer_norm}
+check_tables("simd", KERNELS, FUSED)
 
 
 class SimdBackend(NumpyBackend):

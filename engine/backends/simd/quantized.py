@@ -2,8 +2,8 @@
 
 The weight is GGML's own bytes, as on the numpy backend (simd inherits its quantized_in, so
 moving a QuantizedTensor between the two is free). linear_q multiplies in integers with x
-quantized to int8 per block of 32 (see wasm_kernels/README.md): it agrees with the float32
-product to that precision, not bit for bit. embedding_q dequantizes bit for bit as
+quantized per block of 32 to 14-bit integers held in int16 (see wasm_kernels/README.md): it
+agrees with the float32 product to that precision, not bit for bit. embedding_q dequantizes bit for bit as
 engine.quants.dequantize.
 """
 from __future__ import annotations

@@ -17,7 +17,7 @@ import numpy as np
 from ... import dtypes
 from ...errors import BackendError
 from ...layout import Layout
-from ...ops import Op
+from ...ops import Op, check_tables
 from . import kernels as K
 from . import quantized as Q
 from .gpu import Gpu, GpuBuffer
@@ -392,7 +392,6 @@ KERNELS = {
     Op.CAT: _cat, Op.PAD: _pad, Op.INDEX_SELECT: _index_select, Op.INDEX_COPY: _index_copy,
     Op.MATMUL: _matmul, Op.CONV2D: _conv2d,
 }
-assert set(KERNELS) == set(Op), f"webgpu kernel table misses {set(Op) - set(KERNELS)}"
 
 
 # --- fused kernels (float32 tensors; see engine.ops) --------------------------------------------------
@@ -482,3 +481,5 @@ FUSED = {"mul_add": _mul_add, "hardtanh": _hardtanh, "softmax": _softmax, "layer
          "rms_norm": _norm("rms_norm"), "linear": _linear, "conv2d": _conv2d_fused, "gelu": _gelu,
          "silu": _silu, "attention": _attention, "add_layer_norm": _add_layer_norm, "linear_q": _linear_q,
          "embedding_q": _embedding_q}
+check_tables("webgpu", KERNELS, FUSED)
+
