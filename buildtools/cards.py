@@ -13,9 +13,9 @@ The build writes, from web/index.html and web/pyscript.json:
   page's Python file system (app.py imports it by its section's task);
 - cards/<task>.py, copied as is (the .html files live on only inside index.html).
 
-Cards come in the order of the registry's tasks (models.MODULES, each model's tasks), so the
-first card, the one a bare URL opens, follows the registry; cards of tasks it does not list come
-last, by name. Nothing here or in the page lists tasks by hand.
+Cards come in the order their task modules give (each module's `CARD`, engine.tasks.card_order),
+so the first card is the one a bare URL opens; cards of tasks no module places come last, by name.
+Nothing here or in the page lists tasks by hand.
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ class Card:
 
 
 def find(web: Path, order=()) -> list[Card]:
-    """The cards in web/cards/, checked, in the order of the tasks in `order` (the registry's)."""
+    """The cards in web/cards/, checked, in the order of the tasks in `order` (engine.tasks.card_order)."""
     cards = []
     for page in sorted((web / FOLDER).glob("*.html")):
         where = f"web/{FOLDER}/{page.name}"

@@ -326,8 +326,9 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
         peer_builds.build_peers(b, fetched, root, cache, offline, log)
 
     web = _web_files(root)
-    # the page's cards come in the registry's order of tasks (cards.py)
-    tasks = [task for model in _engine_registry().describe() for task in model["tasks"]]
+    # the page's cards come in the order their task modules give (engine.tasks.card_order, cards.py)
+    from engine.tasks import card_order
+    tasks = card_order()
     b.run(Step("web", {"files": b.files(web, root), "tasks": tasks, "code": _code(cards)},
                lambda out: _copy_web(out, root, web, tasks)))
 

@@ -2,8 +2,8 @@
 
 The wheel is a zip written here directly (no network, no build backend) and is
 deterministic: sorted entries, every timestamp 1980-01-01, fixed permissions.
-It holds `engine/**.py` (and `**.wgsl`) and the model definitions (`models/*.py` except the
-`train_*.py` scripts, which need torch); weights are served separately.
+It holds `engine/**.py` (and `**.wgsl`) and the model definitions (`models/*.py`); weights are
+served separately.
 
 The generated `pyodide-lock.json` is the official one plus an `engine` entry
 shaped like the official pure-Python ones, so the page can call
@@ -27,7 +27,7 @@ from .steps import BuildError
 
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 PACKAGES = ("engine",)                  # shipped whole (every .py below them)
-MODEL_FOLDER = "models"                 # shipped without train_*.py
+MODEL_FOLDER = "models"
 IMPORTS = ["engine", "models"]
 DEPENDS = ["numpy"]                     # Pyodide packages the engine imports (the lock's "depends")
 DISCOVERY_NAME = "engine.json"          # beside the wheel: which wheel is current
@@ -51,7 +51,7 @@ def sources(root: Path) -> list[Path]:
     for package in PACKAGES:
         files += [p for p in (root / package).rglob("*") if p.suffix in (".py", ".wgsl")
                   and "__pycache__" not in p.parts]
-    files += [p for p in (root / MODEL_FOLDER).glob("*.py") if not p.name.startswith("train_")]
+    files += list((root / MODEL_FOLDER).glob("*.py"))
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 
 

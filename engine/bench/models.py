@@ -68,7 +68,7 @@ def _torch_mnist(model):
     """The torch twin with `model`'s weights, or None when torch is not installed."""
     try:
         import torch
-        from models.train_mnist import TorchMnistCNN
+        from .mnist_twin import TorchMnistCNN
     except ImportError:
         return None
     net = TorchMnistCNN().eval()

@@ -153,7 +153,7 @@ ENTRIES = tuple(registry.Model(name=name, tasks=(), pipeline=None, title=name, l
 def test_a_model_file_may_declare_several_entries(tmp_path, monkeypatch):
     package = tmp_path / "two_checkpoints"
     package.mkdir()
-    (package / "__init__.py").write_text('MODULES = ("pair", "single")\n')
+    (package / "__init__.py").write_text('"""Two model files, found by the registry."""\n')
     (package / "pair.py").write_text(textwrap.dedent(MODEL_FILE))
     (package / "single.py").write_text(MODEL_FILE.replace("ENTRIES = tuple(", "ENTRY = next(iter(")
                                        .replace('("small", "large"))', '("only",)))'))

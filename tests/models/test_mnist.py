@@ -5,7 +5,7 @@ import torch
 
 import engine
 from models import mnist_cnn
-from models.train_mnist import TorchMnistCNN
+from engine.bench.mnist_twin import TorchMnistCNN
 from tests.helpers import assert_close
 
 

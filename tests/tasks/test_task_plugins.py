@@ -125,7 +125,7 @@ WORKER = (regress_rows,)
 def plugin(tmp_path):
     """A model package and a task package in tmp_path, and its weights: (env, weights path, W, b)."""
     (tmp_path / "toymodels").mkdir()
-    (tmp_path / "toymodels" / "__init__.py").write_text('MODULES = ("linear_regressor",)\n')
+    (tmp_path / "toymodels" / "__init__.py").write_text('"""A model package of one model file."""\n')
     (tmp_path / "toymodels" / "linear_regressor.py").write_text(MODEL_FILE)
     (tmp_path / "toytasks").mkdir()
     (tmp_path / "toytasks" / "__init__.py").write_text("")
