@@ -16,7 +16,7 @@ from engine.backends.simd import kernels as K
 from engine.backends.simd import quantized as Q
 from tests.kernels.reference import random_blocks
 
-local = library.get()
+local = library.load()
 pool = heap.start(KERNEL_BRIDGE)  # noqa: F821 - set by pool_run.mjs
 pool.min_work = pool.work_per_byte = 0          # every call of a pooled export goes to the pool
 rng = np.random.default_rng(7)

@@ -293,7 +293,7 @@ def mnist_check(rng, errors):
 
 
 def main(arg: str) -> str:
-    lib = library.get()
+    lib = library.load()
     result = {"flavour": lib.flavour, "platform": sys.platform, "devices": engine.available_devices()}
     if arg == "bench":
         from engine.bench.ops import bench_gemm

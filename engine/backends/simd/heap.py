@@ -455,6 +455,6 @@ class NoPool:
 
 def start(bridge) -> HeapLibrary:
     """Make the pool behind `bridge` (web/kernel-bridge.js) run the simd backend's heavy calls."""
-    loaded = HeapLibrary(library.get(), bridge)
+    loaded = HeapLibrary(library.load(), bridge)          # the simd backend, chosen here
     library.use(loaded)
     return loaded

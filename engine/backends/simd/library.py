@@ -263,8 +263,13 @@ async def fetch_kernels(site: str, path: str = PYODIDE_PATH) -> str:
     for name, url in kernel_urls(site):
         try:
             status, headers, data = await transport.get(url)
-        except (ConnectionError, FetchError) as e:     # a refused cross-origin request says so itself
-            failures.append(f"{url}: {e}")
+        except (ConnectionError, FetchError) as e:
+            reason = str(e)
+            if not isinstance(e, runtime.Unexplained) and "TypeError" in reason:     # the browser says nothing
+                host = url.split("/")[2] if url.count("/") >= 2 else url
+                reason += (f" (the browser gives no reason; the likely cause is that {host} does not allow "
+                           f"cross-origin requests (CORS) from this page, or is not reachable)")
+            failures.append(f"{url}: {reason}")
             continue
         if not 200 <= status < 300:
             failures.append(f"{url}: HTTP {status}")
@@ -361,9 +366,19 @@ def unavailable_reason() -> str | None:
     return None if _library is not None else _reason
 
 
+def load() -> Library:
+    """Load the kernels now, as choosing the simd backend does (engine.device.get_backend("simd")),
+    and return them; a BackendError saying why when they cannot be had here."""
+    reason = unavailable_reason()
+    if reason is not None:
+        from ...errors import BackendError
+        raise BackendError(f"the simd kernels are not available: {reason}")
+    return _library
+
+
 def get() -> Library:
     """The loaded kernels: the ops call this, and it never loads anything (the backend's choice
-    did: engine.device.get_backend("simd"))."""
+    did: engine.device.get_backend("simd"), or load())."""
     if _library is None:
         from ...errors import BackendError
         why = _reason if _tried else "they load when the simd backend is chosen (engine.device.get_backend)"
