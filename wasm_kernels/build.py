@@ -18,9 +18,10 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SOURCES = ("gemm.c", "conv.c", "depthwise.c", "norm.c", "attention.c", "convert.c", "quant.c", "quant_small.c",
-           "quant_k.c", "pool.c")
-HEADERS = ("common.h", "gemm.h", "conv.h", "half.h", "quant.h", "pool.h")
+SOURCES = ("gemm.c", "conv.c", "depthwise.c", "norm.c", "attention.c", "convert.c", "quant.c", "quant_acts.c",
+           "quant_small.c", "quant_k.c", "pool.c")
+HEADERS = ("common.h", "gemm.h", "geometry.h", "depthwise.h", "half.h", "quant_common.h", "quant_acts.h", "quant_small.h",
+           "quant_k.h", "pool.h")
 EXPORTS = ("gemm_f32", "gemm_f16w_f32", "im2col_f32", "conv2d_f32", "depthwise_conv2d_f32", "softmax_f32", "layer_norm_f32",
            "rms_norm_f32", "add_layer_norm_f32", "scale_shift_f32", "clamp_f32", "activation_f32", "rope_f32", "silu_mul_f32", "attention_f32",
            "linear_q_f32", "embedding_q_f32", "index_copy_f32", "f16_to_f32", "bf16_to_f32", "f32_to_bf16", "engine_kernels_abi",

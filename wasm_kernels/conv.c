@@ -1,24 +1,12 @@
 /* 2-D convolution, NCHW: im2col + GEMM (any groups), direct 1x1; depthwise in depthwise.c.
  *
  * Padding is explicit (zeros outside the input), so no padded copy is needed; a
- * pre-padded input simply passes zero pads. Output extent per dim:
- * (in + pad_before + pad_after - dilation * (kernel - 1) - 1) / stride + 1.
+ * pre-padded input simply passes zero pads. Output extent per dim: out_extent (geometry.h).
  */
-#include "conv.h"
+#include "depthwise.h"
 #include "gemm.h"
+#include "geometry.h"
 #include "pool.h"
-
-static size_t out_extent(size_t in, size_t before, size_t after, size_t k, size_t s, size_t d) {
-    size_t span = in + before + after, reach = d * (k - 1) + 1;
-    return k == 0 || s == 0 || d == 0 || span < reach ? 0 : (span - reach) / s + 1;
-}
-
-geometry make_geometry(size_t h, size_t w, size_t kh, size_t kw, size_t sh, size_t sw, size_t dh, size_t dw,
-                       size_t pad_top, size_t pad_left, size_t pad_bottom, size_t pad_right) {
-    geometry g = {kh, kw, sh, sw, dh, dw, pad_top, pad_left,
-                  out_extent(h, pad_top, pad_bottom, kh, sh, dh), out_extent(w, pad_left, pad_right, kw, sw, dw)};
-    return g;
-}
 
 /* [*lo, *hi): the o in [0, count) with 0 <= o * s + off < n */
 static void valid_range(ptrdiff_t off, size_t s, size_t n, size_t count, size_t *lo, size_t *hi) {

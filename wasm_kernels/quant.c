@@ -1,14 +1,17 @@
 /* The quantized kernels of engine.ops: linear_q (x times a GGML-quantized weight, transposed)
  * and embedding_q (rows of it, dequantized). The weight is GGML's own bytes, row after row.
  *
- * linear_q quantizes x per block of 32 to 14-bit integers (see quant.h). One row of x (decoding)
+ * linear_q quantizes x per block of 32 to 14-bit integers (quant_acts.c). One row of x (decoding)
  * streams the weight once, unpacking each block as it comes. Several rows of a 32-element block
- * type (a prompt) take the panel path (quant.h): x and each chunk of weight rows are laid out once
- * as int16 panels, then a tile of PANEL_R rows of x times PANEL_C weight rows runs over them with
- * nothing but multiply-adds in its loop. The K-quants run the rows of x four at a time against
- * every weight row of a chunk small enough to stay in cache (each block unpacked once for the
- * four), then the rows left one at a time. */
-#include "quant.h"
+ * type (a prompt) take the panel path (quant_common.h): x and each chunk of weight rows are laid
+ * out once as int16 panels, then a tile of PANEL_R rows of x times PANEL_C weight rows runs over
+ * them with nothing but multiply-adds in its loop. The K-quants run the rows of x four at a time
+ * against every weight row of a chunk small enough to stay in cache (each block unpacked once for
+ * the four), then the rows left one at a time. */
+#include "quant_common.h"
+#include "quant_acts.h"
+#include "quant_k.h"
+#include "quant_small.h"
 #include "pool.h"
 
 #define CHUNK_BYTES 32768            /* weight bytes reused across the rows of x */
@@ -33,138 +36,38 @@ static size_t row_bytes_of(int t, size_t cols) {
     }
 }
 
-typedef int16_t v4i16 __attribute__((vector_size(8)));
-typedef int16_t v4i16_u __attribute__((vector_size(8), aligned(1), may_alias));
-
-static inline size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
-
-/* where the parts of a quantized row of x go (quant.h's acts), for nb blocks of 32 */
-static acts act_layout(size_t nb) {
-    acts a;
-    a.base = 0;
-    a.dx = round16(nb * 32 * 2);
-    a.xs = a.dx + round16(4 * nb);
-    a.s32 = a.xs + round16(4 * nb);
-    a.s16 = a.s32 + round16(4 * nb);
-    a.stride = a.s16 + round16(8 * nb);
-    return a;
-}
-
-/* x rounded to nearest even (|x| < 2^22) */
-static inline v4i round4(v4f x) {
-    return (v4i)(x + splat(12582912.0f)) - (v4i)splat(12582912.0f);
-}
-
-/* A block of 32 x -> q = round(x / dx) with dx = max|x| / QMAX (|q| <= QMAX): q[k] holds elements
- * 4k..4k+3; sum(q) over elements 0-15 in *lo, 16-31 in *hi. A block holding inf or NaN gets
- * dx = NaN, so that what it touches is NaN. */
-static inline float quantize_block(const float *x, v4i q[8], int32_t *lo, int32_t *hi) {
-    v4f v[8], amax = splat(0.0f);
-    v4i finite = splati(-1);
-    for (int k = 0; k < 8; ++k) {
-        v[k] = load4(x + 4 * k);
-        v4f m = (v4f)((v4i)v[k] & 0x7fffffff);                 /* |x| */
-        finite &= m <= splat(3.4028234664e38f);                 /* false for inf and NaN */
-        amax = select4(m > amax, m, amax);
-    }
-    float top = hmax4(amax), dx, inverse;
-    if (top < 0x1p-100f) {              /* a tiny block is scaled by 2^100 first (exactly), so that QMAX / max stays finite */
-        for (int k = 0; k < 8; ++k) v[k] *= splat(0x1p100f);
-        dx = top * 0x1p100f / (float)QMAX * 0x1p-100f;
-        inverse = top > 0.0f ? (float)QMAX / (top * 0x1p100f) : 0.0f;
-    } else {
-        dx = top / (float)QMAX;
-        inverse = (float)QMAX / top;
-    }
-    if (!all4(finite)) {
-        dx = __builtin_nanf("");
-        inverse = 0.0f;
-    }
-    v4i sums[2] = {splati(0), splati(0)};
-    for (int k = 0; k < 8; ++k) {
-        q[k] = round4(v[k] * splat(inverse));
-        sums[k / 4] += q[k];
-    }
-    *lo = sums[0][0] + sums[0][1] + sums[0][2] + sums[0][3];
-    *hi = sums[1][0] + sums[1][1] + sums[1][2] + sums[1][3];
-    return dx;
-}
-
-/* Row x (nb blocks of 32) -> quantized row r of a (quant.h's acts) */
-static void quantize_row(size_t nb, const float *x, const acts *a, size_t r) {
-    uint8_t *row = (uint8_t *)a->base + r * a->stride;
-    float *dxs = (float *)(row + a->dx), *xss = (float *)(row + a->xs);
-    int32_t *s32 = (int32_t *)(row + a->s32), *s16 = (int32_t *)(row + a->s16);
-    for (size_t j = 0; j < nb; ++j, x += 32) {
-        v4i q[8];
-        int32_t lo, hi;
-        float dx = quantize_block(x, q, &lo, &hi);
-        for (int k = 0; k < 8; k += 2) {                /* per 16: the evens, then the odds */
-            int16_t *out = (int16_t *)row + 32 * j + 16 * (k / 4) + 4 * (k / 2 % 2);
-            *(v4i16_u *)out = __builtin_convertvector(__builtin_shufflevector(q[k], q[k + 1], 0, 2, 4, 6), v4i16);
-            *(v4i16_u *)(out + 8) = __builtin_convertvector(__builtin_shufflevector(q[k], q[k + 1], 1, 3, 5, 7), v4i16);
-        }
-        s16[2 * j] = lo;
-        s16[2 * j + 1] = hi;
-        s32[j] = lo + hi;
-        dxs[j] = dx;
-        xss[j] = dx * (float)(lo + hi);
-    }
-}
-
-/* --- many rows of x: panels (quant.h) ------------------------------------------------------------ */
+/* --- many rows of x: panels (quant_common.h) ----------------------------------------------------- */
 #define PANEL_MIN_ROWS 2          /* one row of x (decoding) streams the weight instead (no reuse to pay for unpacking) */
 #define PANEL_R 5                 /* rows of x per tile */
 #define PANEL_C 2                 /* weight rows per tile */
 #define PANEL_CHUNK_BYTES 98304   /* unpacked weight rows per chunk (L2-resident, reused by every tile of x) */
 _Static_assert(PANEL_R * PANEL_C <= 16, "the float sums of a tile share 16 vectors of scratch with quantize_panel_row");
 
-/* Row x (nb blocks of 32) -> row k of a panel of K rows (quant.h): q of each block
- * (quantize_block) in quant.h's order; per lane dx and dx * sum(q) of its block. A group of 4
- * blocks goes through `evens` (scratch for 16 vectors): each block's evens and odds of elements
- * 0-15 and 16-31 (32-bit lane l of those: elements 4l, 4l+2 / 4l+1, 4l+3 / 16 + ...), then the
- * four blocks' vectors transposed (lane i = block i), as the weights' nibbles are. */
-static void quantize_panel_row(size_t nb, const float *x, uint8_t *panel, size_t K, size_t k, v4u *evens) {
-    for (size_t g = 0; g < panel_groups(nb); ++g) {
-        const size_t blocks = group_blocks(nb, g), first = group_first(nb, g);
-        uint8_t *values = panel + panel_values(nb, K, k, g);
-        v4f dx = splat(0.0f), xs = splat(0.0f);
-        for (size_t i = 0; i < blocks; ++i) {
-            v4i q[8];
-            int32_t lo, hi;
-            const float d = quantize_block(x + 32 * (first + i), q, &lo, &hi);
-            const size_t lane = i * 4 / blocks;                 /* the block's first lane */
-            for (size_t l = lane; l < lane + 4 / blocks; ++l) {
-                dx[l] = d;
-                xs[l] = d * (float)(lo + hi);
-            }
-            if (blocks == 4) {                       /* evens, odds of 0-15, then of 16-31 */
-                for (int h = 0; h < 2; ++h) {
-                    const v4i *p = q + 4 * h;
-                    evens[4 * (2 * h) + i] = (v4u)narrow16(__builtin_shufflevector(p[0], p[1], 0, 2, 4, 6),
-                                                           __builtin_shufflevector(p[2], p[3], 0, 2, 4, 6));
-                    evens[4 * (2 * h + 1) + i] = (v4u)narrow16(__builtin_shufflevector(p[0], p[1], 1, 3, 5, 7),
-                                                               __builtin_shufflevector(p[2], p[3], 1, 3, 5, 7));
-                }
-            } else {                                 /* per 8 (2 blocks, 4 lanes each) or 16 elements: evens, odds */
-                for (int e = 0; e < 8; e += 2) {
-                    v4i16 even = __builtin_convertvector(__builtin_shufflevector(q[e], q[e + 1], 0, 2, 4, 6), v4i16);
-                    v4i16 odd = __builtin_convertvector(__builtin_shufflevector(q[e], q[e + 1], 1, 3, 5, 7), v4i16);
-                    const size_t v = blocks == 2 ? e : 2 * (e / 4), half = blocks == 2 ? i : e / 2 % 2;
-                    *(v4i16_u *)(values + 16 * K * v + 8 * half) = even;
-                    *(v4i16_u *)(values + 16 * K * (v + 1) + 8 * half) = odd;
-                }
-            }
-        }
-        if (blocks == 4)
-            for (size_t c = 0; c < 4; ++c) {         /* vectors 4l + c */
-                v4u t[4];
-                transpose_words(evens + 4 * c, t);
-                for (size_t l = 0; l < 4; ++l) *(v4u *)(values + 16 * K * (4 * l + c)) = t[l];
-            }
-        store4((float *)(panel + panel_scales(nb, K, k, g)), dx);
-        store4((float *)(panel + panel_mins(nb, K, k, g)), xs);
-    }
+/* The panels must give what the one-row path gives, bit for bit: a prompt fed whole and the same
+ * tokens fed one by one (a chat reusing its cache) must not drift apart. So a group of 2 or 1
+ * blocks, whose vectors spread a block over 4 / blocks lanes, has its sums (integers: exact) and
+ * its scales gathered to one lane per block, block b in lane b % 4 with zeros elsewhere, before
+ * any float arithmetic, as rows_of has them; and a row's 4 lanes are summed as hsum4 does. */
+static inline v4i tail_sums(v4i s, size_t blocks, size_t lane) {
+    if (blocks == 2) return hadd4(s, splati(0));                 /* (b0, b1, 0, 0) */
+    v4i t = splati(0);
+    t[lane] = (s[0] + s[1]) + (s[2] + s[3]);
+    return t;
+}
+/* v: a tail group's per-lane scales, repeated over a block's lanes or in its first lane only */
+static inline v4f tail_scales(v4f v, size_t blocks, size_t lane) {
+    if (blocks == 2) return __builtin_shufflevector(v, splat(0.0f), 0, 2, 4, 4);
+    v4f t = splat(0.0f);
+    t[lane] = v[0];
+    return t;
+}
+/* hsum4 of a, b, c, e in one vector: lane i = (v0 + v2) + (v1 + v3) of the i-th */
+static inline v4f hsum4x4(v4f a, v4f b, v4f c, v4f e) {
+    v4f ab02 = __builtin_shufflevector(a, b, 0, 4, 2, 6), ce02 = __builtin_shufflevector(c, e, 0, 4, 2, 6);
+    v4f ab13 = __builtin_shufflevector(a, b, 1, 5, 3, 7), ce13 = __builtin_shufflevector(c, e, 1, 5, 3, 7);
+    v4f even = __builtin_shufflevector(ab02, ce02, 0, 1, 4, 5) + __builtin_shufflevector(ab02, ce02, 2, 3, 6, 7);
+    v4f odd = __builtin_shufflevector(ab13, ce13, 0, 1, 4, 5) + __builtin_shufflevector(ab13, ce13, 2, 3, 6, 7);
+    return even + odd;
 }
 
 /* y[r * y_row + c] = (x row r) . (weight row c) + bias[c], r < R, c < C, from a panel of R rows of

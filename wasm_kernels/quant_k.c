@@ -1,8 +1,9 @@
 /* The K-quants: super-blocks of 256 elements in sub-blocks of 16 (Q2_K, Q3_K, Q6_K) or 32
  * (Q4_K, Q5_K) with integer scales (and mins) under f16 super-scales (layouts: engine/quants.py).
- * Products take a super-block as two groups of 4 blocks of 32 (see quant.h): the sub-block
- * scales multiply the exact int32 sums per sub-block, the super-scales the group's 4 sums. */
-#include "quant.h"
+ * Products take a super-block as two groups of 4 blocks of 32 (see quant_common.h): the
+ * sub-block scales multiply the exact int32 sums per sub-block, the super-scales the group's 4
+ * sums. */
+#include "quant_k.h"
 
 #define INLINE static inline __attribute__((always_inline))
 

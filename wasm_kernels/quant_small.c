@@ -1,6 +1,6 @@
 /* The GGML types of 32-element blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (layouts: engine/quants.py).
- * Products take the blocks 4 at a time (see quant.h); dequantization one block at a time. */
-#include "quant.h"
+ * Products take the blocks 4 at a time (see quant_common.h); dequantization one block at a time. */
+#include "quant_small.h"
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -115,17 +115,17 @@ void small_rows(int type, size_t r, const uint8_t *w, size_t count, size_t row_b
     }
 }
 
-/* --- panels (quant.h): weight rows unpacked once for many rows of x ------------------------------ */
+/* --- panels (quant_common.h): weight rows unpacked once for many rows of x ----------------------- */
 /* the even and the odd bytes of v's 16-bit lanes as int16 (signed bytes sign-extended) */
 INLINE v8i16 even_bytes(v4u v, int sign) { return sign ? ((v8i16)v << 8) >> 8 : (v8i16)v & 0xff; }
 INLINE v8i16 odd_bytes(v4u v, int sign) { return sign ? (v8i16)v >> 8 : (v8i16)((v8u16)v >> 8); }
 
-/* 16 int16 vectors from 4 blocks at b (bs bytes apart) in quant.h's order, offsets subtracted, to
- * values (vectors `step` bytes apart). Q4_0/Q4_1: the nibble bytes themselves transposed (32-bit
- * lane i = block i), then each 16-bit lane's 4 nibbles shifted and masked out. Otherwise the
- * blocks unpacked as for the products (elements 0-15, 16-31 as bytes), each half transposed and
- * its even and odd bytes widened. Each half is stored before the next is made: V8 keeps fewer
- * vectors live. */
+/* 16 int16 vectors from 4 blocks at b (bs bytes apart) in quant_common.h's order, offsets
+ * subtracted, to values (vectors `step` bytes apart). Q4_0/Q4_1: the nibble bytes themselves
+ * transposed (32-bit lane i = block i), then each 16-bit lane's 4 nibbles shifted and masked out.
+ * Otherwise the blocks unpacked as for the products (elements 0-15, 16-31 as bytes), each half
+ * transposed and its even and odd bytes widened. Each half is stored before the next is made: V8
+ * keeps fewer vectors live. */
 INLINE void group4(int t, const uint8_t *b, size_t bs, uint8_t *values, size_t step) {
     const int sign = t == Q8_0;
     const v8i16 offset = (v8i16){0, 0, 0, 0, 0, 0, 0, 0} + (int16_t)offset_of(t);
@@ -197,8 +197,8 @@ INLINE void group_scales(int t, const uint8_t *b, size_t bs, size_t blocks, uint
     store4((float *)(scales + 16 * K), m);
 }
 
-/* Weight rows to panels (quant.h), group by group: the values (group4, group_tail), then the
- * scales. Offsets are subtracted from the values (signed int16 from then on), so the products
+/* Weight rows to panels (quant_common.h), group by group: the values (group4, group_tail), then
+ * the scales. Offsets are subtracted from the values (signed int16 from then on), so the products
  * need no sum(q) correction. */
 INLINE void panel_of(int t, const uint8_t *w, size_t count, size_t row_bytes, size_t nb, uint8_t *out, size_t K) {
     const size_t bs = block_bytes(t), stride = panel_stride(nb);

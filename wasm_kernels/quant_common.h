@@ -1,5 +1,5 @@
-/* Internal interface of the quantized kernels (quant.c drives, quant_small.c and quant_k.c
- * know the GGML block layouts; engine/quants.py documents them). Not exported.
+/* What the quantized kernels share (not exported): quant.c drives, quant_acts.c quantizes x,
+ * quant_small.c and quant_k.c know the GGML block layouts (engine/quants.py documents them).
  *
  * The products run in integers, as llama.cpp's do: each row of x is quantized per 32
  * elements to 14-bit integers in int16 with one float scale dx (x ~ dx * q, |q| <= QMAX),
@@ -8,8 +8,8 @@
  * pmaddwd natively), which the block scales turn into float32 at once (one f32x4 multiply-add
  * per 128 weights). wasm_kernels/README.md has the whole story.
  */
-#ifndef ENGINE_KERNELS_QUANT_H
-#define ENGINE_KERNELS_QUANT_H
+#ifndef ENGINE_KERNELS_QUANT_COMMON_H
+#define ENGINE_KERNELS_QUANT_COMMON_H
 
 /* The dequantizers (embedding_q_f32) must round after every multiply and add, as NumPy does:
  * no contraction into fused multiply-adds where the target has them (clang contracts within an
@@ -170,34 +170,7 @@ static inline void pin(v4i v) {
     (void)v;
 }
 
-/* --- quantized rows of x ----------------------------------------------------------------------- */
-/* Row r of x, quantized, at base + r * stride: the values (cols int16, each 16 as evens then
- * odds: see dot16), then per block of 32 the scale dx (float), the sum of the
- * dequantized values dx * sum(q) (float) and sum(q) (int32), then sum(q) per 16 (int32). */
-typedef struct {
-    const uint8_t *base;
-    size_t stride, dx, xs, s32, s16;    /* bytes */
-} acts;
-
-static inline const uint8_t *act_q(const acts *a, size_t r, size_t element) {
-    return a->base + r * a->stride + 2 * element;
-}
-static inline const float *act_dx(const acts *a, size_t r) { return (const float *)(a->base + r * a->stride + a->dx); }
-static inline const float *act_xs(const acts *a, size_t r) { return (const float *)(a->base + r * a->stride + a->xs); }
-static inline const int32_t *act_s32(const acts *a, size_t r) {
-    return (const int32_t *)(a->base + r * a->stride + a->s32);
-}
-static inline const int32_t *act_s16(const acts *a, size_t r) {
-    return (const int32_t *)(a->base + r * a->stride + a->s16);
-}
-/* count (<= 4) int32 from p, zeros after */
-static inline v4i gather_i32(const int32_t *p, size_t count) {
-    if (count >= 4) return load_i32x4(p);
-    v4i v = splati(0);
-    for (size_t i = 0; i < count; ++i) v[i] = p[i];
-    return v;
-}
-
+/* --- rows of x against weight rows: the *_rows dispatchers (quant_small.c, quant_k.c) ----------- */
 /* rows of x multiplied together by the K-quants, each weight block unpacked once for them (2
  * measured the same); the 32-element types take several rows through the panels below */
 #define ROWS_AT_ONCE 4
@@ -259,46 +232,5 @@ static inline size_t panel_scales(size_t nb, size_t K, size_t k, size_t g) {
     return panel_values(nb, K, k, g) + 64 * K * group_blocks(nb, g);
 }
 static inline size_t panel_mins(size_t nb, size_t K, size_t k, size_t g) { return panel_scales(nb, K, k, g) + 16 * K; }
-
-/* The panels must give what the one-row path gives, bit for bit: a prompt fed whole and the same
- * tokens fed one by one (a chat reusing its cache) must not drift apart. So a group of 2 or 1
- * blocks, whose vectors spread a block over 4 / blocks lanes, has its sums (integers: exact) and
- * its scales gathered to one lane per block, block b in lane b % 4 with zeros elsewhere, before
- * any float arithmetic, as rows_of has them; and a row's 4 lanes are summed as hsum4 does. */
-static inline v4i tail_sums(v4i s, size_t blocks, size_t lane) {
-    if (blocks == 2) return hadd4(s, splati(0));                 /* (b0, b1, 0, 0) */
-    v4i t = splati(0);
-    t[lane] = (s[0] + s[1]) + (s[2] + s[3]);
-    return t;
-}
-/* v: a tail group's per-lane scales, repeated over a block's lanes or in its first lane only */
-static inline v4f tail_scales(v4f v, size_t blocks, size_t lane) {
-    if (blocks == 2) return __builtin_shufflevector(v, splat(0.0f), 0, 2, 4, 4);
-    v4f t = splat(0.0f);
-    t[lane] = v[0];
-    return t;
-}
-/* hsum4 of a, b, c, e in one vector: lane i = (v0 + v2) + (v1 + v3) of the i-th */
-static inline v4f hsum4x4(v4f a, v4f b, v4f c, v4f e) {
-    v4f ab02 = __builtin_shufflevector(a, b, 0, 4, 2, 6), ce02 = __builtin_shufflevector(c, e, 0, 4, 2, 6);
-    v4f ab13 = __builtin_shufflevector(a, b, 1, 5, 3, 7), ce13 = __builtin_shufflevector(c, e, 1, 5, 3, 7);
-    v4f even = __builtin_shufflevector(ab02, ce02, 0, 1, 4, 5) + __builtin_shufflevector(ab02, ce02, 2, 3, 6, 7);
-    v4f odd = __builtin_shufflevector(ab13, ce13, 0, 1, 4, 5) + __builtin_shufflevector(ab13, ce13, 2, 3, 6, 7);
-    return even + odd;
-}
-
-/* --- what quant_small.c and quant_k.c provide ------------------------------------------------ */
-/* y[(r0 + i) * y_row + n] = (weight row n) . (x row r0 + i) + bias[n] for n < count, i < r
- * (r is 1 or 4); weight rows row_bytes apart, nb blocks of 32 each */
-void small_rows(int type, size_t r, const uint8_t *w, size_t count, size_t row_bytes, size_t nb, const acts *a,
-                size_t r0, const float *bias, float *y, size_t y_row);
-void k_rows(int type, size_t r, const uint8_t *w, size_t count, size_t row_bytes, size_t nb, const acts *a,
-            size_t r0, const float *bias, float *y, size_t y_row);
-/* weight rows 0..count-1 (row_bytes apart, nb blocks of 32 each) as panels of K rows (the last one
- * of the rows left) from out, one after the other */
-void small_panel(int type, const uint8_t *w, size_t count, size_t row_bytes, size_t nb, uint8_t *out, size_t K);
-/* one row of `nb` blocks of 32 dequantized to out, bit for bit as engine.quants.dequantize */
-void small_dequantize(int type, const uint8_t *w, size_t nb, float *out);
-void k_dequantize(int type, const uint8_t *w, size_t nb, float *out);
 
 #endif

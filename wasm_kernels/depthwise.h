@@ -1,16 +1,9 @@
-/* Internal interface of the convolution kernels (not exported). */
-#ifndef ENGINE_KERNELS_CONV_H
-#define ENGINE_KERNELS_CONV_H
+/* Internal interface of the direct depthwise convolution (depthwise.c), which conv2d_f32 runs
+ * when groups == channels (not exported). */
+#ifndef ENGINE_KERNELS_DEPTHWISE_H
+#define ENGINE_KERNELS_DEPTHWISE_H
 
-#include "common.h"
-
-/* kernel, stride, dilation, leading pads and the output extent of a 2-D convolution */
-typedef struct {
-    size_t kh, kw, sh, sw, dh, dw, pad_top, pad_left, ho, wo;
-} geometry;
-
-geometry make_geometry(size_t h, size_t w, size_t kh, size_t kw, size_t sh, size_t sw, size_t dh, size_t dw,
-                       size_t pad_top, size_t pad_left, size_t pad_bottom, size_t pad_right);
+#include "geometry.h"
 
 /* floats of scratch one part of depthwise_run needs for (h, w) planes */
 size_t depthwise_scratch(size_t h, size_t w, const geometry *g);
