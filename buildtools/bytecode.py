@@ -52,11 +52,12 @@ GENERAL = ("engine.web.worker",
 def start_modules() -> tuple[str, ...]:
     """The modules bytecode.mjs imports, so compiles, for the worker's start: GENERAL, every model
     file of the registry (the worker's first answer describes every entry, which imports them),
-    and the task modules of the registry's first task: the first card's, whose model the start
-    loads. Other tasks' models, tokenizers and generation load, from source, when their card
-    opens."""
+    and the task modules of the first card's task (engine.tasks.page_listing), whose model the
+    start loads. Other tasks' models, tokenizers and generation load, from source, when their
+    card opens."""
     from engine import registry, tasks
-    first, entry = next(iter(registry.tasks().items()))
+    first = tasks.page_listing()[0]["tasks"][0]
+    entry = registry.for_task(first)
     first_task = [tasks.module_for(entry.pipeline).__name__]
     own = tasks.modules().get(first.replace("-", "_"))       # the task's own commands and entry points
     if own is not None and own.__name__ not in first_task:

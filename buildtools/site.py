@@ -191,9 +191,9 @@ def weights_step(b: Builder, model, root: Path, cache: Path, offline: bool, max_
     """Bring dist/models/<name>/ of one registry entry up to date (convert.write_model)."""
     # our safetensors writer and reader (and the dtype codes) shape the weight files; a GGUF
     # is checked by our reader and described by the manifest code
-    io = root / "engine" / "io"
-    writer_code = {"safetensors": [io / "safetensors.py", root / "engine" / "dtypes.py"],
-                   "gguf": [io / "gguf.py", io / "manifest.py", root / "engine" / "quants.py"]}
+    formats, site = root / "engine" / "formats", root / "engine" / "site"
+    writer_code = {"safetensors": [formats / "safetensors.py", root / "engine" / "dtypes.py"],
+                   "gguf": [formats / "gguf.py", site / "manifest.py", root / "engine" / "quants.py"]}
     sources = convert.locate(model, root, cache, offline)
     missing = [p for p in sources if not p.is_file()]
     if missing:
@@ -208,7 +208,7 @@ def weights_step(b: Builder, model, root: Path, cache: Path, offline: bool, max_
     if len(parts) > 1:
         inputs["entry"]["parts"] = list(parts)
     if model.site_format == "safetensors" and convert.checkpoint_format(model, convert.checkpoint_head(model, sources)) == "ctranslate2":
-        inputs["reader"] = b.files([io / "ctranslate2.py"], root)
+        inputs["reader"] = b.files([formats / "ctranslate2.py"], root)
     if model.convert is not None:               # the model file's renames and splits
         inputs["convert"] = {"function": model.convert.__qualname__,
                              "file": b.digest(Path(sys.modules[model.convert.__module__].__file__))}

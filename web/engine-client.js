@@ -67,7 +67,7 @@ class EngineClient {
   }
 
   // `tasks`: the task whose model the worker loads as it starts (the page's opened card), then the
-  // ones to try if the site does not serve it; none: the registry's first task. `threads`: how many
+  // ones to try if the site does not serve it; none: the first card's task. `threads`: how many
   // threads its kernels should run on (1 unless the page is cross-origin isolated); the boot's reply
   // says how many it got (`threads: {requested, used, reason}`).
   async init(backend, kernels = null, tasks = null, threads = 1) {

@@ -354,7 +354,8 @@ async function boot(backend, kernels, tasks, threads) {
   const weights = (loaded, total) =>
     self.postMessage({ type: "progress", stage: "weights", loaded, total });
   // the first model: the opened card's task (`tasks`, the page's cards with it first) that the site
-  // serves, else the registry's first task; other cards load theirs when opened (loadTask)
+  // serves, else the first card's (the registry in the page's order: engine.tasks.page_listing); other
+  // cards load theirs when opened (loadTask)
   const served = new Set(registry.flatMap((model) => model.tasks));
   const task = (tasks || []).find((name) => served.has(name)) || registry[0].tasks[0];
   const info = JSON.parse(await api.load(task, device, BASE, weights));

@@ -82,6 +82,16 @@ def card_order() -> list[str]:
     return [name.replace("_", "-") for _, name in sorted(placed)]
 
 
+def page_listing() -> list[dict]:
+    """The registry as the page sees it (engine.registry.describe): each model at the card of its
+    first task that has one, in card_order; models of tasks without a card after them, as the
+    registry lists them. Its first model's first task is what the page starts with."""
+    from .. import registry
+    position = {task: i for i, task in enumerate(card_order())}
+    return sorted(registry.describe(),
+                  key=lambda m: min((position[t] for t in m["tasks"] if t in position), default=len(position)))
+
+
 def module_for(pipeline: str) -> ModuleType:
     """The task module named by a registry entry's `pipeline` field ("image-classification")."""
     name = pipeline.replace("-", "_")

@@ -65,9 +65,8 @@ async def load(task: str, device: str | None, base_url: str, progress=None) -> s
 
 
 def tasks() -> str:
-    """The registry as the page sees it (engine.registry.describe)."""
-    from engine import registry
-    return json.dumps(registry.describe())
+    """The registry as the page sees it, models in the order of their cards (engine.tasks.page_listing)."""
+    return json.dumps(_tasks.page_listing())
 
 
 def pipeline(task: str = "digit-classification"):
