@@ -50,8 +50,9 @@ GENERAL = ("engine.web.worker",
 
 
 def start_modules() -> tuple[str, ...]:
-    """The modules bytecode.mjs imports, so compiles, for the worker's start: GENERAL, every model
-    file of the registry (the worker's first answer describes every entry, which imports them),
+    """The modules bytecode.mjs imports, so compiles, for the worker's start: GENERAL, every module
+    of the model package (the worker's first answer describes every entry: finding the model
+    files imports them all, helpers too),
     and the task modules of the first card's task (engine.tasks.page_listing), whose model the
     start loads. Other tasks' models, tokenizers and generation load, from source, when their
     card opens."""
@@ -62,7 +63,7 @@ def start_modules() -> tuple[str, ...]:
     own = tasks.modules().get(first.replace("-", "_"))       # the task's own commands and entry points
     if own is not None and own.__name__ not in first_task:
         first_task.append(own.__name__)
-    return (*GENERAL, *registry.model_modules(), *first_task)
+    return (*GENERAL, *registry.package_modules(), *first_task)
 
 
 def __getattr__(name: str):

@@ -64,8 +64,9 @@ def _engine():
 
 
 def models() -> dict:
-    """The registry's models by name (engine.registry)."""
-    return _engine().registry.models()
+    """The registry's models by name (engine.registry), in the page's order (engine.tasks.page_listing)."""
+    engine = _engine()
+    return {m["name"]: engine.registry.model(m["name"]) for m in engine.tasks.page_listing()}
 
 
 def locate(entry, root: Path, cache: Path, offline: bool) -> list[Path]:

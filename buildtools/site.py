@@ -95,11 +95,6 @@ def _copy_speech_samples(out: Path, files: list[Path], kind: str = "speech") -> 
         shutil.copyfile(path, folder / path.name)
 
 
-def _engine_registry():
-    from engine import registry
-    return registry
-
-
 def _shown(path: Path, root: Path) -> str:
     return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
@@ -162,6 +157,15 @@ def _copy_web(out: Path, root: Path, files: list[Path], tasks: list[str]) -> Non
         target.write_bytes(path.read_bytes())
     if assembled:
         cards.write(out, web, tasks)
+
+
+def _registry_step(b: Builder) -> None:
+    """dist/registry.json: the registry as the page sees it (engine.tasks.page_listing: models in
+    the order of their cards, what the page starts with first)."""
+    from engine.tasks import page_listing
+    listing = page_listing()
+    b.run(Step("registry", {"registry": listing},
+               lambda out: (out / "registry.json").write_text(json.dumps(listing, indent=1) + "\n")))
 
 
 def build_info(b: Builder, engine_version: str, models: list[str]) -> dict:
@@ -232,9 +236,7 @@ def build_models(dist: Path, cache: Path, names: list[str], offline: bool = Fals
     b = Builder(dist, log=log, force=force)
     for name in names:
         weights_step(b, known[name], root, cache, offline, max_shard_kb)
-    listing = _engine_registry().describe()
-    b.run(Step("registry", {"registry": listing},
-               lambda out: (out / "registry.json").write_text(json.dumps(listing, indent=1) + "\n")))
+    _registry_step(b)
     b.finish()
     return b
 
@@ -336,9 +338,7 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
     b.run(Step("build-info", {"info": info},
                lambda out: (out / "build-info.json").write_text(json.dumps(info, indent=1) + "\n")))
     # the registry for the page: which card runs which task on which model (engine/registry.py)
-    listing = _engine_registry().describe()
-    b.run(Step("registry", {"registry": listing},
-               lambda out: (out / "registry.json").write_text(json.dumps(listing, indent=1) + "\n")))
+    _registry_step(b)
     # last: the .gz copies of what the steps above made (compress.py says which files)
     made = {rel: b.outputs(step)[rel] for rel, step in b.claimed.items()}
     packed = compress.candidates(made) if stored else []

@@ -149,10 +149,14 @@ def module_entries(module) -> tuple[Model, ...]:
 def model_modules() -> tuple[str, ...]:
     """The model files the registry reads, as module names ("models.bert", ...), by name: every
     module of the model package that declares an ENTRY or ENTRIES (the others are its helpers)."""
+    return tuple(name for name in package_modules() if _declares_entries(importlib.import_module(name)))
+
+
+def package_modules() -> tuple[str, ...]:
+    """Every module of the model package, by name: what finding the model files imports."""
     package = importlib.import_module(MODEL_PACKAGE)
-    names = sorted(f"{MODEL_PACKAGE}.{info.name}" for info in pkgutil.iter_modules(package.__path__)
-                   if not info.name.startswith("_"))
-    return tuple(name for name in names if _declares_entries(importlib.import_module(name)))
+    return tuple(sorted(f"{MODEL_PACKAGE}.{info.name}" for info in pkgutil.iter_modules(package.__path__)
+                        if not info.name.startswith("_")))
 
 
 def _declares_entries(module) -> bool:

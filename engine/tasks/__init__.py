@@ -83,13 +83,22 @@ def card_order() -> list[str]:
 
 
 def page_listing() -> list[dict]:
-    """The registry as the page sees it (engine.registry.describe): each model at the card of its
-    first task that has one, in card_order; models of tasks without a card after them, as the
-    registry lists them. Its first model's first task is what the page starts with."""
+    """The registry as the page sees it (engine.registry.describe): model files in the order of
+    their first card (card_order, over the tasks of all their entries), each file's entries in its
+    own order; models of files whose tasks have no card after them, as the registry lists them.
+    Its first model's first task is what the page starts with."""
     from .. import registry
     position = {task: i for i, task in enumerate(card_order())}
-    return sorted(registry.describe(),
-                  key=lambda m: min((position[t] for t in m["tasks"] if t in position), default=len(position)))
+    entries = registry.models()
+    first: dict = {}                        # model file -> the position of its first card
+    for entry in entries.values():
+        at = min((position[t] for t in entry.tasks if t in position), default=len(position))
+        first[_file(entry)] = min(first.get(_file(entry), at), at)
+    return sorted(registry.describe(), key=lambda m: first[_file(entries[m["name"]])])
+
+
+def _file(entry) -> str | None:
+    return entry.load.__module__ if entry.load is not None else entry.name
 
 
 def module_for(pipeline: str) -> ModuleType:
