@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 import engine
-from buildtools import site
+from buildtools import convert, site
 from buildtools.fetch import FetchFailed, pip_download
 from buildtools.steps import STATE_NAME, BuildError
 from tests.helpers import build_lock
 
 ROOT = Path(__file__).resolve().parents[2]
-WEIGHTS = [f"weights/{name}" for name in engine.registry.models()]      # one step per registered model
+WEIGHTS = [f"weights/{name}" for name in convert.models()]      # one step per registered model, in the build's order
 STEPS = ["pyodide", "pyscript", "micropython", "engine", "bytecode", "lab", *WEIGHTS, "kernels", "samples", "speech-samples",
          "detection-samples", "web", "build-info", "registry", "compress", "service-worker"]
 
