@@ -1,6 +1,7 @@
 """Build the static site into dist/, or serve it.
 
     python build.py [--offline] [--cache DIR] [--dist DIR (alias --out)] [--max-shard-kb N] [--force] [--peers]
+                    [--skip-models NAME,...]
     python build.py --models NAME,... [--offline] ...     only those models' weights, into a built dist/
     python build.py serve [--port 8000] [--host 127.0.0.1] [--no-isolation] [--offline] ...
 
@@ -37,6 +38,9 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default=None, metavar="NAME,...",
                     help="build only these models' weights (dist/models/<name>/) and registry.json into a "
                          "site built before; every other file of dist/ stays as it is")
+    ap.add_argument("--skip-models", default="", metavar="NAME,...",
+                    help="leave these models' weights out of the site (not fetched, not listed in registry.json); "
+                         "`--models NAME` adds one later")
     ap.add_argument("--peers", action="store_true",
                     help="also put the bench page's peers in dist/peers/: llama.cpp in WebAssembly (npm "
                          "@wllama/wllama), ONNX Runtime Web (npm onnxruntime-web, WASM) and EfficientNet-Lite0 and "
@@ -61,7 +65,8 @@ def main(argv=None) -> int:
                               force=args.force, root=ROOT)
         else:
             site.build(args.dist, args.cache, offline=args.offline, max_shard_kb=args.max_shard_kb,
-                       force=args.force, root=ROOT, peers=args.peers, plain_host=args.plain_host)
+                       force=args.force, root=ROOT, peers=args.peers, plain_host=args.plain_host,
+                       skip_models=[n for n in args.skip_models.split(",") if n])
     except (FetchFailed, BuildError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

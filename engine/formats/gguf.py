@@ -26,6 +26,7 @@ from .. import quants
 from ..errors import InvalidHeader, InvalidOffsets, SourceNotFound, TruncatedFile, UnknownDtype
 from ..quantized import QuantizedTensor
 from ..tensor import Tensor
+from .gguf_split import GGUFSplits, open_splits, split_count
 from .safetensors import SingleFile, to_tensor
 from .sources import ByteSource, BytesSource, is_url
 
@@ -285,12 +286,21 @@ class GGUFFile(SingleFile):
                                         name=info.name, file=info.file)
 
 
-def load_gguf(location) -> GGUFFile:
-    """Open one GGUF file lazily: a path, an http(s) URL, a bytes-like object or a ByteSource.
-    (A site's model folder, whose GGUF may be split into parts, is opened by engine.site.load_gguf.)"""
+def load_gguf(location) -> GGUFFile | GGUFSplits:
+    """Open a GGUF lazily: a path, an http(s) URL, a bytes-like object or a ByteSource. The first
+    file of a split GGUF (`name-00001-of-00003.gguf`) opens the whole model, its other files
+    found beside it (engine.formats.gguf_split). (A site's model folder, whose GGUF may be served
+    in byte parts, is opened by engine.site.load_gguf.)"""
     if isinstance(location, (bytes, bytearray, memoryview, np.ndarray)):
         location = BytesSource(location)
     elif isinstance(location, (str, os.PathLike)) and not is_url(location) and os.path.isdir(location):
         raise SourceNotFound("a folder, not a GGUF file: engine.site.load_gguf opens a site's model folder",
                              file=os.fspath(location))
-    return GGUFFile(location)
+    file = GGUFFile(location)
+    if split_count(file.metadata) == 1:
+        return file
+    try:
+        return open_splits(file, lambda name: GGUFFile(file.source.sibling(name)))
+    except BaseException:
+        file.close()
+        raise

@@ -35,8 +35,9 @@ import os
 import urllib.parse
 
 from .. import runtime
-from ..errors import FetchError, InvalidHeader
+from ..errors import FetchError, InvalidHeader, MissingShard, SourceNotFound
 from ..formats.gguf import GGUFFile, load_gguf
+from ..formats.gguf_split import first_split, open_splits, split_count
 from .manifest import cache_key, key_prefix
 from ..formats.pth import load_pth
 from .remote import HEAD_BYTES, Loader, PrefetchedSource, fetch_manifest, fetch_safetensors
@@ -286,8 +287,28 @@ async def load_gguf_async(location, *, transport=None, cache=True) -> GGUFFile:
         return load_gguf(location)
     if site_folder(location):
         return await folder_gguf(site_folder(location), transport=transport, cache=cache)
-    url = location
     loader = UrlLoader(transport, default_cache(cache))
+    file = await _fetch_gguf(location, loader)
+    if split_count(file.metadata) == 1:
+        return file
+    return await open_splits_async(file, lambda name: _fetch_gguf(
+        urllib.parse.urljoin(location, urllib.parse.quote(name)), loader))
+
+
+async def open_splits_async(first, fetch):
+    """engine.formats.gguf_split.open_splits with each other file awaited: `fetch(filename)`."""
+    _, others = first_split(first)
+    opened = {}
+    for name in others:
+        try:
+            opened[name] = await fetch(name)
+        except SourceNotFound as e:
+            raise MissingShard(f"file {name!r} of the split is missing (looked for {e.file})", file=first.name) from None
+    return open_splits(first, opened.__getitem__)
+
+
+async def _fetch_gguf(url: str, loader: UrlLoader) -> GGUFFile:
+    """One GGUF file at `url`: its header, then every tensor, through `loader`; read from memory."""
     head, size = await loader.open(url)
     while True:
         source = _HeadSource(url, size)

@@ -94,3 +94,38 @@ def test_smollm2_loads_lazily_over_the_development_server(dist, smollm2_gguf):
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+# --- a GGUF published in byte parts (the Qwen2.5 and Gemma 3 entries): every part checked, and the join
+def _parts_entry(tmp_path, data: bytes, cut: int, part_sha=None, joined_sha=None, **fields):
+    from engine import registry
+    (tmp_path / "a.bin").write_bytes(data[:cut])
+    (tmp_path / "b.bin").write_bytes(data[cut:])
+    part_sha = part_sha or [hashlib.sha256(data[:cut]).hexdigest(), hashlib.sha256(data[cut:]).hexdigest()]
+    sources = (registry.Source("repo", files={"weights": str(tmp_path / "a.bin")}, sha256={"weights": part_sha[0]}),
+               registry.Source("repo", files={"weights.part2": str(tmp_path / "b.bin")},
+                               sha256={"weights.part2": part_sha[1]}))
+    return registry.Model(name="toy-gguf", tasks=(), pipeline=None, title="toy", load=None, sources=sources,
+                          filename="toy-q8_0.gguf", sha256=joined_sha or hashlib.sha256(data).hexdigest(), **fields)
+
+
+def test_parts_join_to_the_named_file_or_the_build_names_the_part(tmp_path):
+    import pytest
+    from buildtools import convert
+    from buildtools.steps import BuildError
+    data = np.random.default_rng(0).integers(0, 256, 1 << 16, dtype=np.uint8).tobytes()   # only joined, not read
+    cut = len(data) // 3
+    entry = _parts_entry(tmp_path, data, cut)
+    assert entry.site_format == "gguf" and entry.site_file == "toy-q8_0.gguf"
+    paths = [tmp_path / "a.bin", tmp_path / "b.bin"]
+    where, joined = convert.checkpoint_file(entry, paths)
+    assert joined == data and where.count(" + ") == 1
+    bad = bytearray(data)
+    bad[cut + 5] ^= 1                                    # a byte of the second part changed
+    entry = _parts_entry(tmp_path, bytes(bad), cut,
+                         part_sha=[hashlib.sha256(data[:cut]).hexdigest(), hashlib.sha256(data[cut:]).hexdigest()])
+    with pytest.raises(BuildError, match=r"toy-gguf: weights.part2 \(.*b.bin\) is not the file the registry names"):
+        convert.checkpoint_file(entry, paths)
+    entry = _parts_entry(tmp_path, data, cut, joined_sha="0" * 64)   # each part right, the join not
+    with pytest.raises(BuildError, match=r"its 2 part\(s\) do not join to the checkpoint the registry names"):
+        convert.checkpoint_file(entry, paths)
