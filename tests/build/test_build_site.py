@@ -350,9 +350,7 @@ def test_build_info_has_the_download_sizes(dist):
         },
         "models": {name: {"bytes": json.loads((dist / f"models/{name}/manifest.json").read_text())["total_bytes"],
                           "manifest": f"models/{name}/manifest.json"}
-                   for name in ("mnist_cnn", "efficientnet_lite0", "yolo11n_pose", "yolov10n", "all-MiniLM-L6-v2",
-                                "SmolLM2-135M-Instruct",
-                                "whisper-base", "whisper-tiny.en")},
+                   for name in convert.models()},          # every model, in the build's order (below)
     }
 
 
@@ -386,8 +384,9 @@ def test_registry_drives_the_model_build():
     assert model.max_shard_kb == 256
     assert convert.locate(model, ROOT, ROOT / ".cache", True) == [ROOT / "models" / "mnist_cnn.safetensors"]
     assert list(convert.models()) == ["mnist_cnn", "efficientnet_lite0", "yolo11n_pose", "yolov10n",
-                                      "all-MiniLM-L6-v2", "SmolLM2-135M-Instruct",
-                                      "whisper-base", "whisper-tiny.en"]     # yolo.py and whisper.py declare two
+                                      "all-MiniLM-L6-v2", "SmolLM2-135M-Instruct", "Qwen2.5-Coder-0.5B-Instruct",
+                                      "Qwen2.5-Coder-1.5B-Instruct", "gemma-3-270m",
+                                      "whisper-base", "whisper-tiny.en"]     # yolo, llama and whisper declare several
 
 
 def test_registry_json_lists_every_model_and_task(dist):

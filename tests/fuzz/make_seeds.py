@@ -119,7 +119,25 @@ def gguf_tokenizer_file(path: Path) -> None:
     tokenizer.apply_chat_template([{"role": "user", "content": TEXT}], add_generation_prompt=True)
 
 
+def gguf_split_folder(folder: Path) -> None:
+    """A model cut in two by gguf-py's writer (split_max_tensors, as llama.cpp's gguf-split):
+    toy-00001-of-00002.gguf with the metadata, toy-00002-of-00002.gguf with the rest."""
+    import gguf
+    from tests.fuzz.readers import SPLIT_FIRST
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(3)
+    writer = gguf.GGUFWriter(str(folder / "toy.gguf"), arch="fuzz", split_max_tensors=2)
+    writer.add_string("fuzz.name", "split seed")
+    for i in range(3):
+        writer.add_tensor(f"blk.{i}.w", rng.standard_normal((2, 8)).astype(np.float32))
+    for step in (writer.write_header_to_file, writer.write_kv_data_to_file, writer.write_tensors_to_file,
+                 writer.close):
+        step()
+    assert sorted(p.name for p in folder.iterdir()) == [SPLIT_FIRST, "toy-00002-of-00002.gguf"]
+
+
 def gguf_seeds(out: Path) -> None:
+    gguf_split_folder(out / "split")
     gguf_file(out / "mixed.gguf")
     data = bytearray((out / "mixed.gguf").read_bytes())
     data[4:8] = (2).to_bytes(4, "little")             # version 2 has the same layout

@@ -18,6 +18,7 @@ from tests.helpers import range_reply
 
 SEEDS = Path(__file__).resolve().parent / "seeds"
 BASE = "https://fuzz.invalid/models/toy/"        # where the manifest reader's site lives
+SPLIT_FIRST = "toy-00001-of-00002.gguf"           # the first file of the gguf reader's split seed
 TEXT = "Hello, world! The naive cafe's 123 tests don't fail; 東京 [MASK] héllo aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!"
 
 
@@ -111,9 +112,13 @@ def _read_all(weights) -> None:
 
 
 def read_gguf(path, case) -> None:
-    """Every tensor (dequantized), then the tokenizer its metadata describes, as the chat uses it."""
+    """Every tensor (dequantized), then the tokenizer its metadata describes, as the chat uses it.
+    A folder is a split model: its first file opened from disk, then by URL (the others fetched)."""
     from engine.site import load_gguf
     from engine.text import Tokenizer
+    if path.is_dir():
+        read_split(path)
+        return
     with load_gguf(path) as weights:
         _read_all(weights)
         if "tokenizer.ggml.model" in weights.metadata:
@@ -224,6 +229,20 @@ async def _no_sleep(seconds):
     pass
 
 
+def read_split(folder) -> None:
+    from engine.site import load_gguf, load_gguf_async
+    first = None
+    try:
+        with load_gguf(folder / SPLIT_FIRST) as weights:
+            _read_all(weights)
+    except WeightsError as e:          # checked like any error, once the URL's path has run too
+        first = e
+    with asyncio.run(load_gguf_async(BASE + SPLIT_FIRST, transport=FolderTransport(folder), cache=False)) as weights:
+        _read_all(weights)
+    if first is not None:
+        raise first
+
+
 def read_site(path, case) -> None:
     """A built model folder: natively from disk (a GGUF folder opens as one file), and as the page
     reads it, over HTTP through its manifest (tensors, row tables, processor files)."""
@@ -250,7 +269,8 @@ READERS = {reader.name: reader for reader in (
     # a tokenizer's errors (TokenizerError, an InputError) name the file; the text's need not
     Reader("gguf", inspected(read_gguf), (WeightsError, InputError), (WeightsError, TokenizerError),
            covers=("engine.site.load_gguf", "engine.formats.gguf.load_gguf", "engine.text.tokenizer.Tokenizer.from_gguf",
-                   "engine.text.tokenizer.Tokenizer.apply_chat_template")),
+                   "engine.text.tokenizer.Tokenizer.apply_chat_template", "engine.formats.gguf_split.open_splits",
+                   "engine.site.urls.open_splits_async")),
     Reader("pth", inspected(read_pth), (WeightsError,), (WeightsError,), pickle_state,
            covers=("engine.formats.pth.load_pth", "engine.formats.pth.read_pth_arrays")),
     Reader("pth_modules", inspected(read_pth_modules), (WeightsError,), (WeightsError,), pickle_state,
