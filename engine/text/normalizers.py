@@ -24,6 +24,10 @@ checked against it by tests/text/):
     Python 3.11 does not (those letters are [UNK] either way).
 - lowercase maps each character on its own (Rust char::to_lowercase): no final-sigma rule, so
   "ΟΔΟΣ" becomes "οδοσ" where Python's str.lower() would write "οδος".
+- Replace writes `content` for every match of its pattern (a string, or a regex as in Split);
+  each character written takes the origin of the match's last character. Prepend puts its text
+  before a non-empty piece, aligned with the piece's first character. (SentencePiece vocabularies:
+  Gemma's " " -> "▁", Phi-3's "▁" before every piece.)
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ from functools import lru_cache
 
 from . import unicode_tables
 from .config import Registry, Section, compile_class
+from .patterns import read_pattern
 
 NORMALIZERS = Registry("normalizer")
 
@@ -219,3 +224,57 @@ class Sequence:
         for step in self.steps:
             text, origin = step.normalize(text, origin)
         return text, origin
+
+
+@NORMALIZERS.register("Replace")
+class Replace:
+    def __init__(self, pattern: re.Pattern | str, content: str):
+        """pattern: a compiled regex, or a string to find as it is."""
+        self.literal = pattern if isinstance(pattern, str) else None
+        self.pattern = re.compile(re.escape(pattern)) if isinstance(pattern, str) else pattern
+        self.content = content
+
+    @classmethod
+    def from_config(cls, s: Section) -> Replace:
+        return cls(read_pattern(s), s.get("content", str))
+
+    def normalize(self, text: str, origin):
+        if self.literal is not None and len(self.literal) == len(self.content) == 1:
+            return text.replace(self.literal, self.content), origin     # one character for one: origins stay
+        return replace(text, origin, self.pattern, self.content)
+
+
+def replace(text: str, origin, pattern: re.Pattern, content: str):
+    """Every match of `pattern` written as `content`, each new character taking the origin of the
+    match's last character (as the reference aligns them)."""
+    spans = [m.span() for m in pattern.finditer(text) if m.end() > m.start()]
+    if not spans:
+        return text, origin
+    if len(content) == 1 and all(b - a == 1 for a, b in spans):
+        return pattern.sub(lambda m: content, text), origin
+    source = as_list(origin, len(text))
+    parts, out, last = [], [], 0
+    for start, stop in spans:
+        parts += (text[last:start], content)
+        out += source[last:start]
+        out += [source[stop - 1]] * len(content)
+        last = stop
+    parts.append(text[last:])
+    out += source[last:]
+    return "".join(parts), out
+
+
+@NORMALIZERS.register("Prepend")
+class Prepend:
+    def __init__(self, prepend: str):
+        self.prepend = prepend
+
+    @classmethod
+    def from_config(cls, s: Section) -> Prepend:
+        return cls(s.get("prepend", str))
+
+    def normalize(self, text: str, origin):
+        if not text or not self.prepend:
+            return text, origin
+        first = origin if type(origin) is int else origin[0]
+        return self.prepend + text, [first] * len(self.prepend) + as_list(origin, len(text))

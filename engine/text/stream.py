@@ -15,10 +15,14 @@ whose output depends on the previous token too (WordPiece's spaces, Metaspace's 
 So the pieces given out join to `tok.decode(all ids)`, and no piece ends with a replacement
 character that later ids complete. A U+FFFD that stays (an invalid byte sequence, or a
 generation that stops inside a character) comes out when later text follows, or from flush().
+
+One departure: SentencePiece's byte fallback decodes a run of byte tokens all or nothing (one
+invalid byte turns the whole run into U+FFFDs, decoders.py), so a stray byte after a complete
+character can rewrite text already given out. The reference's stream raises there; this one
+gives out the held-back ids decoded on their own and goes on, so a generation never stops on
+it (the pieces then no longer join to `tok.decode(all ids)`, which has the U+FFFDs).
 """
 from __future__ import annotations
-
-from ..errors import TokenizerError
 
 
 class StreamDecoder:
@@ -43,10 +47,10 @@ class StreamDecoder:
         text = self.tokenizer.decode(self._ids, self.skip_special_tokens)
         if len(text) <= len(self._prefix) or text.endswith("\ufffd"):
             return ""
-        if not text.startswith(self._prefix):
-            raise TokenizerError("the decoder rewrote text it had already given out; stream decoding cannot "
-                                 "follow it (decode the whole sequence instead)")
-        new_text = text[len(self._prefix):]
+        if text.startswith(self._prefix):
+            new_text = text[len(self._prefix):]
+        else:                               # the decoder rewrote what was given out: the rest on its own
+            new_text = self.tokenizer.decode(self._ids[self._prefix_index:], self.skip_special_tokens)
         next_index = len(self._ids) - self._prefix_index
         self._ids = self._ids[self._prefix_index:]
         self._prefix = self.tokenizer.decode(self._ids, self.skip_special_tokens)
@@ -57,7 +61,10 @@ class StreamDecoder:
         """The text still held back (incomplete characters as U+FFFD, as decode gives them); the
         stream then starts afresh."""
         text = self.tokenizer.decode(self._ids, self.skip_special_tokens) if self._ids else ""
-        rest = text[len(self._prefix):] if text.startswith(self._prefix) else ""
+        if text.startswith(self._prefix):
+            rest = text[len(self._prefix):]
+        else:
+            rest = self.tokenizer.decode(self._ids[self._prefix_index:], self.skip_special_tokens)
         self._ids, self._prefix, self._prefix_index = [], "", 0
         return rest
 

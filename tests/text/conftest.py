@@ -62,3 +62,16 @@ def transformers_gguf_tokenizer(transformers_module, path):
 def smollm2_reference(transformers_module, smollm2_gguf):
     """transformers' tokenizer of SmolLM2's GGUF (~10 s to build)."""
     return transformers_gguf_tokenizer(transformers_module, smollm2_gguf)
+
+
+# --- Qwen2.5-Coder-0.5B-Instruct and gemma-3-270m (test_gguf_parity.py; their GGUFs: tests/conftest.py) --
+@pytest.fixture(scope="session")
+def qwen05_reference(transformers_module, qwen05_gguf):
+    """transformers' tokenizer of Qwen2.5-Coder-0.5B-Instruct's GGUF (~10 s to build)."""
+    return transformers_gguf_tokenizer(transformers_module, qwen05_gguf)
+
+
+@pytest.fixture(scope="session")
+def gemma270_reference(transformers_module, gemma270_gguf):
+    """transformers' tokenizer of gemma-3-270m's GGUF (~15 s to build: it writes out 514,906 merges)."""
+    return transformers_gguf_tokenizer(transformers_module, gemma270_gguf)

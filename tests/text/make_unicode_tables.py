@@ -1,6 +1,7 @@
 """Write engine/text/unicode_tables.py: the character classes of the `tokenizers` crate's BERT
 normalizer and pre-tokenizer and of its regex engine (\\p{L}, \\p{N}, \\s in the byte-level BPE
-split patterns), read off the reference itself, one code point at a time.
+split patterns; \\p{M} and the letter subclasses \\p{Lu} ... in newer ones), read off the reference
+itself, one code point at a time.
 
     .venv/bin/python tests/text/make_unicode_tables.py        # ~60 s; needs the `tokenizers` package
 
@@ -38,6 +39,25 @@ def _ranges(code_points: list[int]) -> str:
     return "\n".join(lines)
 
 
+# the regex classes the split patterns of newer vocabularies use (Qwen 3.5's, Tekken's, GPT-4o's)
+REGEX_CATEGORIES = {"MARK": "M", "UPPERCASE_LETTER": "Lu", "LOWERCASE_LETTER": "Ll", "TITLECASE_LETTER": "Lt",
+                    "MODIFIER_LETTER": "Lm", "OTHER_LETTER": "Lo"}
+
+
+def regex_class(pre_tokenizers, regex, category: str, every: list[int]) -> list[int]:
+    """The code points the reference's regex \\p{category} matches: a Split that removes them
+    leaves the others, with their (character) offsets."""
+    split = pre_tokenizers.Split(regex(f"\\p{{{category}}}"), behavior="removed")
+    members, chunk = [], 1 << 16
+    for start in range(0, len(every), chunk):
+        points = every[start:start + chunk]
+        kept = bytearray(len(points))
+        for _, (a, b) in split.pre_tokenize_str("".join(map(chr, points))):
+            kept[a:b] = b"\x01" * (b - a)
+        members += [c for c, k in zip(points, kept) if not k]
+    return members
+
+
 def main() -> None:
     import tokenizers
     from tokenizers import normalizers, pre_tokenizers
@@ -55,6 +75,9 @@ def main() -> None:
     tables: dict[str, list[int]] = {k: [] for k in
                                     ("CONTROL", "SPACE", "SPLIT_SPACE", "PUNCTUATION", "NONSPACING_MARK", "CJK",
                                      "LETTER", "NUMBER", "REGEX_SPACE", "NUMERIC")}
+    every = [i for i in range(0x110000) if not 0xD800 <= i < 0xE000]
+    for name, category in REGEX_CATEGORIES.items():
+        tables[name] = regex_class(pre_tokenizers, tokenizers.Regex, category, every)
     for i in range(0x110000):
         if 0xD800 <= i < 0xE000:          # surrogates: no Python str can hold one alone
             continue
@@ -94,6 +117,7 @@ def main() -> None:
         "REGEX_SPACE": "the reference's regex \\s (White_Space)",
         "NUMERIC": "what the Digits pre-tokenizer splits off (Rust char::is_numeric: Nd, Nl, No)",
     }
+    doc.update((name, f"the reference's regex \\p{{{category}}}") for name, category in REGEX_CATEGORIES.items())
     out = [f'"""Character classes of the BERT normalizer, the pre-tokenizers and the split regexes, as the',
            "`tokenizers` crate has them.",
            "",

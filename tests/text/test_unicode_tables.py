@@ -2,7 +2,7 @@
 drops, turns into spaces, spaces around and strips, and what BertPreTokenizer splits on."""
 import pytest
 
-from engine.text import normalizers, pre_tokenizers
+from engine.text import normalizers, patterns, pre_tokenizers
 
 # every code point a Python str can hold, each between two "a"s
 EVERY = "a" + "a".join(chr(i) for i in range(0x110000) if not 0xD800 <= i < 0xE000) + "a"
@@ -80,3 +80,26 @@ def test_numeric_characters_of_digits(reference):
     for start in range(0, len(EVERY), chunk):
         piece = EVERY[start:start + chunk]
         assert ours(piece) == theirs(piece), differences(ours, theirs)
+
+
+@pytest.mark.parametrize("category", ["M", "Lu", "Ll", "Lt", "Lm", "Lo"])
+def test_regex_classes(reference, category):
+    """\\p{M} and the letter subclasses (the split patterns of Qwen 3.5, Tekken, GPT-4o),
+    on every code point: the runs our translated regex removes are the reference's."""
+    pattern = rf"\p{{{category}}}+"
+    theirs = reference.pre_tokenizers.Split(reference.Regex(pattern), behavior="removed").pre_tokenize_str
+    ours = patterns.compile_regex(pattern)
+    chunk = 1 << 16
+    for start in range(0, len(EVERY), chunk):
+        piece = EVERY[start:start + chunk]
+        kept, last = [], 0
+        for m in ours.finditer(piece):
+            if m.start() > last:
+                kept.append((last, m.start()))
+            last = m.end()
+        if last < len(piece):
+            kept.append((last, len(piece)))
+        if kept != [span for _, span in theirs(piece)]:
+            split = lambda c: bool(ours.fullmatch(c))                                   # noqa: E731
+            reference_split = lambda c: theirs(c) == []                                 # noqa: E731
+            assert False, differences(split, reference_split)
