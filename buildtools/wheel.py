@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import re
 import tomllib
@@ -80,22 +81,29 @@ def build_wheel(root: Path, out_dir: Path, stored: bool = True) -> Path:
     entries.append((f"{dist_info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: engine build.py\n"
                                           b"Root-Is-Purelib: true\nTag: py3-none-any\n"))
     entries.append((f"{dist_info}/top_level.txt", ("\n".join(IMPORTS) + "\n").encode()))
-    record = "".join(f"{name},{_record_hash(data)},{len(data)}\n" for name, data in entries)
-    entries.append((f"{dist_info}/RECORD", (record + f"{dist_info}/RECORD,,\n").encode()))
-
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / wheel_name(meta)
     # `stored` uncompressed: the host sends the whole wheel brotli- or gzip-encoded (the build's
     # .br/.gz), which shrinks it more than deflate per file (0.30 -> 0.23 MB with brotli)
+    path.write_bytes(wheel_archive(entries, dist_info, stored))
+    return path
+
+
+def wheel_archive(entries: list[tuple[str, bytes]], dist_info: str, stored: bool = True) -> bytes:
+    """A deterministic wheel: `entries` in their order (the package's files, then its dist-info
+    files), then the RECORD of them all; every timestamp 1980-01-01, every file rw-r--r--."""
+    record = "".join(f"{name},{_record_hash(data)},{len(data)}\n" for name, data in entries)
+    entries = [*entries, (f"{dist_info}/RECORD", (record + f"{dist_info}/RECORD,,\n").encode())]
     method = zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED
-    with zipfile.ZipFile(path, "w", method) as z:
-        for name, data in entries:          # package files sorted, then dist-info with RECORD last
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", method) as z:
+        for name, data in entries:
             info = zipfile.ZipInfo(name, date_time=ZIP_EPOCH)
             info.compress_type = method
             info.external_attr = (0o100644 << 16)          # a regular file, rw-r--r--
             info.create_system = 3                          # Unix, so the mode above is read
             z.writestr(info, data, compresslevel=9)
-    return path
+    return buffer.getvalue()
 
 
 def lock_with_package(official: dict, wheel: Path, meta: dict) -> dict:

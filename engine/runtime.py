@@ -5,6 +5,8 @@
   Promise Integration, entered asynchronously); `page_url()`, `cross_origin_isolated()`, `heap()`:
   what the page says about itself.
 - `wait(awaitable, hint)`: the one way synchronous code waits for an awaitable.
+- `load_packages(names)`: Pyodide packages beyond the engine's (jinja2 for chat templates), from
+  the lock of the Pyodide that runs us; natively nothing.
 - The page's site (`set_site`, `known_site`, `site_url`): the base URL of the built site the
   engine's files come from, in the browser (default weights, the simd kernels).
 - `transport()`: the one way the engine fetches over HTTP, weights and kernels alike: the
@@ -23,7 +25,7 @@ import asyncio
 import sys
 import urllib.parse
 
-from .errors import FetchError, NeedsAwait, WeightsError
+from .errors import EngineError, FetchError, NeedsAwait, WeightsError
 
 # --- where we run ---------------------------------------------------------------------------------
 
@@ -115,6 +117,34 @@ def _discard(awaitable) -> None:
     close = getattr(awaitable, "close", None)
     if close is not None:
         close()
+
+
+# --- packages beyond the engine's ---------------------------------------------------------------------
+
+async def load_packages(names) -> None:
+    """Pyodide packages that are not importable yet, installed from the lock of the Pyodide that
+    runs us (`pyodide.loadPackage`: on our site, its own wheels, each checked against the lock's
+    sha256; jinja2 for chat templates). Natively nothing: pip installs them. An EngineError
+    naming the package and why when one cannot be installed."""
+    import importlib
+    import importlib.util
+    names = [name for name in names if importlib.util.find_spec(name) is None]
+    if not names or not in_browser():
+        return
+    import pyodide_js
+    from pyodide.ffi import create_proxy, to_js
+    errors: list[str] = []
+    report, quiet = create_proxy(lambda text: errors.append(str(text))), create_proxy(lambda text: None)
+    try:
+        await pyodide_js.loadPackage(to_js(names), js_object({"messageCallback": quiet, "errorCallback": report}))
+    finally:
+        report.destroy()
+        quiet.destroy()
+    importlib.invalidate_caches()
+    missing = [name for name in names if importlib.util.find_spec(name) is None]
+    if missing:
+        raise EngineError(f"the {', '.join(missing)} package could not be installed from this Pyodide's "
+                          f"pyodide-lock.json: {' '.join(errors) or 'no reason given'}")
 
 
 # --- the page's site ------------------------------------------------------------------------------

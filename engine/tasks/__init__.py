@@ -175,7 +175,9 @@ async def pipeline_async(task: str, device: str | None = None, weights=None, mod
     weights = _model_file(model, weights)
     entry, root = await _site_model(task, model, site, device)
     device = _device(entry, device)
-    return _build(entry, task, device, await open_checkpoint_async(entry, weights, root), options)
+    checkpoint = await open_checkpoint_async(entry, weights, root)
+    await load_packages(entry, checkpoint)
+    return _build(entry, task, device, checkpoint, options)
 
 
 def _entry(task: str, model: str | None):
@@ -214,11 +216,23 @@ def _device(entry, device: str | None) -> str | None:
     return device
 
 
-def _build(entry, task: str, device: str | None, weights, options: dict):
+def _pipeline_class(entry):
     cls = getattr(module_for(entry.pipeline), "PIPELINE", None)
     if cls is None:
         raise EngineError(f"the task module of {entry.pipeline!r} has no PIPELINE")
-    pipe = cls(entry, device=device, weights=weights, **options)
+    return cls
+
+
+async def load_packages(entry, checkpoint) -> None:
+    """The Pyodide packages the pipeline of `entry` imports beyond the engine's (its class's
+    `packages(checkpoint)`: jinja2 for a chat model), loaded before it is built, where nothing
+    needs to block for them; natively nothing."""
+    from .. import runtime
+    await runtime.load_packages(_pipeline_class(entry).packages(checkpoint))
+
+
+def _build(entry, task: str, device: str | None, weights, options: dict):
+    pipe = _pipeline_class(entry)(entry, device=device, weights=weights, **options)
     pipe.task = task
     return pipe
 

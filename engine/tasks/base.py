@@ -120,6 +120,12 @@ class Pipeline:
         self.checkpoint = open_checkpoint(entry, weights)
         self.device = device
 
+    @classmethod
+    def packages(cls, checkpoint: Checkpoint) -> tuple[str, ...]:
+        """The Pyodide packages it imports beyond the engine's and NumPy (jinja2 for a chat
+        template), which engine.tasks.load_packages loads before it is built in the browser."""
+        return ()
+
     def load_model(self, device: str | None):
         """The model on `device`, from this pipeline's checkpoint, as its entry's `load` gives it."""
         return self.entry.load(self.checkpoint.tensors, device)

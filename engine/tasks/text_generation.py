@@ -32,10 +32,13 @@ class TextGeneration(Pipeline):
         chat("Once upon a time", max_new_tokens=20)             # plain continuation, no template
         chat.stats      # prompt/reused/new tokens, ttft_s, prefill_tok_s, decode_tok_s, stop_reason
 
-    messages: a str (one user message) or a list of {"role", "content"}; the template adds the
-    model's default system message when the first is not "system". Options (here or as defaults
-    at construction): engine.generation.GenerationConfig's fields. capacity: the context length
-    the cache holds (prompt + answer), 4096 by default (at most the model's own); its rows are
+    messages: a str (one user message) or a list of {"role", "content"}, written out by the
+    model's chat template (engine.text.ChatTemplate; many add a default system message when the
+    first is not "system"). A base model (a file without a chat template) only continues text.
+    An answer ends at the file's end-of-sequence or end-of-turn token, or at the token the
+    template closes an assistant's turn with (`turn_end_id`). Options (here or as defaults at
+    construction): engine.generation.GenerationConfig's fields. capacity: the context length the
+    cache holds (prompt + answer), 4096 by default (at most the model's own); its rows are
     allocated as the conversation grows (SmolLM2's take 46 KB a position).
     """
     MODEL = contracts.CausalLM
@@ -50,16 +53,24 @@ class TextGeneration(Pipeline):
         self.model = self.build(device)
         self.tokenizer = Tokenizer.from_gguf(self.model.metadata)
         template = self.tokenizer.chat_template
-        self.template = ChatTemplate(template, **self.tokenizer.chat_template_origin) if template else None
+        self.template = (ChatTemplate(template, special_tokens=self.tokenizer.special_tokens,
+                                      **self.tokenizer.chat_template_origin) if template else None)
         eos = set(self.model.end_token_ids)
-        if self.template is not None:                     # the token that closes a turn of the template's form
-            eos.add(self.tokenizer.token_to_id(self.template.end_of_turn))
+        if self.template is not None:
+            self.template.compile()                       # a template that cannot compile fails the load
+            eos.add(turn_end_id(self.tokenizer, self.template))
         GenerationConfig.of(defaults)                     # bad defaults fail here, not at the first call
         self.defaults = defaults
         limit = self.model.config.max_position_embeddings
         if isinstance(capacity, bool) or not isinstance(capacity, int) or not 2 <= capacity <= limit:
             raise InputError(f"capacity must be an integer in [2, {limit}], got {capacity!r}")
         self.generator = Generator(self.model, self.tokenizer, capacity, {i for i in eos if isinstance(i, int)})
+
+    @classmethod
+    def packages(cls, checkpoint) -> tuple[str, ...]:
+        """jinja2, for a model file with a chat template (or whose metadata is not read yet)."""
+        metadata = getattr(checkpoint.tensors, "metadata", None)
+        return ("jinja2",) if not hasattr(metadata, "get") or metadata.get("tokenizer.chat_template") else ()
 
     def _config(self, options: dict):
         from ..generation import GenerationConfig
@@ -68,7 +79,9 @@ class TextGeneration(Pipeline):
     def prompt_ids(self, messages) -> list[int]:
         """The token ids of a conversation rendered by the chat template, ready for the answer."""
         if self.template is None:
-            raise InputError(f"{self.entry.name} has no chat template: call it with a plain prompt instead")
+            raise InputError(f"{self.entry.name} is a base model: its file has no chat template "
+                             "(tokenizer.chat_template), so it does not chat; use plain completion instead: "
+                             "pipe(prompt) or pipe.stream_text(prompt)")
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
         text = self.template.render(messages, add_generation_prompt=True)
@@ -108,6 +121,22 @@ class TextGeneration(Pipeline):
         super().to(device)
         self.generator.bind(self.model)
         return self
+
+
+def turn_end_id(tokenizer, template) -> int | None:
+    """The token `template` closes an assistant's turn with, as an end of the answer: the first
+    token of what it writes right after an answer (ChatTemplate.text_after_answer), when that is
+    one special token of the vocabulary. ChatML's <|im_end|> (SmolLM2's and Qwen2.5's files name it
+    their end-of-sequence too), Llama 3's <|eot_id|>, Phi-3's <|end|>, Gemma's <end_of_turn> (which
+    a file may not name as its end-of-turn token); None for a template that writes plain text
+    there."""
+    text = template.text_after_answer()
+    if not text:
+        return None
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    if not ids or tokenizer.decode(ids[:1], skip_special_tokens=True) or not tokenizer.decode(ids[:1], False):
+        return None                                       # not a special token (or nothing)
+    return ids[0]
 
 
 def _joined(pieces, callback) -> str:

@@ -54,6 +54,7 @@ async def load(task: str, device: str | None, base_url: str, progress=None) -> s
     t0 = time.perf_counter()
     report = (lambda loaded, total: progress(loaded, total)) if progress is not None else None
     checkpoint = await load_checkpoint(entry, progress=report)
+    await _tasks.load_packages(entry, checkpoint)          # jinja2 for a chat model's template
     async with _lock:
         pipe = _tasks.pipeline(task, device=device or _state["device"], weights=checkpoint)
     _state["pipelines"][task] = pipe

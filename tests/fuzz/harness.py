@@ -14,7 +14,9 @@ from (R, S, index) alone. Cases run in a forked worker process, which
   `Escape` before anything is read;
 - audits what only code the file smuggled in would do: start a process (os.system, subprocess,
   exec*, spawn, fork), run Python from a string (exec, eval), load native code (ctypes), open a
-  socket, remove or rename files. Each raises `CodeRan` where it happens, so it is stopped too;
+  socket, remove or rename files. Each raises `CodeRan` where it happens, so it is stopped too.
+  The one exec allowed is jinja2's own: a chat template compiles to Python that jinja2's
+  environment execs (`<template>`, from Environment.from_code), which its sandbox then bounds;
 - runs each case inside its folder, and looks there afterwards for the file a payload would write
   (`MARKER`: hostile pickles ask os.system, eval, open... to create it), in case something ran
   that no audit event names;
@@ -139,7 +141,7 @@ _guard = _Guard()
 def _audit(event: str, args) -> None:
     if _guard.root is None:
         return
-    if event in CODE_EVENTS or (event == "exec" and not _importing()):
+    if event in CODE_EVENTS or (event == "exec" and not _importing() and not _jinja_compiling(args[0])):
         detail = getattr(args[0], "co_filename", None) if event == "exec" else args[0] if args else ""
         raise CodeRan(f"{event}: {str(detail)[:200]}")
     if event != "open":
@@ -153,6 +155,20 @@ def _audit(event: str, args) -> None:
         return
     if not full.startswith(_guard.allowed):
         raise Escape(f"opened {full}")
+
+
+def _jinja_compiling(code) -> bool:
+    """Whether this exec is jinja2's Environment.from_code running the code it compiled from a
+    template (the engine's chat templates: engine/text/template_sandbox.py)."""
+    if getattr(code, "co_filename", None) != "<template>":
+        return False
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "from_code" and frame.f_code.co_filename.endswith(
+                os.path.join("jinja2", "environment.py")):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _importing() -> bool:
