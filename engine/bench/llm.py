@@ -47,16 +47,18 @@ def bench_pipeline(pipe, new_tokens: int = 128, repeat: int = 1) -> dict:
 def bench_torch(path, new_tokens: int = 128, repeat: int = 1) -> dict:
     """transformers' LlamaForCausalLM on the same GGUF (dequantized to float32 by transformers),
     the same prompt, greedy with its KV cache; prefill = one forward over the prompt."""
+    from pathlib import Path
+
     import torch
     import transformers
-    from pathlib import Path
-    from ..text import ChatTemplate, Tokenizer
+
     from ..site import load_gguf
+    from ..text import Tokenizer
     transformers.utils.logging.disable_progress_bar()
     path = Path(path)
     with load_gguf(path) as weights:
         tokenizer = Tokenizer.from_gguf(weights.metadata)
-    text = ChatTemplate(tokenizer.chat_template).render(PROMPT, add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(PROMPT, add_generation_prompt=True, tokenize=False)
     ids = torch.tensor([tokenizer.encode(text, add_special_tokens=False).ids])
     model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
                                                               local_files_only=True, dtype=torch.float32).eval()

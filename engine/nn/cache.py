@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..errors import InputError
-from ..functions import arange, le, zeros
+from ..functions import arange, gt, le, logical_and, sub, zeros
 
 
 class KVCache:
@@ -87,11 +87,12 @@ class KVCache:
         self.value[layer].index_copy_(2, positions, value)
         return self.key[layer], self.value[layer]
 
-    def mask(self, positions, window: int | None = None):
+    def mask(self, positions, window: int | None = None, sliding_window: int | None = None):
         """(T, A) bool over the allocated rows, or (T, window) for the first `window` rows: True
-        where row j's position is <= query t's position (causal over the cache)."""
+        where row j's position is <= query t's position (causal over the cache), and, with a
+        sliding window W, > query t's position - W (see causal_mask)."""
         rows = self.positions[:self.allocated if window is None else window]
-        return le(rows.reshape(1, -1), positions.reshape(-1, 1))
+        return causal_mask(rows, positions, sliding_window)
 
     def room(self, n: int) -> None:
         """Raise InputError unless n more tokens fit."""
@@ -123,3 +124,16 @@ class KVCache:
         return (f"KVCache(layers={len(self.key)}, batch={b}, kv_heads={h}, capacity={self.capacity}, "
                 f"allocated={a}, head_dim={d}, length={self.length}, device={self.device!r})")
 
+
+
+def causal_mask(key_positions, query_positions, sliding_window: int | None = None):
+    """(T, S) bool from key positions (S,) and query positions (T,), int64 tensors: True where
+    key j may be attended from query t, j <= t; with a sliding window W also j > t - W (the W
+    latest positions, the query's own included: transformers' sliding_window_overlay, llama.cpp's
+    standard SWA). Tensor ops only, so the mask's shape is fixed by the tensors' and a captured
+    decode step computes it again at each position."""
+    keys, queries = key_positions.reshape(1, -1), query_positions.reshape(-1, 1)
+    mask = le(keys, queries)                                        # (T, S)
+    if sliding_window is not None:
+        mask = logical_and(mask, gt(keys, sub(queries, sliding_window)))
+    return mask
