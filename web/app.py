@@ -260,9 +260,13 @@ def change_threads(event):
 
 
 def show_registry(models):
-    """Each card names the model the registry serves its task with; a card (and its tab) whose
-    task this site does not serve is hidden."""
-    served = {task: m for m in models for task in m["tasks"]}
+    """Each card names the model the registry serves its task with (its first: the one that loads
+    with the card); a card (and its tab) whose task this site does not serve is hidden."""
+    served = {}
+    for m in models:
+        for task in m["tasks"]:
+            if task not in served:
+                served[task] = m
     for card in cards:
         entry = served.get(card.task)
         card.served = entry is not None

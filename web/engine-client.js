@@ -17,6 +17,7 @@ class EngineClient {
     this.nextId = 1;
     this.pending = new Map();
     this.tasks = new Map();                          // task -> its load (engine-client loadTask)
+    this.models = new Map();                         // task -> the model asked for or loaded (name or URL)
     this.progress = Object.fromEntries(STAGE_NAMES.map((s) => [s, { loaded: 0, total: 0 }]));
     this.state = { status: "starting", error: null, info: null };
     this.worker = started ? started.worker : new Worker(this.workerUrl);
@@ -77,12 +78,16 @@ class EngineClient {
     this.tasksWanted = tasks;
     this.threadsWanted = threads;
     this.tasks = new Map();
+    this.models = new Map();
     this.emit();
     try {
       const reply = this.startedReply || this.call("init", { backend, kernels, tasks, threads });
       this.startedReply = null;
       const info = await reply;
-      if (info.task) this.tasks.set(info.task, Promise.resolve(info));     // loaded as it started
+      if (info.task) {                                                     // loaded as it started
+        this.tasks.set(info.task, Promise.resolve(info));
+        this.models.set(info.task, info.model);
+      }
       this.state = { status: "ready", error: null, info };
     } catch (err) {
       this.state = { status: "error", error: err.message, info: null };
@@ -108,13 +113,29 @@ class EngineClient {
   python(cmd, ...args) { return this.call(cmd, { args }); }
 
   // Load a task's model once (its weights stream in with progress under stage "weights:<task>").
-  loadTask(task) {
-    if (!this.tasks.has(task)) {
-      const loading = this.call("loadTask", { task });
-      loading.catch(() => this.tasks.delete(task));          // a failed load can be retried
+  // `model`: a registry model of the task or a GGUF's URL, which replaces the task's model unless it
+  // is the one loaded or loading (the worker drops the old one first); none: the task's model as it
+  // is, else the registry's first. A failed load can be retried.
+  loadTask(task, model = null) {
+    if (!this.tasks.has(task) || (model && model !== this.models.get(task))) {
+      const loading = this.call("loadTask", model ? { task, model } : { task });
       this.tasks.set(task, loading);
+      this.models.set(task, model);
+      loading.then((info) => {
+        if (this.tasks.get(task) === loading) this.models.set(task, model || info.model);
+      }, () => {
+        if (this.tasks.get(task) !== loading) return;
+        this.tasks.delete(task);
+        this.models.delete(task);
+      });
     }
     return this.tasks.get(task);
+  }
+
+  // Continue a plain text prompt (a base model: no chat template), streamed as chat() streams;
+  // the promise gives what chat() gives. stopChat() ends it too.
+  complete(prompt, options, onPiece) {
+    return this.call("complete_text", { args: [prompt, JSON.stringify(options || {})], stream: true }, [], onPiece);
   }
 
   // Answer a conversation [{role, content}, ...]: onPiece(text) with each piece as it comes; the

@@ -362,17 +362,20 @@ async function boot(backend, kernels, tasks, threads) {
   timings.weights_ms = performance.now() - t;
   if (runtime.snapshot_stored === "pending") setTimeout(takeSnapshot, SNAPSHOT_DELAY_MS);
   return { devices, requested: backend, device: info.device, task, model: info.model, weights: info.weights, timings,
+           heap_bytes: info.heap_bytes,
            runtime,
            unavailable, registry,
            adapter, kernels: flavour, crossOriginIsolated: self.crossOriginIsolated === true,
            threads: { ...threadInfo } };
 }
 
-async function loadTask(task) {
+// `model`: another registry model of the task, or a GGUF's URL (null: the registry's first); the
+// worker drops the task's model loaded before, so one model of a task is in memory at a time
+async function loadTask(task, model = null) {
   const stage = `weights:${task}`;
   const weights = (loaded, total) => self.postMessage({ type: "progress", stage, loaded, total });
   const t = performance.now();
-  const info = JSON.parse(await api.load(task, null, BASE, weights));
+  const info = JSON.parse(await api.load(task, null, BASE, weights, model));
   timings[`${task}_ms`] = performance.now() - t;
   return { ...info, ms: performance.now() - t };
 }
@@ -385,7 +388,7 @@ const COMMANDS = {
   // the answer streams back as {type: "piece", id, text} messages before the reply
   chat: async (m) => JSON.parse(await api.chat(JSON.stringify(m.messages), JSON.stringify(m.options || {}),
                                                (text) => self.postMessage({ type: "piece", id: m.id, text }))),
-  loadTask: (m) => loadTask(m.task),
+  loadTask: (m) => loadTask(m.task, m.model || null),
   resources: () => resourceBytes(),
 };
 

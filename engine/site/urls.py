@@ -309,30 +309,51 @@ async def open_splits_async(first, fetch):
 
 async def _fetch_gguf(url: str, loader: UrlLoader) -> GGUFFile:
     """One GGUF file at `url`: its header, then every tensor, through `loader`; read from memory."""
+    file, source = await gguf_header(url, loader)
+    await fetch_gguf_tensors(file, source, loader)
+    return file
+
+
+async def gguf_header(url: str, loader: UrlLoader) -> tuple[GGUFFile, PrefetchedSource]:
+    """The GGUF at `url` with its header only (metadata, tensor infos; no tensor bytes unless they
+    lie in the first requests): the first HEAD_BYTES, then at least as much again at a time until
+    it parses. The source holds what came; fetch_gguf_tensors adds the rest."""
     head, size = await loader.open(url)
     while True:
         source = _HeadSource(url, size)
         source.add(0, head)
         try:
-            file = GGUFFile(source)
-            break
+            return GGUFFile(source), source
         except _Need as need:
             end = min(size, max(need.end, 2 * len(head)))
             head += await loader.fetch_range(url, len(head), end, size)
+
+
+async def fetch_gguf_tensors(file: GGUFFile, source: PrefetchedSource, loader: UrlLoader, progress=None) -> None:
+    """Every tensor of `file` (opened by gguf_header) into `source`, in coalesced Range requests;
+    `progress(loaded, total)` in bytes as they arrive. The file then reads from memory."""
+    url = source.name
     spans: list[list[int]] = []
     for info in sorted((file.info(name) for name in file), key=lambda info: info.offset):
-        if info.nbytes == 0 or info.offset + info.nbytes <= len(head):
+        if info.nbytes == 0 or source.covers(info.offset, info.nbytes):
             continue
         start, end = info.offset, info.offset + info.nbytes     # a span is read from one piece
         if spans and start <= spans[-1][1] + COALESCE_GAP and end - spans[-1][0] <= MAX_RUN_BYTES:
             spans[-1][1] = max(spans[-1][1], end)
         else:
             spans.append([start, end])
-    bodies = await asyncio.gather(*(loader.fetch_range(url, start, end, size) for start, end in spans))
-    for (start, _), body in zip(spans, bodies):
+    size, total, loaded = source.size(), sum(end - start for start, end in spans), [0]
+    if progress is not None:
+        progress(0, total)
+
+    async def fetch(start: int, end: int) -> None:
+        body = await loader.fetch_range(url, start, end, size)
         source.add(start, body)
+        loaded[0] += len(body)
+        if progress is not None:
+            progress(loaded[0], total)
+    await asyncio.gather(*(fetch(start, end) for start, end in spans))
     file.fetch_stats = loader.stats
-    return file
 
 
 async def load_pth_async(location, *, name: str | None = None, transport=None, cache=True):

@@ -231,6 +231,14 @@ async def load_packages(entry, checkpoint) -> None:
     await runtime.load_packages(_pipeline_class(entry).packages(checkpoint))
 
 
+def pipeline_for(entry, task: str, device: str | None = None, weights=None, **options):
+    """The pipeline for `task` run by the registry entry `entry` itself (a model of the registry,
+    or one engine.registry.for_file made for a file it does not list), on `device` (None: the
+    best for it), from `weights` (a Checkpoint, a location, ...; None: the entry's default)."""
+    _check_serves(entry, task)
+    return _build(entry, task, _device(entry, device), weights, options)
+
+
 def _build(entry, task: str, device: str | None, weights, options: dict):
     pipe = _pipeline_class(entry)(entry, device=device, weights=weights, **options)
     pipe.task = task

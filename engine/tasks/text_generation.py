@@ -278,14 +278,25 @@ async def chat(messages, options=None, on_piece=None) -> str:
 
     A chat_stop that arrives while this call waits for another model call to finish stops it
     too: messages are taken in order, so any Stop after this call began is meant for it."""
+    messages = list(state.from_json(messages))
+    return await _to_page(lambda pipe, **options: pipe.stream(messages, **options), options, on_piece)
+
+
+async def complete_text(prompt, options=None, on_piece=None) -> str:
+    """The continuation of a plain text prompt (no chat template: what a base model does), as
+    `chat` streams an answer, with the same result."""
+    prompt = state.py(prompt)
+    return await _to_page(lambda pipe, **options: pipe.stream_text(prompt, **options), options, on_piece)
+
+
+async def _to_page(stream, options, on_piece) -> str:
     _stop["requested"] = False
     pipe = state.loaded(TASK)
-    messages = list(state.from_json(messages))
     options = dict(state.from_json(options) or {})
     pieces = []
     async with state.lock:
         memory = state.heap_bytes()
-        for piece in pipe.stream(messages, cancel=lambda: _stop["requested"], **options):
+        for piece in stream(pipe, cancel=lambda: _stop["requested"], **options):
             pieces.append(piece)
             if on_piece is not None:
                 on_piece(piece)
@@ -294,7 +305,7 @@ async def chat(messages, options=None, on_piece=None) -> str:
         notice = state.notice(pipe)
     stats = {k: round(v, 4) if isinstance(v, float) else v for k, v in pipe.stats.items()}
     return json.dumps({"text": "".join(pieces), "stats": stats, "device": state.current["device"],
-                       "heap_bytes": memory, **notice})
+                       "model": pipe.entry.name, "heap_bytes": memory, **notice})
 
 
 def chat_stop() -> str:
@@ -317,11 +328,13 @@ async def chat_reset() -> str:
 
 
 def chat_defaults() -> str:
-    """What the chat card starts from: the model's default system message, context length, model."""
+    """What the chat card starts from: the model's default system message, context length, model,
+    and whether it chats (a base model has no chat template: the card completes text instead)."""
     pipe = state.loaded(TASK)
     return json.dumps({"system": pipe.template.default_system if pipe.template else None,
                        "capacity": pipe.generator.cache.capacity, "model": pipe.entry.name,
+                       "chat": pipe.template is not None,          # False: a base model, which only completes
                        "defaults": {"temperature": 0.0, "max_new_tokens": 256}})
 
 
-WORKER = (chat, chat_stop, chat_reset, chat_defaults)
+WORKER = (chat, complete_text, chat_stop, chat_reset, chat_defaults)

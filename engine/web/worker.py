@@ -17,6 +17,7 @@ call waits, the worker takes the next message, so model work runs under one lock
 """
 from __future__ import annotations
 
+import gc
 import json
 import time
 
@@ -43,26 +44,53 @@ async def devices() -> str:
                        "adapter": str(device.get_backend("webgpu").gpu.info) if "webgpu" in available else None})
 
 
-async def load(task: str, device: str | None, base_url: str, progress=None) -> str:
+async def load(task: str, device: str | None, base_url: str, progress=None, model: str | None = None) -> str:
     """Fetch (lazily, by Range, cache-first) and build the pipeline for `task`: its model and
-    where its weights lie come from the registry."""
+    where its weights lie come from the registry. `model`: a registry model of the task other than
+    its first, or the URL of a GGUF (its header checked before its weights come:
+    engine.tasks.model_urls). The task's pipeline loaded before is dropped first, with its
+    cache, so that its memory serves the new one (the heap itself never shrinks)."""
     from engine import registry, runtime
     from engine.site.browser import load_checkpoint
+    from engine.tasks import model_urls
 
     runtime.set_site(base_url)
-    entry = registry.for_task(task)
+    url = model if isinstance(model, str) and model.startswith(("http://", "https://")) else None
+    entry = (model_urls.entry_for(task, url) if url else
+             registry.for_task(task) if model is None else registry.model(str(model)))
     t0 = time.perf_counter()
     report = (lambda loaded, total: progress(loaded, total)) if progress is not None else None
-    checkpoint = await load_checkpoint(entry, progress=report)
+    async with _lock:
+        drop(task)
+    checkpoint = await (model_urls.checkpoint(entry, url, report) if url else load_checkpoint(entry, progress=report))
     await _tasks.load_packages(entry, checkpoint)          # jinja2 for a chat model's template
     async with _lock:
-        pipe = _tasks.pipeline(task, device=device or _state["device"], weights=checkpoint)
-    _state["pipelines"][task] = pipe
+        pipe = _tasks.pipeline_for(entry, task, device=device or _state["device"], weights=checkpoint)
+        _state["pipelines"][task] = pipe
     _state["device"] = pipe.device or "numpy"
-    weights = checkpoint.tensors.tensors          # the prefetched part (row tables come later)
+    weights = checkpoint.tensors.tensors if hasattr(checkpoint.tensors, "tensors") else checkpoint.tensors
     stats = dict(getattr(weights, "fetch_stats", {}), ms=round((time.perf_counter() - t0) * 1e3, 1))
     _state["stats"][task] = stats
-    return json.dumps({"task": task, "model": entry.name, "device": _state["device"], "weights": stats})
+    return json.dumps({"task": task, "model": entry.name, "url": url, "device": _state["device"], "weights": stats,
+                       "heap_bytes": state.heap_bytes()})
+
+
+async def inspect_model(task: str, url: str) -> str:
+    """What the GGUF at `url` is, from its header alone (size, architecture, chat template, tensor
+    types) and "refused": why `task`'s model cannot run it, or None (engine.tasks.model_urls)."""
+    from engine.tasks import model_urls
+    return json.dumps(await model_urls.inspect(task, str(url)))
+
+
+def drop(task: str) -> bool:
+    """Forget the pipeline loaded for `task` (its model, weights and cache), and collect it now."""
+    pipe = _state["pipelines"].pop(task, None)
+    _state["stats"].pop(task, None)
+    if pipe is None:
+        return False
+    del pipe
+    gc.collect()
+    return True
 
 
 def tasks() -> str:
@@ -125,7 +153,7 @@ def _jsonable(value):
 
 def _entry_points() -> dict:
     """name -> function: this module's own, the bench page's, then every task module's."""
-    table = {fn.__name__: fn for fn in (devices, tasks, set_device, run)}
+    table = {fn.__name__: fn for fn in (devices, tasks, set_device, inspect_model, run)}
     for fn in (*bench.ENTRY_POINTS, *_tasks.worker_entry_points().values()):
         if fn.__name__ in table:
             raise EngineError(f"two worker entry points are named {fn.__name__!r}")

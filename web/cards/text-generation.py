@@ -3,6 +3,14 @@ each message goes there with the whole conversation, and the answer comes back p
 (engine-client.js chat()), so the page stays responsive while it is generated. The worker's
 cache keeps the earlier turns, so only the new message is fed to the model.
 
+Models: the picker lists the site's text-generation models (its registry.json) with their size
+(their manifest's) and licence, and the decode speed each reached in this page. Choosing one
+loads it in the worker, which drops the one before (engine-client.js loadTask); the first
+model of the registry (SmolLM2) is the one that loads with the card. "Open" reads a GGUF's
+header at a URL (the worker's inspect_model: size, architecture, chat template) and loads it
+only when the model code can run it. A base model (no chat template in its file) turns the card
+into a completion box: the prompt in, its continuation streamed out (engine-client.js complete()).
+
 Interruptions: Stop ends the answer before its next token (pressed while the model downloads, no
 answer is generated); New chat drops the conversation, and an answer still arriving for the old
 one is not added to the new one."""
@@ -13,11 +21,18 @@ from bridge import by_id, error_text, to_js, to_py, without_prefix
 from pyscript.ffi import create_proxy
 
 
+def size_text(n):
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
 def start(card):
     client, document = card.client, js.document
-    # conversation: which one the card shows (New chat counts up); stopped: Stop was pressed
-    state = {"history": [], "busy": False, "defaults": None, "conversation": 0, "stopped": False}
-    log, box = by_id("chat-log"), by_id("chat-input")
+    # conversation: which one the card shows (New chat counts up); stopped: Stop was pressed;
+    # loaded: the model the card is set up for (a registry name or a URL); chat: it has a chat template
+    state = {"history": [], "busy": False, "defaults": None, "conversation": 0, "stopped": False,
+             "loaded": None, "chat": True, "listed": False}
+    models = {}                                  # name or URL -> {"title", "size", "license", "speed"}
+    log, box, picker = by_id("chat-log"), by_id("chat-input"), by_id("chat-model")
 
     def bubble(role, text=""):
         div = document.createElement("div")
@@ -32,6 +47,8 @@ def start(card):
         state["busy"] = busy
         by_id("chat-send").disabled = busy
         by_id("chat-stop").disabled = not busy
+        picker.disabled = busy
+        by_id("chat-url-open").disabled = busy
 
     def options():
         def number(name, kind, lo, hi, default):
@@ -42,17 +59,161 @@ def start(card):
         return {"temperature": number("chat-temperature", float, 0.0, 2.0, 0.0),
                 "max_new_tokens": number("chat-max-tokens", int, 1, 1000, 256)}
 
-    async def load():
-        await card.load()                            # loading since the card was opened
-        if state["defaults"] is None:
-            state["defaults"] = to_py(await client.python("chat_defaults"))
-            system = by_id("chat-system")
-            if not system.value.strip():
-                system.value = state["defaults"]["system"] or ""
+    # --- the picker ------------------------------------------------------------------------------
+    def option_text(key):
+        m = models[key]
+        parts = [m["title"]]
+        if m.get("size"):
+            parts.append(size_text(m["size"]))
+        if m.get("license"):
+            parts.append(m["license"])
+        if m.get("speed"):
+            parts.append(f"{m['speed']:.1f} tokens/s")
+        return " · ".join(parts)
 
+    def show_option(key):
+        option = None
+        for i in range(picker.options.length):
+            if picker.options.item(i).value == key:
+                option = picker.options.item(i)
+        if option is None:
+            option = document.createElement("option")
+            option.value = key
+            picker.appendChild(option)
+        option.textContent = option_text(key)
+        option.dataset.speed = str(models[key].get("speed") or "")
+
+    async def list_models():
+        """The site's text-generation models (registry.json), then each one's size (its manifest)."""
+        if state["listed"]:
+            return
+        state["listed"] = True
+        try:
+            listed = to_py(await (await js.fetch("registry.json")).json())
+        except Exception:
+            info = client.snapshot().info
+            listed = to_py(info.registry) if info else []
+        names = [m["name"] for m in listed if card.task in m["tasks"]]
+        for m in listed:
+            if m["name"] in names:
+                models[m["name"]] = {"title": m["title"].split(" · ", 1)[-1], "license": m.get("license", ""),
+                                     "size": None, "speed": None}
+                show_option(m["name"])
+        picker.value = state["loaded"] or (names[0] if names else "")
+        for name in names:
+            try:
+                manifest = await (await js.fetch(f"models/{name}/manifest.json")).json()
+                models[name]["size"] = int(manifest.total_bytes)
+            except Exception:
+                continue                          # the size stays unknown; the model still loads
+            show_option(name)
+
+    def loaded(info):
+        """The card follows the model the worker now serves: picker, title, heap, mode."""
+        key = getattr(info, "url", None) or info.model
+        if key not in models:
+            models[key] = {"title": info.model, "license": "", "size": None, "speed": None}
+            show_option(key)
+        picker.value = key
+        picker.dataset.loaded = key
+        card.section.querySelector("[data-model]").textContent = models[key]["title"]
+        heap = getattr(info, "heap_bytes", None)
+        if heap:
+            log.setAttribute("data-heap-bytes", str(heap))
+            card.section.dataset.loadHeapBytes = str(heap)
+        by_id("chat-model-info").textContent = f"worker memory after loading: {heap / 2**20:.0f} MiB" if heap else ""
+
+    async def load():
+        """The card's model, loaded (since the card was opened, or as last chosen), and the card set up for it."""
+        info = await card.load()
+        key = getattr(info, "url", None) or info.model
+        if state["defaults"] is None or state["loaded"] != key:
+            defaults = to_py(await client.python("chat_defaults"))
+            previous = state["defaults"]["system"] if state["defaults"] else None
+            state["defaults"], state["loaded"] = defaults, key
+            system = by_id("chat-system")
+            if not system.value.strip() or system.value.strip() == (previous or "").strip():
+                system.value = defaults["system"] or ""
+            set_mode(defaults.get("chat", True), info.model)
+            loaded(info)
+        return info
+
+    def set_mode(chat, name):
+        """A chat model: the conversation; a base model: a completion box, and the card says why."""
+        state["chat"] = chat
+        log.hidden = not chat
+        by_id("chat-completion").hidden = chat
+        mode = by_id("chat-mode")
+        mode.hidden = chat
+        mode.textContent = ("" if chat else f"{name} is a base model: its file has no chat template "
+                            "(tokenizer.chat_template), so it does not chat. Type the start of a text: "
+                            "the model continues it.")
+        box.placeholder = ("Ask something… (Enter sends, Shift+Enter: new line)" if chat else
+                           "The start of a text… (Enter completes it)")
+        by_id("chat-send").textContent = "Send" if chat else "Complete"
+        by_id("chat-new").textContent = "New chat" if chat else "Clear"
+
+    async def use_model(key):
+        """Load another model (a registry name or a GGUF's URL); the conversation starts afresh."""
+        if state["busy"]:
+            picker.value = state["loaded"] or ""
+            return
+        card.error(None)
+        set_busy(True)
+        try:
+            await clear()
+            await client.loadTask(card.task, key)
+            await load()
+        except Exception as e:
+            card.error("The model could not be loaded: " + without_prefix(error_text(e), "engine.errors."))
+            picker.value = state["loaded"] or ""
+            state["loaded"] = None                # the worker dropped it: the registry's first loads again
+            set_busy(False)
+            _run(follow_load())
+            return
+        set_busy(False)
+
+    async def open_url(event=None):
+        """A GGUF by URL: its header first (size, architecture), then its weights if it can run."""
+        url = by_id("chat-url").value.strip()
+        if not url or state["busy"]:
+            return
+        note = by_id("chat-url-info")
+        card.error(None)
+        note.hidden = False
+        note.textContent = f"Reading the header of {url}…"
+        set_busy(True)
+        try:
+            info = to_py(await client.python("inspect_model", card.task, url))
+        except Exception as e:
+            note.textContent = ""
+            note.hidden = True
+            card.error("Could not read that GGUF: " + without_prefix(error_text(e), "engine.errors."))
+            set_busy(False)
+            return
+        types = ", ".join(f"{k} ×{v}" for k, v in info["tensor_types"].items())
+        template = "a chat template" if info["chat_template"] else "no chat template (a base model: completion only)"
+        note.textContent = (f"{info['file']}: {size_text(info['size'])}, architecture "
+                            f"{info['architecture'] or 'not given'}, {info['tensors']} tensors ({types}), {template}")
+        note.dataset.architecture = info["architecture"] or ""
+        note.dataset.size = str(info["size"])
+        if info["refused"]:
+            note.dataset.refused = "true"
+            card.error("Refused before downloading its weights: " + info["refused"])
+            set_busy(False)
+            return
+        note.dataset.refused = "false"
+        models[url] = {"title": info["name"] or info["file"], "license": "from a URL", "size": info["size"],
+                       "speed": None}
+        show_option(url)
+        picker.value = url
+        set_busy(False)
+        await use_model(url)
+
+    # --- talking to the model ----------------------------------------------------------------------
     async def send():
-        text = box.value.strip()
-        if not text or state["busy"]:
+        text = box.value.strip() if state["chat"] else box.value
+        if not text.strip() or state["busy"]:
             return
         if client.snapshot().status != "ready":
             card.error("the engine is still starting; try again in a moment")
@@ -61,8 +222,13 @@ def start(card):
         set_busy(True)
         conversation, state["stopped"] = state["conversation"], False
         box.value = ""
-        bubble("user", text)
-        answer = bubble("assistant")
+        if state["chat"]:
+            bubble("user", text)
+            answer = bubble("assistant")
+        else:
+            by_id("chat-prompt").textContent = text
+            answer = by_id("chat-continuation")
+            answer.textContent = ""
         answer.classList.add("streaming")
         got = {"first": None, "started": js.performance.now()}
 
@@ -79,12 +245,16 @@ def start(card):
             if state["stopped"] or conversation != state["conversation"]:
                 answer.classList.add("stopped")      # interrupted while the model loaded: no answer
                 return
-            system = by_id("chat-system").value.strip()
-            turn = {"role": "user", "content": text}
-            messages = ([{"role": "system", "content": system}] if system else []) + state["history"] + [turn]
-            result = to_py(await client.chat(to_js(messages), to_js(options()), piece_proxy))
+            if not state["chat"]:                    # the model chosen meanwhile may be a base model
+                result = to_py(await client.complete(text, to_js(options()), piece_proxy))
+            else:
+                system = by_id("chat-system").value.strip()
+                turn = {"role": "user", "content": text}
+                messages = ([{"role": "system", "content": system}] if system else []) + state["history"] + [turn]
+                result = to_py(await client.chat(to_js(messages), to_js(options()), piece_proxy))
         except Exception as e:                   # the worker's error text; the turn is not kept
-            answer.remove()
+            if state["chat"]:
+                answer.remove()
             card.error(without_prefix(error_text(e), "engine.errors."))
             return
         finally:
@@ -98,13 +268,17 @@ def start(card):
         answer.textContent = result["text"]
         if stats.get("stop_reason") == "cancelled":
             answer.classList.add("stopped")
-        state["history"] += [turn, {"role": "assistant", "content": result["text"]}]
+        if state["chat"]:
+            state["history"] += [turn, {"role": "assistant", "content": result["text"]}]
         if "ttft_s" in stats:
             by_id("chat-ttft").textContent = f"{stats['ttft_s'] * 1e3:.0f}"
         by_id("chat-tps").textContent = f"{stats.get('decode_tok_s', 0):.1f}"
         by_id("chat-tokens").textContent = str(stats.get("new_tokens", 0))
         by_id("chat-backend").textContent = result["device"]
         log.setAttribute("data-heap-bytes", str(result.get("heap_bytes", 0)))
+        if state["loaded"] in models and stats.get("decode_tok_s"):
+            models[state["loaded"]]["speed"] = stats["decode_tok_s"]
+            show_option(state["loaded"])
         if result.get("notice"):
             card.error(result["notice"])
 
@@ -113,10 +287,16 @@ def start(card):
             state["stopped"] = True
             await client.stopChat()
 
-    async def new_chat(event=None):
+    async def clear():
+        """Forget the conversation (or the completion) on the page."""
         state["conversation"] += 1                # an answer still arriving is not shown
         state["history"] = []
         log.innerHTML = ""
+        by_id("chat-prompt").textContent = ""
+        by_id("chat-continuation").textContent = ""
+
+    async def new_chat(event=None):
+        await clear()
         card.error(None)
         await stop()
         if state["defaults"] is not None:
@@ -130,10 +310,28 @@ def start(card):
         if event.key == "Enter" and not event.shiftKey and not event.isComposing:
             on_submit(event)
 
+    def on_url(event):
+        event.preventDefault()
+        _run(open_url())
+
+    def on_open():
+        _run(list_models())
+        _run(follow_load())
+
+    async def follow_load():
+        """Once the card's model is in, the card is set up for it (base model or chat)."""
+        try:
+            await load()
+        except Exception:
+            pass                                  # app.py's preload says why in the card
+
     def _run(coroutine):
         asyncio.create_task(coroutine)
 
+    card.on("open", on_open)
     by_id("chat-form").addEventListener("submit", create_proxy(on_submit))
+    by_id("chat-url-form").addEventListener("submit", create_proxy(on_url))
     box.addEventListener("keydown", create_proxy(on_key))
+    picker.addEventListener("change", create_proxy(lambda e: _run(use_model(picker.value))))
     by_id("chat-stop").addEventListener("click", create_proxy(lambda e: _run(stop())))
     by_id("chat-new").addEventListener("click", create_proxy(lambda e: _run(new_chat())))
