@@ -61,10 +61,19 @@ class TextGeneration(Pipeline):
             eos.add(turn_end_id(self.tokenizer, self.template))
         GenerationConfig.of(defaults)                     # bad defaults fail here, not at the first call
         self.defaults = defaults
+        self.generator = Generator(self.model, self.tokenizer, self._checked(capacity),
+                                   {i for i in eos if isinstance(i, int)})
+
+    def _checked(self, capacity) -> int:
         limit = self.model.config.max_position_embeddings
         if isinstance(capacity, bool) or not isinstance(capacity, int) or not 2 <= capacity <= limit:
             raise InputError(f"capacity must be an integer in [2, {limit}], got {capacity!r}")
-        self.generator = Generator(self.model, self.tokenizer, capacity, {i for i in eos if isinstance(i, int)})
+        return capacity
+
+    def set_capacity(self, capacity: int) -> None:
+        """A new context length (tokens the cache holds): a new, empty cache; the conversation
+        starts afresh."""
+        self.generator.bind(self.model, self._checked(capacity))
 
     @classmethod
     def packages(cls, checkpoint) -> tuple[str, ...]:
@@ -327,14 +336,24 @@ async def chat_reset() -> str:
     return json.dumps({"reset": pipe is not None})
 
 
+async def chat_context(tokens) -> str:
+    """Set the context length of the loaded model (its KV cache; the conversation starts afresh)."""
+    async with state.lock:
+        pipe = state.loaded(TASK)
+        pipe.set_capacity(int(tokens) if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) else tokens)
+        return json.dumps({"capacity": pipe.generator.cache.capacity,
+                           "max_capacity": pipe.model.config.max_position_embeddings})
+
+
 def chat_defaults() -> str:
     """What the chat card starts from: the model's default system message, context length, model,
     and whether it chats (a base model has no chat template: the card completes text instead)."""
     pipe = state.loaded(TASK)
     return json.dumps({"system": pipe.template.default_system if pipe.template else None,
                        "capacity": pipe.generator.cache.capacity, "model": pipe.entry.name,
+                       "max_capacity": pipe.model.config.max_position_embeddings,
                        "chat": pipe.template is not None,          # False: a base model, which only completes
                        "defaults": {"temperature": 0.0, "max_new_tokens": 256}})
 
 
-WORKER = (chat, complete_text, chat_stop, chat_reset, chat_defaults)
+WORKER = (chat, complete_text, chat_stop, chat_reset, chat_context, chat_defaults)

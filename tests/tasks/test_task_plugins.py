@@ -206,7 +206,7 @@ def test_a_task_module_cannot_take_a_name_already_taken(plugin, tmp_path):
 
 # the entry points the page (web/app.py, web/cards/, web/bench.js) calls by name
 PAGE_COMMANDS = {"devices", "tasks", "set_device", "inspect_model", "run", "predict_digit", "classify_image",
-                 "embed_texts", "chat", "complete_text", "chat_stop", "chat_reset", "chat_defaults", "bench_digit",
+                 "embed_texts", "chat", "complete_text", "chat_stop", "chat_reset", "chat_context", "chat_defaults", "bench_digit",
                  "bench_image", "bench_text", "bench_gemm", "bench_ops", "bench_qlinear", "bench_llm", "bench_threads",
                  "bench_peer_cases", "transcribe_audio", "transcribe_stop", "speech_transcript", "speech_model",
                  "detect_image", "bench_yolo", "bench_yolo_cases"}

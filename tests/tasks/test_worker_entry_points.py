@@ -78,3 +78,13 @@ def test_chat_streams_the_pipeline_s_answer(loaded, smollm2_gguf):
     assert answer["stats"]["new_tokens"] == 7 and answer["stats"]["stop_reason"] == "eos"
     assert json.loads(asyncio.run(worker.chat_reset())) == {"reset": True}
     assert pipe.generator.cache.length == 0
+
+    # the card's context length: a new, empty cache of that capacity, checked against the model's
+    assert defaults["max_capacity"] == 8192
+    asyncio.run(worker.chat(json.dumps(messages), json.dumps({"max_new_tokens": 4})))
+    assert json.loads(asyncio.run(worker.chat_context(512))) == {"capacity": 512, "max_capacity": 8192}
+    assert pipe.generator.cache.capacity == 512 and pipe.generator.cache.length == 0
+    for bad in (1, 8193, "many", True):
+        with pytest.raises(InputError, match="capacity must be an integer in \\[2, 8192\\]"):
+            asyncio.run(worker.chat_context(bad))
+    assert pipe.generator.cache.capacity == 512

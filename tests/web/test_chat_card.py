@@ -75,6 +75,15 @@ def test_chat_like_a_person(dev_server, session_factory):
     page.fill("[data-testid=chat-max-tokens]", "64")
     assert ask(page, "What is the capital of France?") == PARIS                   # afresh, same answer
     assert s.run("from engine.web import worker\nworker.pipeline('text-generation').stats['reused_tokens']") < 37
+
+    # the context length of the settings: a new, empty cache of that many tokens, a new chat
+    capacity = "from engine.web import worker\nworker.pipeline('text-generation').generator.cache.capacity"
+    assert s.run(capacity) == 4096 and page.text_content("[data-testid=chat-capacity]") == "4096"
+    page.fill("[data-testid=chat-context]", "512")
+    page.dispatch_event("[data-testid=chat-context]", "change")
+    page.wait_for_function("document.querySelector('[data-testid=chat-capacity]').textContent === '512'")
+    assert s.run(capacity) == 512 and page.locator(ANSWERS).count() == 0
+    assert ask(page, "What is the capital of France?") == PARIS
     assert s.foreign_requests() == [] and s.console_errors == []
 
 

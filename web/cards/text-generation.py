@@ -136,7 +136,33 @@ def start(card):
                 system.value = defaults["system"] or ""
             set_mode(defaults.get("chat", True), info.model)
             loaded(info)
+            await apply_context()
         return info
+
+    def context_tokens():
+        try:
+            tokens = int(float(by_id("chat-context").value))
+        except ValueError:
+            tokens = 4096
+        limit = state["defaults"]["max_capacity"] if state["defaults"] else 32768
+        return min(max(tokens, 256), limit)
+
+    async def apply_context():
+        """The context length of the Settings, given to the loaded model (a new, empty cache)."""
+        tokens = context_tokens()
+        if tokens != state["defaults"]["capacity"]:
+            state["defaults"]["capacity"] = to_py(await client.python("chat_context", tokens))["capacity"]
+        by_id("chat-context").value = str(state["defaults"]["capacity"])
+        by_id("chat-capacity").textContent = str(state["defaults"]["capacity"])
+
+    async def set_context(event=None):
+        if state["defaults"] is None:
+            return                                   # applied when the model loads
+        await new_chat()
+        try:
+            await apply_context()
+        except Exception as e:
+            card.error(without_prefix(error_text(e), "engine.errors."))
 
     def set_mode(chat, name):
         """A chat model: the conversation; a base model: a completion box, and the card says why."""
@@ -335,3 +361,4 @@ def start(card):
     picker.addEventListener("change", create_proxy(lambda e: _run(use_model(picker.value))))
     by_id("chat-stop").addEventListener("click", create_proxy(lambda e: _run(stop())))
     by_id("chat-new").addEventListener("click", create_proxy(lambda e: _run(new_chat())))
+    by_id("chat-context").addEventListener("change", create_proxy(lambda e: _run(set_context())))
