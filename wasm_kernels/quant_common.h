@@ -170,6 +170,11 @@ static inline void pin(v4i v) {
     (void)v;
 }
 
+/* the even and the odd bytes of v's 16-bit lanes as int16 (signed bytes sign-extended): the
+ * panels' weight values (quant_small.c, quant_k.c) */
+static inline v8i16 even_bytes(v4u v, int sign) { return sign ? ((v8i16)v << 8) >> 8 : (v8i16)v & 0xff; }
+static inline v8i16 odd_bytes(v4u v, int sign) { return sign ? (v8i16)v >> 8 : (v8i16)((v8u16)v >> 8); }
+
 /* --- rows of x against weight rows: the *_rows dispatchers (quant_small.c, quant_k.c) ----------- */
 /* rows of x multiplied together by the K-quants, each weight block unpacked once for them (2
  * measured the same); the 32-element types take several rows through the panels below */

@@ -14,6 +14,9 @@ INLINE int subs_of_16(int t) { return t == Q2_K || t == Q3_K || t == Q6_K; }
 /* w = (d * sc) * (q - offset) [- (dmin * m)] */
 INLINE int offset_of(int t) { return t == Q3_K ? 4 : t == Q6_K ? 32 : 0; }
 INLINE int has_min(int t) { return t == Q2_K || t == Q4_K || t == Q5_K; }
+/* the types that also take the panel path (quant_common.h) for many rows of x: their sub-block
+ * scales fit in the int16 weight values (|sc (q - offset)| <= 4096), a block of 32 has one min */
+INLINE int panelled(int t) { return t == Q4_K || t == Q5_K || t == Q6_K; }
 
 /* the 32 quants of block j (elements 32j..32j+31) of super-block sb, unsigned (0..63):
  * elements 0-15 in lo, 16-31 in hi. Bit planes as engine.quants._planes reads them. */
@@ -98,6 +101,10 @@ INLINE void scales_of(int t, const uint8_t *sb, scales *s) {
     }
 }
 
+/* -dmin m of blocks 4g..4g+3 (Q4_K, Q5_K), exact in float32 (f16 times 6 bits): what a block's
+ * min adds per unit of x's dx sum(q) */
+INLINE v4f block_mins(const scales *s, int g) { return splat(-s->dmin) * __builtin_convertvector(s->mn[g], v4f); }
+
 /* block i (of 8) of super-block sb times block j of x rows r0..r0+R-1: per row, 4 partial sums
  * (sub-blocks of 16: lanes 0-1 the first half's, 2-3 the second's, kept apart) */
 INLINE void block_sums(int t, size_t R, const uint8_t *sb, int i, size_t j, const acts *a, size_t r0, v4i *s) {
@@ -132,9 +139,15 @@ INLINE void group_k(int t, size_t R, const uint8_t *sb, size_t index, int g, con
             sums = hadd4(h01[r], h23[r]) * s->sc[g];
             mins = load_i32x4(act_s32(a, r0 + r) + j0) * s->mn[g];
         }
-        v4f dx = load4(act_dx(a, r0 + r) + j0), f = __builtin_convertvector(sums, v4f) * splat(s->d);
-        if (has_min(t)) f -= __builtin_convertvector(mins, v4f) * splat(s->dmin);
-        acc[r] = madd(f, dx, acc[r]);
+        v4f dx = load4(act_dx(a, r0 + r) + j0);
+        if (panelled(t)) {                         /* as panel_tile (quant.c), bit for bit */
+            acc[r] = madd(__builtin_convertvector(sums, v4f), splat(s->d) * dx, acc[r]);
+            if (has_min(t)) acc[r] = madd(block_mins(s, g), load4(act_xs(a, r0 + r) + j0), acc[r]);
+        } else {
+            v4f f = __builtin_convertvector(sums, v4f) * splat(s->d);
+            if (has_min(t)) f -= __builtin_convertvector(mins, v4f) * splat(s->dmin);
+            acc[r] = madd(f, dx, acc[r]);
+        }
     }
 }
 
@@ -162,6 +175,65 @@ void k_rows(int type, size_t r, const uint8_t *w, size_t count, size_t row_bytes
         ROWS(Q4_K);
         ROWS(Q5_K);
         ROWS(Q6_K);
+    }
+}
+
+/* --- panels (quant_common.h) for Q4_K, Q5_K, Q6_K: the sub-block scales multiplied into the
+ * values (int16), the super-scale d as every block's scale, -dmin m as its min ---------------------- */
+/* group h (blocks 4h..4h+3) of super-block sb, as quant_small.c's group4 lays a group out; its
+ * scales and mins after PANEL_GROUP bytes per row */
+INLINE void group_k_panel(int t, const uint8_t *sb, const scales *s, int h, uint8_t *values, size_t step,
+                          uint8_t *scales_out, size_t K) {
+    const v8i16 offset = (v8i16){0, 0, 0, 0, 0, 0, 0, 0} + (int16_t)offset_of(t);
+    v4u in[4], upper[4], tr[4];
+    for (int i = 0; i < 4; ++i) {
+        v16i8 lo, hi;
+        unpack_k(t, sb, 4 * h + i, &lo, &hi);
+        in[i] = (v4u)lo;
+        upper[i] = (v4u)hi;
+    }
+    v4i first, second;                             /* each block's scale of elements 0-15, of 16-31 */
+    if (subs_of_16(t)) {                           /* Q6_K: sub-blocks 2j, 2j + 1 of block j */
+        first = __builtin_shufflevector(s->sc[2 * h], s->sc[2 * h + 1], 0, 2, 4, 6);
+        second = __builtin_shufflevector(s->sc[2 * h], s->sc[2 * h + 1], 1, 3, 5, 7);
+    } else {
+        first = second = s->sc[h];
+    }
+    for (int half = 0; half < 2; ++half, values += 2 * step) {
+        const v4i sc = half ? second : first;      /* lanes 2i, 2i + 1: block i's */
+        const v8i16 scale = __builtin_convertvector(__builtin_shufflevector(sc, sc, 0, 0, 1, 1, 2, 2, 3, 3), v8i16);
+        transpose_words(half ? upper : in, tr);    /* lane i: elements 16 half + 4l..4l+3 of block i */
+        for (int l = 0; l < 4; ++l) {
+            *(v8i16_u *)(values + 4 * l * step) = (even_bytes(tr[l], 0) - offset) * scale;
+            *(v8i16_u *)(values + (4 * l + 1) * step) = (odd_bytes(tr[l], 0) - offset) * scale;
+        }
+    }
+    store4((float *)scales_out, splat(s->d));
+    store4((float *)(scales_out + 16 * K), has_min(t) ? block_mins(s, h) : splat(0.0f));
+}
+
+INLINE void panel_of_k(int t, const uint8_t *w, size_t count, size_t row_bytes, size_t nb, uint8_t *out, size_t K) {
+    const size_t stride = panel_stride(nb);
+    for (size_t n = 0; n < count; ++n, w += row_bytes) {
+        const size_t n0 = n - n % K, rows = count - n0 < K ? count - n0 : K;
+        uint8_t *p = out + n0 * stride + 16 * (n % K);        /* row n % K of the panel of rows n0.. */
+        const uint8_t *sb = w;
+        for (size_t i = 0; i < nb / 8; ++i, sb += super_bytes(t)) {
+            scales s;
+            scales_of(t, sb, &s);
+            for (int h = 0; h < 2; ++h, p += rows * (PANEL_GROUP + 32))
+                group_k_panel(t, sb, &s, h, p, 16 * rows, p + rows * PANEL_GROUP, rows);
+        }
+    }
+}
+
+int k_panelled(int type) { return panelled(type); }
+
+void k_panel(int type, const uint8_t *w, size_t count, size_t row_bytes, size_t nb, uint8_t *out, size_t K) {
+    switch (type) {
+    case Q4_K: panel_of_k(Q4_K, w, count, row_bytes, nb, out, K); break;
+    case Q5_K: panel_of_k(Q5_K, w, count, row_bytes, nb, out, K); break;
+    case Q6_K: panel_of_k(Q6_K, w, count, row_bytes, nb, out, K); break;
     }
 }
 

@@ -11,5 +11,8 @@ void k_rows(int type, size_t r, const uint8_t *w, size_t count, size_t row_bytes
 /* one row of `nb` blocks of 32 (nb / 8 super-blocks) dequantized to out, bit for bit as
  * engine.quants.dequantize */
 void k_dequantize(int type, const uint8_t *w, size_t nb, float *out);
+/* Whether `type` takes the panel path, and its weight rows to panels of K rows (quant_common.h) */
+int k_panelled(int type);
+void k_panel(int type, const uint8_t *w, size_t count, size_t row_bytes, size_t nb, uint8_t *out, size_t K);
 
 #endif

@@ -116,10 +116,6 @@ void small_rows(int type, size_t r, const uint8_t *w, size_t count, size_t row_b
 }
 
 /* --- panels (quant_common.h): weight rows unpacked once for many rows of x ----------------------- */
-/* the even and the odd bytes of v's 16-bit lanes as int16 (signed bytes sign-extended) */
-INLINE v8i16 even_bytes(v4u v, int sign) { return sign ? ((v8i16)v << 8) >> 8 : (v8i16)v & 0xff; }
-INLINE v8i16 odd_bytes(v4u v, int sign) { return sign ? (v8i16)v >> 8 : (v8i16)((v8u16)v >> 8); }
-
 /* 16 int16 vectors from 4 blocks at b (bs bytes apart) in quant_common.h's order, offsets
  * subtracted, to values (vectors `step` bytes apart). Q4_0/Q4_1: the nibble bytes themselves
  * transposed (32-bit lane i = block i), then each 16-bit lane's 4 nibbles shifted and masked out.
