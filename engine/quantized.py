@@ -142,6 +142,12 @@ class QuantizedTensor:
         joined = _adjacent(parts)                    # llama.cpp writes ffn_gate just before ffn_up
         return first._like(np.concatenate(parts) if joined is None else joined, rows)
 
+    @staticmethod
+    def adjacent(tensors) -> bool:
+        """Whether cat(tensors) is a view of their bytes (they lie end to end in one buffer) rather
+        than a copy of them."""
+        return _adjacent([t._rows_bytes() for t in tensors]) is not None
+
     def split(self, sizes) -> list["QuantizedTensor"]:
         """The 2-D weight cut into consecutive runs of `sizes` rows; on backends that keep GGML's
         bytes (numpy, simd) the parts share this tensor's storage."""

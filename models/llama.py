@@ -227,10 +227,19 @@ def hf_rows(weight, heads: int):
     return engine.index_select(weight, 0, order)
 
 
+STACK_COPY_BYTES = 2 << 20     # quantized parts stacked by a copy only up to this size together
+
+
 def _stack(weights):
-    """One weight of all rows (quantized when all are, of one type), and the parts as row views."""
+    """One weight of all rows (quantized when all are, of one type), and the parts as row views.
+    Quantized parts are stacked when that is free (their bytes lie end to end: a GGUF read whole)
+    or small (where one call instead of several pays, and the copy costs little); otherwise they
+    stay apart: a model fetched by runs of tensors (the page) would hold a second copy of its
+    largest weights (the 1.5B's gate and up: 430 MB of heap)."""
     sizes = [w.shape[0] for w in weights]
     if all(isinstance(w, QuantizedTensor) for w in weights) and len({w.qtype for w in weights}) == 1:
+        if not QuantizedTensor.adjacent(weights) and sum(w.nbytes for w in weights) > STACK_COPY_BYTES:
+            return None, weights
         fused = QuantizedTensor.cat(weights)
         return fused, fused.split(sizes)
     if any(isinstance(w, QuantizedTensor) for w in weights):

@@ -19,6 +19,15 @@
 // Web on the same cases and inputs with 1 and 2 threads (?ort_threads=1,2,4: other counts), for the
 // ratios (benchThreads; `python build.py --peers`); ?thread_repeat=N: that section's repeats,
 // ?thread_rounds=N: the whole section N times, interleaved. Each section's wall time goes into sections_ms.
+// ?llm=<model> (a registry text-generation model, e.g. gemma-3-270m; with a backend beside it,
+// ?llm=gemma-3-270m,simd) runs the plain-text case instead of SmolLM2's chat case: ~200 tokens of
+// prose (engine.bench.llm.TEXT_PROMPT; ?prompt=TEXT another) continued greedy, ?tokens=N new ones
+// (128), EOS ignored, at each kernel thread count of ?threads=1,2 (or ?llm_threads=; then ?threads=
+// alone does not start the EfficientNet/MiniLM thread section), with ?peer=1 wllama on the same GGUF
+// from this site at the same n_threads, ?llm_rounds=N (2) interleaved rounds (ours, peer; peer, ours),
+// one untimed run of each first (?llm_warmup=0: none): prefill/decode tok/s, the ratios against the
+// targets (decode >= 2x, prefill >= 3x wllama), and both greedy texts, in results.llm_text (benchLlmText);
+// ?llm_profile=1: then ours' time per kernel (a prefill chunk, a decode step) at each count.
 import { EngineClient } from "./engine-client.js";
 import { benchYolo } from "./bench-yolo.js";
 
@@ -30,7 +39,15 @@ const status = document.getElementById("bench-status");
 // ?ort=1 (?ort_threads=...): ONNX Runtime Web's
 const counts = (name) => (params.get(name) || "").split(",").map(Number).filter((n) => Number.isInteger(n) && n >= 1);
 const threadCounts = counts("threads");
+// ?llm=<model>: the plain-text LLM case on that registry model (benchLlmText), on the backends beside it
+const BACKENDS = new Set(["numpy", "simd", "webgpu"]);
+const llmParts = (params.get("llm") || "").split(",").filter((v) => v && v !== "0" && v !== "1");
+const llmModel = llmParts.find((v) => !BACKENDS.has(v)) || null;
+const llmThreads = counts("llm_threads").length ? counts("llm_threads") : llmModel ? threadCounts : [];
 const ortThreads = params.has("ort") && params.get("ort") !== "0" ? (counts("ort_threads").length ? counts("ort_threads") : [1, 2]) : [];
+// with ?llm=<model>, ?threads= is the LLM's counts: the thread section runs only when asked for besides
+const threadSection = ortThreads.length > 0 || (threadCounts.length > 0 &&
+  (!llmModel || counts("llm_threads").length > 0 || params.has("thread_cases")));
 
 // The cold start's breakdown: which visit this is ("navigate": a first visit when the caches are
 // empty; "reload"), whether the service worker answered, and per stage the worker's time, requests
@@ -125,8 +142,9 @@ async function main() {
       results.minilm[device] = await client.python("bench_text", quick);
     }
   });
-  if (threadCounts.length || ortThreads.length) await section("threads", () => benchThreads(client, results));
-  if (params.has("llm") && params.get("llm") !== "0") await section("llm", () => benchLlm(client, results));
+  if (threadSection) await section("threads", () => benchThreads(client, results));
+  if (llmModel) await section("llm", () => benchLlmText(client, results, llmModel));
+  else if (params.has("llm") && params.get("llm") !== "0") await section("llm", () => benchLlm(client, results));
   if (params.has("speech") && params.get("speech") !== "0") await section("speech", () => benchSpeech(client, results));
   if (params.has("yolo") && params.get("yolo") !== "0") await section("yolo", () => benchYolo(client, results, params, info));
   return results;
@@ -136,7 +154,8 @@ async function main() {
 // thread section runs on it), else 1, so that the other sections' numbers stay one core's unless
 // asked; 1 when the page is not cross-origin isolated (a pool needs a SharedArrayBuffer).
 function threadsWanted() {
-  return self.crossOriginIsolated === true && threadCounts.length ? Math.max(...threadCounts) : 1;
+  const wanted = [...threadCounts, ...llmThreads];
+  return self.crossOriginIsolated === true && wanted.length ? Math.max(...wanted) : 1;
 }
 
 // The worker's kernel threads as its boot reports them ({requested, used, reason}); a worker without
@@ -471,6 +490,177 @@ async function benchPeer(prompt, tokens) {
     decode_tok_s: round(timed.predicted_per_second), ttft_s: undefined, answer_start: timed.text.slice(0, 60),
     first_run: { prefill_tok_s: round(first.prompt_per_second), decode_tok_s: round(first.predicted_per_second) },
   };
+}
+
+// The plain-text LLM case (?llm=<model>): ours and wllama on the same GGUF file from this site
+// (models/<model>/manifest.json names it; its byte parts are joined into one Blob for wllama), the
+// same prompt text (each side tokenizes it as the file says: the token counts are reported), greedy,
+// `tokens` new ones, EOS ignored, no prompt cache. Per thread count (ours: engine.threads through
+// bench_threads; wllama: n_threads, loaded once per count) one untimed run of each, then `rounds`
+// rounds, ours first in even rounds and the peer first in odd ones. Medians over the rounds and
+// ours/wllama ratios against the targets in results.llm_text and the card's table.
+const TARGETS = { prefill: 3, decode: 2 };
+
+async function benchLlmText(client, results, model) {
+  const device = llmParts.find((v) => BACKENDS.has(v)) || "simd";
+  const tokens = Number(params.get("tokens")) || 128;
+  const rounds = Number(params.get("llm_rounds")) || 2;
+  const warmup = params.get("llm_warmup") !== "0";
+  const prompt = params.get("prompt") || "";                 // "": engine.bench.llm.TEXT_PROMPT
+  const withPeer = params.get("peer") === "1";
+  const card = document.getElementById("llm-card");
+  const cardStatus = document.getElementById("llm-status");
+  card.hidden = false;
+  document.getElementById("llm-title").textContent = `Text generation (${model})`;
+  cardStatus.textContent = `loading ${model}`;
+  await client.setBackend(device);
+  const manifestReply = await fetch(`models/${model}/manifest.json`);
+  if (!manifestReply.ok) throw new Error(`models/${model}/manifest.json: HTTP ${manifestReply.status}`);
+  const manifest = await manifestReply.json();
+  if (!manifest.gguf) throw new Error(`${model} is not a GGUF model`);
+  const t = performance.now();
+  const loaded = await client.loadTask("text-generation", model);
+  const out = results.llm_text = {
+    model, device, file: manifest.gguf.file, file_bytes: manifest.gguf.size, new_tokens: tokens, rounds, warmup,
+    load_ms: round(performance.now() - t), weights: loaded.weights, targets: TARGETS,
+    threads: llmThreads.length ? llmThreads : [results.threads.used], ours: [],
+    peer: withPeer ? { name: "wllama", version: WLLAMA_VERSION, runs: [] } : null,
+  };
+  let blob = null;
+  for (const n of out.threads) {
+    cardStatus.textContent = `${n} thread${n > 1 ? "s" : ""}: setting ours`;
+    const set = await client.python("bench_threads", n);
+    showThreads(results.threads, set);
+    let peer = null;
+    if (withPeer) {
+      if (n > 1 && self.crossOriginIsolated !== true) {
+        out.peer.runs.push({ threads: n, skipped: "the page is not cross-origin isolated: wllama would run on 1 thread" });
+      } else {
+        cardStatus.textContent = `${n} thread${n > 1 ? "s" : ""}: loading wllama`;
+        blob ||= await ggufBlob(model, manifest);
+        peer = await startWllama(blob, n, tokens);
+        out.peer.load_ms ||= peer.load_ms;
+      }
+    }
+    for (let r = 0; r < rounds; r++) {
+      for (const side of r % 2 && peer ? ["peer", "ours"] : ["ours", "peer"]) {
+        const first = r === 0 && warmup;
+        cardStatus.textContent = `${n} thread${n > 1 ? "s" : ""}, round ${r + 1}: ${side === "ours" ? "ours" : "wllama"}`;
+        if (side === "ours") {
+          const { prompt: text, ...res } = await client.python("bench_llm_text", prompt, tokens, 1, first);
+          out.prompt ??= text;                        // the text both sides continue
+          out.ours.push({ ...res, requested: set.requested, used: set.used, reason: set.reason, round: r });
+        } else if (peer) {
+          if (first) await peer.run(out.prompt);      // untimed
+          out.peer.runs.push({ ...(await peer.run(out.prompt)), round: r });
+        }
+      }
+    }
+    if (peer) await peer.exit();
+    if (params.get("llm_profile") === "1") {          // where ours spends it, per kernel, at this count
+      cardStatus.textContent = `${n} thread${n > 1 ? "s" : ""}: profiling ours`;
+      (out.profile ||= {})[n] = await client.python("bench_llm_profile", prompt);
+    }
+  }
+  if (out.ours.length && out.threads.length) await client.python("bench_threads", Math.max(...out.threads));
+  summarizeLlmText(out);
+  document.getElementById("llm-table").textContent = llmTextTable(out).join("\n");
+  cardStatus.textContent = "done";
+}
+
+// The GGUF as one Blob: its byte parts fetched from this site (as the worker reads them) and joined.
+async function ggufBlob(model, manifest) {
+  const parts = [];
+  for (const part of manifest.gguf.parts) {
+    const reply = await fetch(`models/${model}/${part.file}`);
+    if (!reply.ok) throw new Error(`models/${model}/${part.file}: HTTP ${reply.status}`);
+    parts.push(await reply.blob());
+  }
+  const blob = new Blob(parts);
+  if (blob.size !== manifest.gguf.size) throw new Error(`${manifest.gguf.file}: ${blob.size} bytes, the manifest says ${manifest.gguf.size}`);
+  return blob;
+}
+
+// wllama with `threads` threads on the GGUF: run(prompt) -> llama.cpp's own timings of one
+// greedy completion of `tokens` tokens (EOS ignored, the whole prompt evaluated each time).
+async function startWllama(blob, threads, tokens) {
+  const base = new URL("peers/wllama/", location.href);
+  const { Wllama } = await import(new URL("index.js", base).href);
+  const quiet = { debug() {}, log() {}, info() {}, warn: console.warn, error: console.error };
+  const wllama = new Wllama({ default: new URL("wllama.wasm", base).href }, { logger: quiet, suppressNativeLog: true });
+  const t = performance.now();
+  await wllama.loadModel([blob], { n_threads: threads, n_gpu_layers: 0, n_ctx: 1024, n_batch: 512 });
+  const load_ms = round(performance.now() - t);
+  const used = wllama.getNumThreads();
+  return {
+    load_ms,
+    async run(prompt) {
+      const started = performance.now();
+      const r = await wllama.createCompletion({ prompt, max_tokens: tokens, temperature: 0, ignore_eos: true,
+                                                cache_prompt: false });
+      const x = r.timings;
+      return { threads: used, requested: threads, prompt_tokens: x.prompt_n, new_tokens: x.predicted_n,
+               prefill_tok_s: round(x.prompt_per_second), decode_tok_s: round(x.predicted_per_second),
+               wall_ms: round(performance.now() - started), text: r.choices[0].text };
+    },
+    exit: () => wllama.exit(),
+  };
+}
+
+// Per thread count: the medians over the rounds of both sides, ours/wllama, whether the targets are
+// met; and whether the greedy texts agree (the same text, else how many characters they share).
+function summarizeLlmText(out) {
+  const middle = (list) => (list.length ? median(list) : undefined);
+  out.ratios = [];
+  for (const n of out.threads) {
+    const ours = out.ours.filter((r) => r.requested === n);
+    const peer = out.peer ? out.peer.runs.filter((r) => r.requested === n && !r.skipped && !r.error) : [];
+    const row = { threads: n, used: ours[0]?.used,
+                  ours_prefill_tok_s: middle(ours.map((r) => r.prefill_tok_s)), ours_decode_tok_s: middle(ours.map((r) => r.decode_tok_s)),
+                  ours_prompt_tokens: ours[0]?.prompt_tokens, ours_new_tokens: ours[0]?.new_tokens };
+    if (peer.length) {
+      Object.assign(row, { peer_threads: peer[0].threads, peer_prefill_tok_s: middle(peer.map((r) => r.prefill_tok_s)),
+                           peer_decode_tok_s: middle(peer.map((r) => r.decode_tok_s)),
+                           peer_prompt_tokens: peer[0].prompt_tokens, peer_new_tokens: peer[0].new_tokens });
+      row.prefill_ratio = round2(row.ours_prefill_tok_s / row.peer_prefill_tok_s);
+      row.decode_ratio = round2(row.ours_decode_tok_s / row.peer_decode_tok_s);
+      row.prefill_target_met = row.prefill_ratio >= TARGETS.prefill;
+      row.decode_target_met = row.decode_ratio >= TARGETS.decode;
+      const a = ours.at(-1).text, b = peer.at(-1).text;
+      let shared = 0;
+      while (shared < Math.min(a.length, b.length) && a[shared] === b[shared]) shared++;
+      row.texts = { ours: a, peer: b, same: a === b, common_prefix_chars: shared };
+    }
+    out.ratios.push(row);
+  }
+  out.prompt_tokens = out.ours[0]?.prompt_tokens;
+}
+
+function llmTextTable(out) {
+  const f = (x) => (x === undefined ? "-" : x.toFixed(1)).padStart(9);
+  const x = (r) => (r === undefined ? "-" : r.toFixed(2) + "x").padStart(7);
+  const lines = [`${out.model} (${out.file}), ${out.prompt_tokens}-token prompt, ${out.new_tokens} new tokens, greedy, ` +
+                 `${out.device}; medians of ${out.rounds} interleaved round${out.rounds > 1 ? "s" : ""} (tokens/s)`,
+                 `${"threads".padStart(7)} ${"prefill".padStart(9)} ${"wllama".padStart(9)} ${"ratio".padStart(7)} ` +
+                 `${"decode".padStart(9)} ${"wllama".padStart(9)} ${"ratio".padStart(7)}`];
+  for (const r of out.ratios) {
+    lines.push(`${String(r.threads).padStart(7)} ${f(r.ours_prefill_tok_s)} ${f(r.peer_prefill_tok_s)} ${x(r.prefill_ratio)} ` +
+               `${f(r.ours_decode_tok_s)} ${f(r.peer_decode_tok_s)} ${x(r.decode_ratio)}`);
+  }
+  lines.push(`targets: prefill >= ${TARGETS.prefill}x, decode >= ${TARGETS.decode}x wllama at the same thread count` +
+             (out.peer ? ` (@wllama/wllama ${out.peer.version}, this run)` : " (no peer: ?peer=1)"));
+  for (const r of out.ratios) {
+    if (r.used !== undefined && r.used !== r.threads) lines.push(`ours, ${r.threads} threads asked: ran on ${r.used}`);
+    if (r.peer_threads !== undefined && r.peer_threads !== r.threads) lines.push(`wllama, ${r.threads} threads asked: ran on ${r.peer_threads}`);
+    if (r.ours_prompt_tokens !== r.peer_prompt_tokens && r.peer_prompt_tokens !== undefined)
+      lines.push(`${r.threads} threads: prompt ${r.ours_prompt_tokens} tokens ours, ${r.peer_prompt_tokens} wllama's`);
+    if (r.texts) lines.push(`${r.threads} threads: greedy texts ${r.texts.same ? "the same" : `agree on the first ${r.texts.common_prefix_chars} characters`}`);
+  }
+  for (const r of out.peer ? out.peer.runs : []) if (r.skipped) lines.push(`wllama, ${r.threads} threads: ${r.skipped}`);
+  for (const [n, prof] of Object.entries(out.profile || {})) {
+    lines.push(`ours, ${n} thread${n > 1 ? "s" : ""}:`, ...prof.prefill, ...prof.decode);
+  }
+  return lines;
 }
 
 // Without ?peer=1: llama.cpp in WebAssembly on the same GGUF and case, as measured on a 2-core

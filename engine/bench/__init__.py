@@ -124,6 +124,8 @@ def profile(model, shape, device: str | None = None, repeat: int = 3, forward=No
         if name in ("conv2d", "CONV2D") and len(inputs) > 1:
             o, cg, kh, kw = inputs[1].shape
             return f"conv2d {kh}x{kw}" + (" depthwise" if params.get("groups", 1) > 1 and cg == 1 else "")
+        if name == "linear_q" and "qtype" in params:     # quantized products by GGML type and shape
+            return f"linear_q {params['qtype']} {params['cols']}->{params['rows']}"
         return name.lower()
     backend.run = timed(backend.run, lambda op, inputs, params: kind(op.name, inputs, params))
     backend.run_fused = timed(backend.run_fused, kind)

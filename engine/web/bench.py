@@ -104,6 +104,38 @@ async def bench_llm(new_tokens: int = 128, repeat: int = 1) -> str:
     return json.dumps({**result, "heap_bytes": state.heap_bytes(), "device": state.current["device"]})
 
 
+async def bench_llm_text(prompt: str = "", new_tokens: int = 128, repeat: int = 1, warmup: bool = True) -> str:
+    """The plain-text case on the loaded text-generation model (any model, base or chat: `prompt`,
+    "" for engine.bench.llm.TEXT_PROMPT, continued greedy, `new_tokens` new ones, EOS ignored) on
+    the current device at the kernels' current thread count, as scripts/bench_llm.py runs it
+    natively: prefill/decode tok/s (median of `repeat` after one untimed run when `warmup`), the
+    ids and text of the answer (beside the peer's), the prompt's text and token count."""
+    from ..bench.llm import TEXT_PROMPT, bench_text
+    pipe = state.loaded("text-generation")
+    prompt = str(prompt) if isinstance(prompt, str) and prompt else TEXT_PROMPT
+    async with state.lock:
+        result = bench_text(pipe, prompt, new_tokens=int(new_tokens), repeat=int(repeat), warmup=bool(warmup))
+    threads = None
+    try:
+        from .. import threads as pool
+        threads = int(pool.get_num_threads())
+    except (ImportError, AttributeError):
+        pass
+    return json.dumps({**result, "prompt": prompt, "threads": threads, "heap_bytes": state.heap_bytes(),
+                       "device": state.current["device"]})
+
+
+async def bench_llm_profile(prompt: str = "") -> str:
+    """Where the loaded text-generation model spends a prefill chunk and an eager decode step on the
+    plain-text case, per kernel (engine.bench.llm.profile_text), at the current thread count:
+    {"prefill": table lines, "decode": table lines}."""
+    from ..bench.llm import TEXT_PROMPT, profile_text
+    pipe = state.loaded("text-generation")
+    prompt = str(prompt) if isinstance(prompt, str) and prompt else TEXT_PROMPT
+    async with state.lock:
+        return json.dumps(profile_text(pipe, pipe.tokenizer.encode(prompt).ids))
+
+
 async def bench_speech(audio, repeat: int = 1, profile: bool = False, seconds: float = 0) -> str:
     """The speech model's real-time factor on the current device, with the encoder's and the
     decoder's shares, on a WAV file's bytes (the site's speech sample), as `python -m engine bench
@@ -234,5 +266,5 @@ async def bench_yolo_cases(pixels, width: int, height: int, sizes=(640, 320)) ->
     return json.dumps({"device": state.current["device"], "cases": cases})
 
 
-ENTRY_POINTS = (bench_digit, bench_image, bench_text, bench_threads, bench_peer_cases, bench_gemm, bench_ops, bench_qlinear, bench_llm, bench_speech,
-                bench_yolo, bench_yolo_cases)
+ENTRY_POINTS = (bench_digit, bench_image, bench_text, bench_threads, bench_peer_cases, bench_gemm, bench_ops, bench_qlinear, bench_llm,
+                bench_llm_text, bench_llm_profile, bench_speech, bench_yolo, bench_yolo_cases)

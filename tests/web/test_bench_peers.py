@@ -9,10 +9,11 @@ from tests.web.conftest import start_dev_server
 CASES = {"effnet_b1", "minilm_1x128", "minilm_8x128"}
 
 
-def run_bench(session, query: str) -> dict:
+def run_bench(session, query: str, timeout_ms: int = 240_000) -> dict:
+    """The bench page with only the sections `query` asks for; its results, which must hold no error."""
     page = session.open(f"bench.html?repeat=1&gemm=0&ops=0&qlinear=0&effnet=0&minilm=0&thread_repeat=1&{query}",
                         ready=False)
-    page.wait_for_function("document.body.dataset.done === 'true'", timeout=240_000)
+    page.wait_for_function("document.body.dataset.done === 'true'", timeout=timeout_ms)
     results = json.loads(page.text_content("[data-testid=bench-results]"))
     assert "error" not in results, results
     return results
