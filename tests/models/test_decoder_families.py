@@ -295,3 +295,23 @@ def test_longrope_files_are_refused(tmp_path):
         with pytest.raises(InvalidHeader, match="LongRoPE") as caught:
             llama.load(WithFactors())
     assert "rope_factors_long.weight" in str(caught.value)
+
+
+def test_quantized_projections_are_stacked_only_as_views_or_when_small(monkeypatch):
+    """gate and up (or q, k, v) become one weight when their bytes lie end to end (a view: a GGUF
+    read whole) or when they are small; apart otherwise, so that a model fetched by runs of
+    tensors (the page) holds no second copy of its largest weights."""
+    from engine.quantized import QuantizedTensor
+    from tests.kernels.reference import random_blocks
+    rng = np.random.default_rng(0)
+    whole = QuantizedTensor.from_raw(random_blocks("q4_k", 6, 256, rng), "q4_k", (6, 256), "numpy")
+    gate, up = whole.split([3, 3])                               # end to end in one buffer
+    apart = [QuantizedTensor.from_raw(random_blocks("q4_k", 3, 256, rng), "q4_k", (3, 256), "numpy")
+             for _ in range(2)]
+    monkeypatch.setattr(llama, "STACK_COPY_BYTES", 0)
+    fused, parts = llama._stack([gate, up])
+    assert fused is not None and np.shares_memory(fused.raw, whole.raw) and len(parts) == 2
+    assert llama._stack(apart) == (None, apart)
+    monkeypatch.setattr(llama, "STACK_COPY_BYTES", 2 << 20)
+    fused, parts = llama._stack(apart)                           # small: one product instead of two
+    np.testing.assert_array_equal(fused.raw, np.concatenate([t.raw for t in apart]))
