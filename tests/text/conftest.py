@@ -72,6 +72,12 @@ def qwen05_reference(transformers_module, qwen05_gguf):
 
 
 @pytest.fixture(scope="session")
+def qwen15_reference(transformers_module, qwen15_gguf):
+    """transformers' tokenizer of Qwen2.5-Coder-1.5B-Instruct's GGUF (its chat template differs)."""
+    return transformers_gguf_tokenizer(transformers_module, qwen15_gguf)
+
+
+@pytest.fixture(scope="session")
 def gemma270_reference(transformers_module, gemma270_gguf):
     """transformers' tokenizer of gemma-3-270m's GGUF (~15 s to build: it writes out 514,906 merges)."""
     return transformers_gguf_tokenizer(transformers_module, gemma270_gguf)

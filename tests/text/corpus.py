@@ -152,3 +152,32 @@ def generated() -> list[str]:
 def corpus() -> list[str]:
     """The handwritten texts, the generated ones, then 200 random ones."""
     return HANDWRITTEN + generated() + random_texts(200, seed=262144)
+
+
+# --- comparing a tokenizer with transformers' on texts ---------------------------------------------
+FIELDS = ("ids", "tokens", "offsets", "word_ids", "type_ids", "attention_mask", "special_tokens_mask")
+
+
+def failures(rows: list, what: str) -> str:
+    """The failing (text, ours, theirs) rows, for an assertion message."""
+    shown = "\n".join(f"  {text!r:.120}: ours {ours!r:.200}, transformers {theirs!r:.200}"
+                      for text, ours, theirs in rows[:12])
+    return f"{len(rows)} texts whose {what} differ:\n{shown}"
+
+
+def id_mismatches(ours, theirs, texts) -> list:
+    """(text, our ids, transformers' ids) where they differ, with and without special tokens."""
+    rows = []
+    for text in texts:
+        for add in (True, False):
+            mine, expected = ours.encode(text, add_special_tokens=add).ids, theirs(text, add_special_tokens=add)["input_ids"]
+            if mine != expected:
+                rows.append((f"{text} (add_special_tokens={add})", mine, expected))
+    return rows
+
+
+def encoding_mismatches(ours, backend, text) -> list:
+    """[(text and the FIELDS that differ, ours, the backend's first differing field)], or []."""
+    mine, expected = ours.encode(text), backend.encode(text)
+    wrong = [field for field in FIELDS if getattr(mine, field) != getattr(expected, field)]
+    return [(f"{text} ({', '.join(wrong)})", getattr(mine, wrong[0]), getattr(expected, wrong[0]))] if wrong else []

@@ -13,7 +13,6 @@ import engine
 from engine.errors import EngineError, InputError, TokenizerError
 from engine.text import ChatTemplate, Tokenizer
 from tests.helpers import need_import
-from tests.text.conftest import transformers_gguf_tokenizer
 
 jinja2 = need_import("jinja2")
 
@@ -177,17 +176,7 @@ FAMILY_TOKENS = {"llama 3": {"bos_token": "<|begin_of_text|>", "eos_token": "<|e
                  "features": {"bos_token": "<s>", "eos_token": "</s>"}}
 
 
-# --- the references -----------------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def qwen05_reference(transformers_module, qwen05_gguf):
-    return transformers_gguf_tokenizer(transformers_module, qwen05_gguf)
-
-
-@pytest.fixture(scope="session")
-def qwen15_reference(transformers_module, qwen15_gguf):
-    return transformers_gguf_tokenizer(transformers_module, qwen15_gguf)
-
-
+# --- the references: transformers' tokenizers of the files (tests/text/conftest.py) ----------------------
 def file_template(path) -> str:
     with engine.load_gguf(path) as weights:
         return weights.metadata["tokenizer.chat_template"]

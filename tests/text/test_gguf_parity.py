@@ -11,12 +11,11 @@ import pytest
 
 import engine
 from engine.text import Tokenizer
-from tests.text.corpus import corpus
+from tests.text.corpus import FIELDS, corpus, encoding_mismatches, failures, id_mismatches
 
 MODELS = {"smollm2": ("smollm2_gguf", "smollm2_reference"),
           "qwen05": ("qwen05_gguf", "qwen05_reference"),
           "gemma270": ("gemma270_gguf", "gemma270_reference")}
-FIELDS = ("ids", "tokens", "offsets", "word_ids", "type_ids", "attention_mask", "special_tokens_mask")
 TEXTS = corpus()
 
 
@@ -28,21 +27,9 @@ def pair(request):
     return Tokenizer.from_gguf(request.getfixturevalue(path_fixture)), theirs
 
 
-def failures(rows: list, what: str) -> str:
-    """The failing texts, for the assertion message."""
-    shown = "\n".join(f"  {text!r:.120}: ours {ours!r:.200}, transformers {theirs!r:.200}"
-                      for text, ours, theirs in rows[:12])
-    return f"{len(rows)} texts whose {what} differ:\n{shown}"
-
-
 def test_ids_equal_transformers(pair):
     ours, theirs = pair
-    rows = []
-    for text in TEXTS:
-        for add in (True, False):
-            mine, expected = ours.encode(text, add_special_tokens=add).ids, theirs(text, add_special_tokens=add)["input_ids"]
-            if mine != expected:
-                rows.append((f"{text} (add_special_tokens={add})", mine, expected))
+    rows = id_mismatches(ours, theirs, TEXTS)
     assert not rows, failures(rows, "ids")
 
 
@@ -50,12 +37,7 @@ def test_encodings_equal_the_backend(pair):
     """Tokens, offsets, word ids, masks: as transformers' `tokenizers` backend gives them; a pair too."""
     ours, theirs = pair
     backend = theirs.backend_tokenizer
-    rows = []
-    for text in TEXTS:
-        mine, expected = ours.encode(text), backend.encode(text)
-        wrong = [field for field in FIELDS if getattr(mine, field) != getattr(expected, field)]
-        if wrong:
-            rows.append((f"{text} ({', '.join(wrong)})", getattr(mine, wrong[0]), getattr(expected, wrong[0])))
+    rows = [row for text in TEXTS for row in encoding_mismatches(ours, backend, text)]
     mine, expected = ours.encode(TEXTS[3], TEXTS[30]), backend.encode(TEXTS[3], TEXTS[30])
     assert [getattr(mine, f) for f in FIELDS] == [getattr(expected, f) for f in FIELDS]
     assert not rows, failures(rows, "encodings")

@@ -11,12 +11,11 @@ import random
 import pytest
 
 from engine.text import Tokenizer
-from tests.text.corpus import corpus
+from tests.text.corpus import FIELDS, corpus, encoding_mismatches, failures, id_mismatches
 from tests.text.gguf_files import (BYTE_TOKENS, CONTROL, NORMAL, USER_DEFINED, sentencepiece_vocabulary,
                                    write_gguf)
 
 TEXTS = corpus()
-FIELDS = ("ids", "tokens", "offsets", "word_ids", "type_ids", "attention_mask", "special_tokens_mask")
 SPECIALS = {"bos_token_id": 1, "eos_token_id": 2, "unk_token_id": 0}
 # Gemma's first tokens and their types; GemmaTokenizer adds <pad> <eos> <bos> <unk> <mask> as
 # new special tokens when the vocabulary lacks them, as every Gemma vocabulary has them
@@ -114,20 +113,9 @@ def pair(request, tmp_path_factory, transformers_module):
     return Tokenizer.from_gguf(path), transformers_gguf_tokenizer(transformers_module, path)
 
 
-def failures(rows: list, what: str) -> str:
-    shown = "\n".join(f"  {text!r:.100}: ours {ours!r:.200}, transformers {theirs!r:.200}"
-                      for text, ours, theirs in rows[:12])
-    return f"{len(rows)} texts whose {what} differ:\n{shown}"
-
-
 def test_ids_equal_transformers(pair):
     ours, theirs = pair
-    rows = []
-    for text in TEXTS:
-        for add in (True, False):
-            mine, expected = ours.encode(text, add_special_tokens=add).ids, theirs(text, add_special_tokens=add)["input_ids"]
-            if mine != expected:
-                rows.append((f"{text} (add_special_tokens={add})", mine, expected))
+    rows = id_mismatches(ours, theirs, TEXTS)
     assert not rows, failures(rows, "ids")
 
 
@@ -136,14 +124,12 @@ def test_encodings_and_decoding_equal_transformers(pair):
     backend = theirs.backend_tokenizer
     rows = []
     for text in TEXTS:
-        mine, expected = ours.encode(text), backend.encode(text)
-        wrong = [field for field in FIELDS if getattr(mine, field) != getattr(expected, field)]
-        if wrong:
-            rows.append((f"{text} ({', '.join(wrong)})", getattr(mine, wrong[0]), getattr(expected, wrong[0])))
+        rows += encoding_mismatches(ours, backend, text)
+        ids = ours.encode(text).ids
         for skip in (False, True):
-            if ours.decode(mine.ids, skip) != theirs.decode(mine.ids, skip_special_tokens=skip):
-                rows.append((f"{text} (decoded, skip_special_tokens={skip})", ours.decode(mine.ids, skip),
-                             theirs.decode(mine.ids, skip_special_tokens=skip)))
+            if ours.decode(ids, skip) != theirs.decode(ids, skip_special_tokens=skip):
+                rows.append((f"{text} (decoded, skip_special_tokens={skip})", ours.decode(ids, skip),
+                             theirs.decode(ids, skip_special_tokens=skip)))
     mine, expected = ours.encode(TEXTS[3], TEXTS[40]), backend.encode(TEXTS[3], TEXTS[40])
     assert [getattr(mine, f) for f in FIELDS] == [getattr(expected, f) for f in FIELDS]
     assert ours.get_vocab() == backend.get_vocab()

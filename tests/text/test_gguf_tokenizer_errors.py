@@ -11,6 +11,7 @@ import pytest
 from engine.errors import TokenizerError
 from engine.text import Tokenizer, gguf
 from tests.helpers import need_import
+from tests.llama_gguf import changed
 from tests.text.gguf_files import BYTE, BYTE_TOKENS, CONTROL, NORMAL, sentencepiece_vocabulary, write_gguf
 
 
@@ -115,14 +116,8 @@ def metadata(**changes) -> dict:
     ({"tokenizer.ggml.token_type": [1, 2 ** 70]}, "out of range", "tokenizer.ggml.token_type[1]"),
 ])
 def test_malformed_sentencepiece_metadata(changes, fragment, key):
-    values = metadata()
-    for name, value in changes.items():
-        if value is KeyError:
-            del values[name]
-        else:
-            values[name] = value
     with pytest.raises(TokenizerError) as caught:
-        Tokenizer.from_gguf(values)
+        Tokenizer.from_gguf(changed(metadata(), changes, delete=KeyError))
     assert fragment in str(caught.value) and caught.value.field == key, str(caught.value)
 
 

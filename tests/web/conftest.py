@@ -238,3 +238,12 @@ def session_factory(browser):
     yield make
     for s in made:
         s.close()
+
+
+@pytest.fixture(scope="module")
+def page_session(browser, dev_server):
+    """Our page, opened once for a test module whose tests only run code in its worker."""
+    s = Session(browser, dev_server.url)
+    s.open()
+    yield s
+    s.close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from buildtools import runtime
-from tests.web.conftest import Session
 from engine.text import ChatTemplate
 from tests.text.test_chat_template import CONVERSATIONS, HOSTILE, TOOL_CALLS, TOOLS, file_template
 
@@ -49,11 +48,8 @@ for name, source in HOSTILE.items():
 
 
 @pytest.fixture(scope="module")
-def page(browser, dev_server):
-    s = Session(browser, dev_server.url)
-    s.open()
-    yield s
-    s.close()
+def page(page_session):
+    return page_session
 
 
 def test_qwen_template_renders_in_pyodide_as_natively(page, qwen05_gguf):

@@ -13,18 +13,14 @@ import pytest
 import engine
 from engine.text import Tokenizer
 from tests.text.corpus import corpus
-from tests.web.conftest import Session
 
 MODELS = ["Qwen2.5-Coder-0.5B-Instruct", "gemma-3-270m"]
 CORPUS_SOURCE = (Path(__file__).resolve().parents[1] / "text" / "corpus.py").read_text()
 
 
 @pytest.fixture(scope="module")
-def page(browser, dev_server):
-    s = Session(browser, dev_server.url)
-    s.open()
-    yield s
-    s.close()
+def page(page_session):
+    return page_session
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import engine
-from tests.web.conftest import Session, start_dev_server
+from tests.web.conftest import start_dev_server
 
 TEXTS = ["A man is eating food.", "Someone is eating.", "The cat sleeps on the sofa."]
 MODEL = "models/all-MiniLM-L6-v2/"
@@ -30,12 +30,8 @@ def other(site):
 
 
 @pytest.fixture(scope="module")
-def page(browser, dev_server):
-    """Our page, once for the module (each test's pipeline is its own)."""
-    s = Session(browser, dev_server.url)
-    s.open()
-    yield s
-    s.close()
+def page(page_session):
+    return page_session
 
 
 def _model_requests(s, base: str) -> list[str]:
