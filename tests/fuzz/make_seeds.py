@@ -136,8 +136,17 @@ def gguf_split_folder(folder: Path) -> None:
     assert sorted(p.name for p in folder.iterdir()) == [SPLIT_FIRST, "toy-00002-of-00002.gguf"]
 
 
+def gguf_decoder_file(path: Path) -> None:
+    """A tiny qwen2 decoder as llama.cpp's converter writes one (tests/llama_gguf.py): a file the
+    chat card's "open a GGUF by URL" accepts, so mutations reach past the architecture check."""
+    from tests.llama_gguf import family_model, write_gguf
+    write_gguf(path, family_model("qwen2", vocab_size=32, hidden_size=16, intermediate_size=24,
+                                  num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+
+
 def gguf_seeds(out: Path) -> None:
     gguf_split_folder(out / "split")
+    gguf_decoder_file(out / "decoder.gguf")
     gguf_file(out / "mixed.gguf")
     data = bytearray((out / "mixed.gguf").read_bytes())
     data[4:8] = (2).to_bytes(4, "little")             # version 2 has the same layout

@@ -119,6 +119,7 @@ def read_gguf(path, case) -> None:
     if path.is_dir():
         read_split(path)
         return
+    inspect_by_url(path)
     with load_gguf(path) as weights:
         _read_all(weights)
         if "tokenizer.ggml.model" in weights.metadata:
@@ -229,6 +230,14 @@ async def _no_sleep(seconds):
     pass
 
 
+def inspect_by_url(path) -> None:
+    """What the chat card's "open a GGUF by URL" reads first: the header by Range, described and
+    checked against the decoder (engine.tasks.model_urls.inspect)."""
+    from engine.tasks import model_urls
+    asyncio.run(model_urls.inspect("text-generation", BASE + path.name, transport=FolderTransport(path.parent),
+                                   cache=False))
+
+
 def read_split(folder) -> None:
     from engine.site import load_gguf, load_gguf_async
     first = None
@@ -270,7 +279,7 @@ READERS = {reader.name: reader for reader in (
     Reader("gguf", inspected(read_gguf), (WeightsError, InputError), (WeightsError, TokenizerError),
            covers=("engine.site.load_gguf", "engine.formats.gguf.load_gguf", "engine.text.tokenizer.Tokenizer.from_gguf",
                    "engine.text.tokenizer.Tokenizer.apply_chat_template", "engine.formats.gguf_split.open_splits",
-                   "engine.site.urls.open_splits_async")),
+                   "engine.site.urls.open_splits_async", "engine.tasks.model_urls.inspect")),
     Reader("pth", inspected(read_pth), (WeightsError,), (WeightsError,), pickle_state,
            covers=("engine.formats.pth.load_pth", "engine.formats.pth.read_pth_arrays")),
     Reader("pth_modules", inspected(read_pth_modules), (WeightsError,), (WeightsError,), pickle_state,
