@@ -82,12 +82,14 @@ def effnet_weights(tmp_path_factory, effnet_state, imagenet_labels):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """The xdist controller removes the site its workers' build tests shared (tests/build/conftest.py)."""
+    """The run's controller (or its only process) removes the site its tests shared
+    (tests/helpers.shared_site): 2.4 GB that would otherwise outlive the run."""
     import shutil
     import tempfile
-    run = getattr(session.config.option, "testrunuid", None)
-    if run and not hasattr(session.config, "workerinput"):
-        shutil.rmtree(Path(tempfile.gettempdir()) / f"engine-site-shared-{run}", ignore_errors=True)
+    from tests.helpers import SHARED_SITE_PREFIX, run_key
+    if not hasattr(session.config, "workerinput"):    # the workers' key, or this process's (-n 0)
+        for run in {getattr(session.config.option, "testrunuid", None), run_key()} - {None}:
+            shutil.rmtree(Path(tempfile.gettempdir()) / f"{SHARED_SITE_PREFIX}{run}", ignore_errors=True)
 
 
 def pytest_configure(config):

@@ -7,6 +7,7 @@ import fcntl
 import hashlib
 import importlib
 import os
+import shutil
 import tempfile
 from types import ModuleType
 
@@ -113,13 +114,62 @@ def range_reply(data: bytes, start: int | None, end: int | None) -> tuple[int, d
 def build_lock():
     """Held while a test builds a site from the shared download cache (.cache/): under pytest-xdist
     the workers build one at a time, so two builds never fill the same cache entry at once."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or str(os.getpid())
-    with open(os.path.join(tempfile.gettempdir(), f"engine-build-{run}.lock"), "w") as lock:
+    with open(os.path.join(tempfile.gettempdir(), f"engine-build-{run_key()}.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+SHARED_SITE_PREFIX = "engine-site-shared-"      # + the run's key (tests/conftest.py removes it at the end)
+
+
+def run_key() -> str:
+    """The same for every xdist worker of one run (and for a run without xdist, its process)."""
+    return os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
+
+
+def shared_site() -> tuple:
+    """(dist, build log lines) of the one full build of this checkout a test run makes, with the bench
+    page's peers: the build tests read it, the browser tests serve it. The first worker to take the
+    lock builds it (python build.py --peers, from the download cache in .cache/); the others reuse it.
+    It lives in a world-readable temporary folder, not pytest's tmp_path (mode 0700), so nginx's
+    workers (user "nobody" when started as root) can serve it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    scratch = Path(tempfile.gettempdir()) / f"{SHARED_SITE_PREFIX}{run_key()}"
+    scratch.mkdir(mode=0o755, exist_ok=True)
+    os.chmod(scratch, 0o755)
+    log = scratch / "build.log"
+    with build_lock():
+        if not log.exists():
+            root = Path(__file__).resolve().parents[1]
+            r = subprocess.run([sys.executable, "build.py", "--peers", "--out", str(scratch / "dist")], cwd=root,
+                               capture_output=True, text=True)
+            assert r.returncode == 0, r.stdout + r.stderr
+            log.write_text(r.stdout)
+    return scratch / "dist", log.read_text().splitlines()
+
+
+LINKED_BYTES = 16 << 20
+
+
+def copy_site(site, target) -> None:
+    """A copy of a built site in which files of LINKED_BYTES and more are hard links to the original
+    (the LLMs' GGUF parts, the runtime's largest files): a test may damage the copy's smaller files
+    in place, and replaces (unlinks first) any larger one it changes. A full copy is 2.4 GB, and a
+    run that made a few of them filled CI's disk."""
+    def link_or_copy(source, destination):
+        if os.path.getsize(source) >= LINKED_BYTES:
+            try:
+                os.link(source, destination)
+                return destination
+            except OSError:                     # another filesystem: a plain copy
+                pass
+        return shutil.copy2(source, destination)
+    shutil.copytree(site, target, symlinks=True, copy_function=link_or_copy)
 
 
 def write_weight_formats(folder, arrays: dict) -> None:

@@ -1,19 +1,14 @@
 """Fixtures for the build tests: one site built from the real cache, shared by the session."""
 import json
-import os
-import shutil
 import tarfile
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from buildtools import site
 from buildtools.fetch import DEFAULT_CACHE
-from tests.helpers import build_lock
+from tests.helpers import shared_site
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED_PREFIX = "engine-site-shared-"     # + the xdist run id
 
 
 @pytest.fixture(scope="session")
@@ -24,33 +19,8 @@ def cache():
 
 @pytest.fixture(scope="session")
 def built(cache):
-    """(dist, log lines) of a full build of this checkout.
-
-    Built in a world-readable temporary folder rather than pytest's tmp_path (mode 0700),
-    so nginx's workers (user "nobody" when started as root) can serve it.
-    """
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if run is None:
-        scratch = Path(tempfile.mkdtemp(prefix="engine-site-"))
-        os.chmod(scratch, 0o755)
-        lines = []
-        try:
-            site.build(scratch / "dist", cache, log=lines.append)
-            yield scratch / "dist", lines
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        return
-    # under xdist, one build for every worker: the first to take the lock builds, the others
-    # read its log; the controller removes the folder at the end (tests/conftest.py)
-    scratch = Path(tempfile.gettempdir()) / f"{SHARED_PREFIX}{run}"
-    scratch.mkdir(mode=0o755, exist_ok=True)
-    log = scratch / "build.log"
-    with build_lock():
-        if not log.exists():
-            lines = []
-            site.build(scratch / "dist", cache, log=lines.append)
-            log.write_text("\n".join(lines))
-    yield scratch / "dist", log.read_text().split("\n")
+    """(dist, log lines) of the run's one full build of this checkout (tests/helpers.shared_site)."""
+    return shared_site()
 
 
 @pytest.fixture(scope="session")

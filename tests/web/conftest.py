@@ -8,14 +8,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
-from tests.helpers import build_lock, need, need_import
+from tests.helpers import need, need_import, shared_site
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -28,22 +27,10 @@ CHROMIUM_ARGS = BASE_ARGS + ["--enable-unsafe-webgpu", "--enable-features=Vulkan
 
 
 @pytest.fixture(scope="session")
-def site(tmp_path_factory) -> Path:
-    """The built site, in a temp folder (uses the download cache in .cache/), with the benchmarks'
-    peers (buildtools/peers.py: llama.cpp and ONNX Runtime in WebAssembly) for the bench page."""
-    # one build for every xdist worker (the site is only read): the first to take the lock builds
-    # it into the run's shared temp folder, the others wait for it and reuse it
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent
-    out, built = shared / "site" / "dist", shared / "site" / "built"
-    with build_lock():
-        if not built.exists():
-            r = subprocess.run([sys.executable, "build.py", "--peers", "--out", str(out)], cwd=ROOT,
-                               capture_output=True, text=True)
-            assert r.returncode == 0, r.stdout + r.stderr
-            built.write_text("ok")
-    return out
+def site() -> Path:
+    """The built site with the benchmarks' peers (buildtools/peers.py: llama.cpp and ONNX Runtime in
+    WebAssembly) for the bench page: the run's one build (tests/helpers.shared_site)."""
+    return shared_site()[0]
 
 
 class Served:

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import json
-import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-import pytest
 
+from tests.helpers import copy_site
 from tests.web.conftest import ROOT, start_dev_server
 
 STROKES = json.loads((ROOT / "samples" / "digits" / "strokes.json").read_text())
@@ -168,7 +167,7 @@ def failed_boot(session_factory, root: Path):
 
 def test_corrupt_shard_shows_an_integrity_error(site, tmp_path, session_factory):
     broken = tmp_path / "broken"
-    shutil.copytree(site, broken)
+    copy_site(site, broken)
     manifest = json.loads((broken / "models/mnist_cnn/manifest.json").read_text())
     name, info = max(manifest["tensors"].items(), key=lambda kv: kv[1]["nbytes"])
     shard = broken / "models/mnist_cnn" / info["file"]
@@ -186,7 +185,7 @@ def test_damaged_wheel_is_refused_naming_the_file(site, tmp_path, session_factor
     import hashlib
     import zipfile
     broken = tmp_path / "broken"
-    shutil.copytree(site, broken)
+    copy_site(site, broken)
     wheel = broken / "pyodide" / "engine-0.1.0-py3-none-any.whl"
     lock = json.loads((broken / "pyodide" / "pyodide-lock.json").read_text())
     assert lock["packages"]["engine"]["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
