@@ -20,7 +20,9 @@ call, the cheapest its backend allows:
 - a native call replayed as recorded: the simd backend reports the C calls a kernel made
   (`backend.native_calls()`); when every pointer they were given lies in the step's own inputs,
   outputs or parameters (no temporary copy made on the way), the step is those calls with those
-  arguments, and nothing else runs in Python (one ctypes call, ~1-3 us);
+  arguments, and nothing else runs in Python. The backend joins consecutive ones into one
+  program (`backend.join_prepared`; wasm_kernels/program.c): one ctypes call runs them all, so a
+  decode step's ~400 kernels replay in a handful of calls;
 - an elementwise NumPy kernel (one ufunc) as `ufunc(*inputs, out=output)`;
 - anything else: the kernel called on its fixed input views, its result copied into the output.
 
@@ -120,6 +122,9 @@ class Graph:
             self.slots = list(recorder.keep)
             self.prepared = {"native": 0, "ufunc": 0, "copy": 0}      # how the steps replay (for tests, profiles)
             self.calls = [self._prepare(step) for step in recorder.steps]
+            join = getattr(backend, "join_prepared", None)    # consecutive native steps as one call
+            if join is not None:
+                self.calls = join(self.calls)
         else:                                                 # a device: its recorded dispatches again
             self.inputs = [t._buf for t in inputs]
             self.slots = list(recorder.keep)                  # the buffers the dispatches write

@@ -19,6 +19,7 @@
  *     the same to rounding).
  * Masked keys are multiplied like the others (0 * v), so inf/NaN in V behave as in a product.
  */
+#include "exports.h"
 #include "common.h"
 #include "pool.h"
 

@@ -19,13 +19,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SOURCES = ("gemm.c", "conv.c", "depthwise.c", "norm.c", "attention.c", "convert.c", "quant.c", "quant_acts.c",
-           "quant_small.c", "quant_k.c", "pool.c")
-HEADERS = ("common.h", "gemm.h", "geometry.h", "depthwise.h", "half.h", "quant_common.h", "quant_acts.h", "quant_small.h",
+           "quant_small.c", "quant_k.c", "pool.c", "program.c")
+HEADERS = ("common.h", "exports.h", "gemm.h", "geometry.h", "depthwise.h", "half.h", "quant_common.h", "quant_acts.h", "quant_small.h",
            "quant_k.h", "pool.h")
 EXPORTS = ("gemm_f32", "gemm_f16w_f32", "im2col_f32", "conv2d_f32", "depthwise_conv2d_f32", "softmax_f32", "layer_norm_f32",
            "rms_norm_f32", "add_layer_norm_f32", "scale_shift_f32", "clamp_f32", "activation_f32", "rope_f32", "silu_mul_f32", "attention_f32",
            "linear_q_f32", "embedding_q_f32", "index_copy_f32", "f16_to_f32", "bf16_to_f32", "f32_to_bf16", "engine_kernels_abi",
-           "engine_kernels_features", "engine_threads", "engine_set_threads")
+           "engine_kernels_features", "engine_threads", "engine_set_threads", "engine_run_program", "add_f32")
 COMMON_FLAGS = ("-O3", "-std=gnu11", "-fPIC", "-shared", "-fvisibility=hidden", "-fno-math-errno",
                 "-ffreestanding", "-fno-builtin", "-Wall")
 # Natively the kernels split on a pthread pool (pool.c). The library is built on the machine that

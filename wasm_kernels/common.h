@@ -15,7 +15,7 @@
 
 /* Bumped whenever an exported signature or its meaning changes; the Python side refuses a
  * library built from other sources. */
-#define ENGINE_KERNELS_ABI 7
+#define ENGINE_KERNELS_ABI 8
 
 enum activation { ACT_NONE = 0, ACT_RELU = 1, ACT_RELU6 = 2, ACT_GELU = 3, ACT_GELU_TANH = 4, ACT_SILU = 5 };
 

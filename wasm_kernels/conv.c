@@ -3,6 +3,7 @@
  * Padding is explicit (zeros outside the input), so no padded copy is needed; a
  * pre-padded input simply passes zero pads. Output extent per dim: out_extent (geometry.h).
  */
+#include "exports.h"
 #include "depthwise.h"
 #include "gemm.h"
 #include "geometry.h"

@@ -1,6 +1,7 @@
 /* Data movement: half-type conversions, bit-exact with NumPy (float16) and engine.dtypes
  * (bfloat16); rows written in place (index_copy_f32, a KV cache); and the library's identity
  * (ABI version, build features). */
+#include "exports.h"
 #include "half.h"
 
 static inline v4u widen4(const uint16_t *p, size_t count) {

@@ -7,6 +7,7 @@
  * at a time (two f32x4 accumulators sharing each weight), then 4, the last one stored in
  * part. Stride 2 reads 8 neighbours and keeps the even lanes; other strides gather.
  */
+#include "exports.h"
 #include "depthwise.h"
 #include "pool.h"
 

@@ -13,6 +13,7 @@
  * packed, so the register tile runs as for float32; its thin products are dot products that
  * widen the weight rows 8 at a time as they stream them (half.h).
  */
+#include "exports.h"
 #include "gemm.h"
 #include "half.h"
 #include "pool.h"

@@ -1,6 +1,7 @@
 /* Row-wise kernels: softmax, layer norm (also of a sum with a residual), RMS norm, and the
  * per-channel affine + activation of inference batch norm, plus clamp and the activations
  * alone. Outputs are contiguous. */
+#include "exports.h"
 #include "common.h"
 
 static inline void store_lanes(float *p, v4f v, size_t count) {
@@ -196,6 +197,13 @@ EXPORT void silu_mul_f32(size_t rows, size_t n, const float *gate, ptrdiff_t g_r
         for (; i + 4 <= n; i += 4) store4(y + i, silu4(load4(gate + i)) * load4(up + i));
         if (i < n) store_lanes(y + i, silu4(gather4(gate + i, 1, n - i)) * gather4(up + i, 1, n - i), n - i);
     }
+}
+
+/* y = a + b over count contiguous elements (a residual connection): one rounded add, as np.add */
+EXPORT void add_f32(size_t count, const float *a, const float *b, float *y) {
+    size_t i = 0;
+    for (; i + 4 <= count; i += 4) store4(y + i, load4(a + i) + load4(b + i));
+    if (i < count) store_lanes(y + i, gather4(a + i, 1, count - i) + gather4(b + i, 1, count - i), count - i);
 }
 
 /* y = min(max(x, lo), hi) over count contiguous elements; NaN stays NaN (np.clip) */

@@ -10,6 +10,7 @@
  * four-rows path natively, 128 rows x 1536 -> 8960). Q2_K and Q3_K run the rows of x four at a
  * time against every weight row of a chunk small enough to stay in cache (each block unpacked
  * once for the four), then the rows left one at a time. */
+#include "exports.h"
 #include "quant_common.h"
 #include "quant_acts.h"
 #include "quant_k.h"

@@ -16,6 +16,8 @@ from __future__ import annotations
 import statistics
 import time
 
+import numpy as np
+
 from . import machine
 
 PROMPT = [{"role": "user", "content": "What is the capital of France?"}]
@@ -60,6 +62,40 @@ def _runs(pipe, ids: list[int], new_tokens: int, repeat: int, warmup: bool = Tru
     return runs, out
 
 
+def replay_split(pipe, repeat: int = 50) -> dict | None:
+    """Where a replayed decode step's time goes (the graph the last run captured, replayed
+    `repeat` times on the cache's current contents): in the C kernels (the steps' programs, one
+    crossing each: wasm_kernels/program.c, ctypes included) and outside them (everything else the
+    replay runs: copying the inputs in, NumPy steps, the Python loop). None where nothing replays."""
+    from ..backends.simd.program import Program
+    steps = pipe.generator.steps
+    if not steps.captured:
+        return None
+    graph = next(iter(steps.graphs.values()))
+    calls, inside = list(graph.calls), [0.0]
+
+    def timed(call):
+        def run():
+            started = time.perf_counter()
+            call()
+            inside[0] += time.perf_counter() - started
+        return run
+    values = [np.zeros(shape, np.int64) for shape in graph.shapes]
+    graph.replay(*values)
+    graph.calls = [timed(c) if isinstance(c, Program) else c for c in calls]
+    try:
+        started = time.perf_counter()
+        for _ in range(repeat):
+            graph.replay(*values)
+        total = (time.perf_counter() - started) / repeat
+    finally:
+        graph.calls = calls
+    kernels = inside[0] / repeat
+    return {"step_ms": round(total * 1e3, 3), "kernels_ms": round(kernels * 1e3, 3),
+            "outside_ms": round((total - kernels) * 1e3, 3), "outside_share": round(1 - kernels / total, 4),
+            "ops": graph.ops, "calls": len(calls), "programs": sum(isinstance(c, Program) for c in calls)}
+
+
 def bench_pipeline(pipe, new_tokens: int = 128, repeat: int = 1) -> dict:
     """Prefill/decode tok/s and time to first token of a text-generation pipeline (median of
     `repeat` runs after one untimed run), end-of-sequence ignored."""
@@ -73,7 +109,7 @@ def bench_pipeline(pipe, new_tokens: int = 128, repeat: int = 1) -> dict:
             "new_tokens": new_tokens, "prefill_tok_s": median("prefill_tok_s"),
             "decode_tok_s": median("decode_tok_s"), "ttft_s": median("ttft_s"),
             "first_run": {k: round(runs[0][k], 3) for k in ("prefill_tok_s", "decode_tok_s", "ttft_s")},
-            "graphs": generator.captured}
+            "graphs": generator.captured, "replay": replay_split(pipe) if generator.captured else None}
 
 
 def bench_text(pipe, prompt: str = TEXT_PROMPT, new_tokens: int = 128, repeat: int = 1, warmup: bool = True) -> dict:
@@ -225,6 +261,12 @@ def format_llm(result: dict) -> str:
         ratio = f"  decode {r['decode_tok_s'] / torch['decode_tok_s']:.2f}x torch" if "decode_tok_s" in torch else ""
         lines.append(f"{device:14} {r['prefill_tok_s']:9.1f} {r['decode_tok_s']:9.1f} {r['ttft_s'] * 1e3:9.0f} ms"
                      + ratio)
+    for device, r in result["engine"].items():
+        split = r.get("replay")
+        if split:
+            lines.append(f"{device} decode step replayed: {split['step_ms']:.2f} ms, {split['ops']} kernels in "
+                         f"{split['calls']} calls ({split['programs']} C programs); outside the kernels "
+                         f"{split['outside_ms']:.2f} ms ({100 * split['outside_share']:.1f}%)")
     if "decode_tok_s" in torch:
         lines.append(f"{'torch (' + str(torch['torch_threads']) + ' thr)':14} {torch['prefill_tok_s']:9.1f} "
                      f"{torch['decode_tok_s']:9.1f}")

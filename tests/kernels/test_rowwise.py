@@ -1,4 +1,4 @@
-"""softmax_f32, layer_norm_f32, rms_norm_f32, scale_shift_f32 and clamp_f32 against float64
+"""softmax_f32, layer_norm_f32, rms_norm_f32, scale_shift_f32, clamp_f32 and add_f32 against float64
 NumPy. Tolerances: softmax 2e-6 relative + 1e-9 (exp to ~1e-7, the sum in float32); norms
 1e-5 relative + 1e-6 (float32 sums over the row), layer norm also 2^-22 |x| / std (x - mean
 rounds to float32, as in NumPy); affine and clamp exact (the same float32 operations as NumPy)."""
@@ -117,3 +117,14 @@ def test_clamp(rng, count):
         x[:3] = [np.nan, np.inf, -np.inf]
     np.testing.assert_array_equal(K.clamp(x, 0.0, 6.0, out=nan_like(x.shape)), np.clip(x, 0, 6))
     np.testing.assert_array_equal(K.clamp(x, -1.5, 1.5), np.clip(x, -1.5, 1.5))
+
+
+@pytest.mark.parametrize("count", [0, 1, 3, 4, 5, 17])
+def test_add(rng, count):
+    """add_f32 (a residual connection): the same float32 additions as NumPy's, NaN and infinities too."""
+    a, b = (rng.standard_normal(count, dtype=np.float32) * 5 for _ in range(2))
+    if count > 2:
+        a[:3] = [np.nan, np.inf, -np.inf]
+        b[1:3] = [-np.inf, 1.0]
+    np.testing.assert_array_equal(K.add(a, b, out=nan_like(a.shape)), a + b)
+    np.testing.assert_array_equal(K.add(a[::-1], b), a[::-1] + b)                # a strided operand

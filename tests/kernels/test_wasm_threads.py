@@ -26,6 +26,7 @@ from engine.backends.simd import kernels as K
 from engine.backends.simd import library
 from engine.backends.simd import quantized as Q
 from tests.helpers import need, need_wasm_compiler
+from tests.kernels.conftest import require_simd
 from tests.kernels.reference import (
     attention_reference,
     gemm_reference,
@@ -203,6 +204,7 @@ def _run(job, tmp):
 @pytest.fixture(scope="module")
 def replayed(threads_wasm, tmp_path_factory):
     """{case: (native output, tolerance, {threads: output}, {threads: did it split})}, the summary, the job"""
+    require_simd()                      # before the tests' own autouse check: this fixture records native calls
     tmp = tmp_path_factory.mktemp("replay")
     rng = np.random.default_rng(25)
     job = {"wasm": str(threads_wasm), "threads": list(THREADS), "timeoutMs": 30000, "out": str(tmp / "out"),

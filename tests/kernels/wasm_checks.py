@@ -137,6 +137,7 @@ def rowwise_checks(rng, errors):
     affine = x * scale.reshape(1, 4, 1) + shift.reshape(1, 4, 1)
     errors["scale_shift relu6"] = worst(K.scale_shift(x, scale, shift, "relu6"), np.clip(affine, 0, 6), 1e-30)
     errors["clamp"] = worst(K.clamp(x, -1.0, 2.0), np.clip(x, -1, 2), 1e-30)
+    errors["add"] = worst(K.add(x, x[::-1].copy()), x + x[::-1], 1e-30)
 
 
 def transformer_checks(rng, errors):
@@ -292,6 +293,31 @@ def mnist_check(rng, errors):
     errors["mnist logits (atol 1e-4)"] = worst(actual, expected, 1e-4)
 
 
+def program_checks(rng, errors):
+    """engine_run_program in this build: every export as its direct call (tests/kernels/program_cases.py),
+    and a captured step replayed as programs giving the eager step's bits."""
+    from engine import graph
+    from engine.backends.simd.program import Program
+    from tests.kernels import program_cases
+    exact = lambda same: 0.0 if same else float("inf")                      # noqa: E731
+    for name, same in program_cases.check_every_export(rng).items():
+        errors[f"program {name}"] = exact(same)
+    errors["program scratch growth"] = exact(program_cases.check_scratch_growth(rng))
+    errors["program bad index"] = exact(program_cases.check_bad_index(rng).startswith("IndexError"))
+    F = engine.nn.functional
+    w = engine.from_numpy(rng.standard_normal((16, 16)).astype(np.float32), "simd")
+
+    def step(x):
+        h = F.rms_norm(F.linear(x, w), (16,))
+        return F.silu(F.linear(h + x, w)) + h
+    g, _ = graph.capture(step, engine.zeros((2, 16), device="simd"))
+    x = rng.standard_normal((2, 16)).astype(np.float32)
+    replayed = g.replay(x).numpy()
+    eager = step(engine.from_numpy(x, "simd")).numpy()
+    joined = len(g.calls) == 1 and isinstance(g.calls[0], Program)
+    errors["program replay of a captured step (one call)"] = exact(joined and np.array_equal(replayed, eager))
+
+
 def main(arg: str) -> str:
     lib = library.load()
     result = {"flavour": lib.flavour, "platform": sys.platform, "devices": engine.available_devices()}
@@ -313,6 +339,7 @@ def main(arg: str) -> str:
     transformer_checks(rng, errors)
     convert_checks(errors)
     quant_checks(rng, errors)
+    program_checks(rng, errors)
     mnist_check(rng, errors)
     result["errors"] = errors
     return json.dumps(result)

@@ -4,7 +4,6 @@ they cover; every other op and dtype runs the NumPy kernel on the same storage.
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -15,6 +14,7 @@ from ..numpy import kernels as numpy_kernels
 from ..numpy.backend import NumpyBackend
 from . import kernels as C
 from . import library, quantized
+from .program import Program, join
 
 # --- primitive ops ----------------------------------------------------------------------------------
 _numpy_matmul, _numpy_conv2d = numpy_kernels.KERNELS[Op.MATMUL], numpy_kernels.KERNELS[Op.CONV2D]
@@ -48,11 +48,23 @@ def _index_copy(dest, index, source, *, dtype, axis):       # in place: float32 
         _numpy_index_copy(dest, index, source, dtype=dtype, axis=axis)
 
 
+_numpy_add = numpy_kernels.KERNELS[Op.ADD]
+
+
+def _add(a, b, *, dtype):           # a residual connection in C (one call of a captured step's program)
+    if a.dtype == b.dtype == np.float32 and a.shape == b.shape and a.flags.c_contiguous and b.flags.c_contiguous:
+        return C.add(a, b)
+    return _numpy_add(a, b, dtype=dtype)
+
+
+_add.ufunc = np.add                 # engine.graph replays a broadcast one as np.add(..., out=)
+
+
 # Ops the C kernels do not cover run the NumPy kernel on the shared storage (declared here;
 # the table is checked complete below).
-NUMPY_OPS = UNARY | BINARY | REDUCTIONS | {Op.CONTIGUOUS, Op.WHERE, Op.TOPK, Op.CAT, Op.PAD, Op.INDEX_SELECT}
+NUMPY_OPS = (UNARY | BINARY | REDUCTIONS) - {Op.ADD} | {Op.CONTIGUOUS, Op.WHERE, Op.TOPK, Op.CAT, Op.PAD, Op.INDEX_SELECT}
 KERNELS = {**{op: numpy_kernels.KERNELS[op] for op in NUMPY_OPS},
-           Op.MATMUL: _matmul, Op.CONV2D: _conv2d, Op.CAST: _cast, Op.INDEX_COPY: _index_copy}
+           Op.MATMUL: _matmul, Op.CONV2D: _conv2d, Op.CAST: _cast, Op.INDEX_COPY: _index_copy, Op.ADD: _add}
 
 
 # --- fused kernels (engine.functions / engine.nn.functional call them with float32 tensors) ------------
@@ -146,9 +158,12 @@ class SimdBackend(NumpyBackend):
         """The recorded C calls of one step as a prepared call, when every pointer they were given
         lies in the `known` arrays (the step's inputs, outputs and parameters, which the graph
         keeps); None when one does not (the kernel passed a temporary copy: it must run again).
-        A call that takes scratch gets its own, of the size it asks for."""
+        A call that takes scratch gets its own, of the size it asks for. Calls on the loaded
+        library become a Program (one crossing for them all, joined with its neighbours by
+        `join_prepared`); a call of the browser's kernel pool its prepared descriptor (heap.py)."""
         spans = [(a.ctypes.data, a.ctypes.data + a.nbytes) for a in known if isinstance(a, np.ndarray)]
-        steps = []                                      # (C function, arguments, name, its scratch)
+        steps = []                                      # [name, C function, arguments, its scratch]
+        pooled = []                                     # the pool's prepared calls, in order
         for name, fn, args, result in calls:
             restype, types = library.SIGNATURES[name]
             scratch = name in library.SCRATCH
@@ -166,32 +181,23 @@ class SimdBackend(NumpyBackend):
                 args[-2:] = own.ctypes.data, own.size
             prepared = getattr(fn, "prepared", None)          # a call of the browser's kernel pool (heap.py)
             prepared = prepared(*args) if prepared is not None else None
-            if prepared is not None:
-                steps.append((prepared, (), name, own))
-                continue
-            floats = getattr(fn, "floats", ())
-            args = tuple(library.FLOAT(a) if i in floats else a for i, a in enumerate(args))
-            steps.append((getattr(fn, "raw", fn), args, name, own))
+            steps.append([name, fn, args, own])
+            pooled.append(prepared)
         if not steps:
             return None
-        if len(steps) == 1 and steps[0][1] == ():
-            return steps[0][0]
-        if len(steps) == 1 and library.SIGNATURES[steps[0][2]][0] is None:
-            call = functools.partial(steps[0][0], *steps[0][1])
-            return call
+        loaded = library.get()
+        if not any(pooled):
+            return Program(loaded, steps)
+        parts = [prepared or Program(loaded, [step]) for prepared, step in zip(pooled, steps)]
+        if len(parts) == 1:
+            return parts[0]
 
         def call():
-            for k, (fn, args, name, own) in enumerate(steps):
-                if fn(*args):
-                    if own is None or not args:
-                        raise IndexError(f"{name}: an index is out of range")
-                    # more threads than when captured: more parts, each with its own scratch
-                    own = np.empty(fn(*args[:-2], None, 0), np.float32)
-                    args = (*args[:-2], own.ctypes.data, own.size)
-                    steps[k] = (fn, args, name, own)
-                    if fn(*args):
-                        raise IndexError(f"{name}: an index is out of range")
+            for part in parts:
+                part()
         return call
+
+    join_prepared = staticmethod(join)
 
 
 BACKEND = SimdBackend()

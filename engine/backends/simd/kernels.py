@@ -362,6 +362,16 @@ def rope(x, cos, sin, out=None) -> np.ndarray:
     return y
 
 
+def add(a, b, out=None) -> np.ndarray:
+    """a + b for float32 arrays of one shape."""
+    a, b = np.ascontiguousarray(_elements(a)), np.ascontiguousarray(_elements(b))
+    if a.shape != b.shape:
+        raise ValueError(f"add: {a.shape} and {b.shape} differ")
+    y = _output(a.shape, out)
+    library.get().add_f32(a.size, address_of(a), address_of(b), address_of(y))
+    return y
+
+
 def clamp(x, lo: float, hi: float, out=None) -> np.ndarray:
     x = np.ascontiguousarray(_elements(x))
     y = _output(x.shape, out)

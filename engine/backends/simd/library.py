@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ... import runtime
 
-ABI = 7                                  # ENGINE_KERNELS_ABI in wasm_kernels/common.h
+ABI = 8                                  # ENGINE_KERNELS_ABI in wasm_kernels/common.h
 PYODIDE_PATH = "/lib/engine_kernels.so"
 FLAVOURS = {"simd": "engine_kernels.simd.wasm", "relaxed": "engine_kernels.relaxed.wasm"}
 SOURCES = Path(__file__).resolve().parents[3] / "wasm_kernels"
@@ -65,11 +65,15 @@ SIGNATURES = {
     "f16_to_f32": (None, [_size, _ptr, _ptr]),
     "bf16_to_f32": (None, [_size, _ptr, _ptr]),
     "f32_to_bf16": (None, [_size, _ptr, _ptr]),
+    "add_f32": (None, [_size, _ptr, _ptr, _ptr]),
     "engine_kernels_abi": (_int, []),
     "engine_kernels_features": (_int, []),
     "engine_threads": (_int, []),
     "engine_set_threads": (_int, [_int]),
+    "engine_run_program": (_size, [_ptr, _size]),
 }
+# the exports a program (wasm_kernels/program.c) calls, by id: their place in this tuple
+PROGRAM = tuple(name for name in SIGNATURES if not name.startswith("engine_"))
 # exports whose last two arguments are a scratch buffer and its size in floats: they return 0,
 # or the size they need (and then write nothing)
 SCRATCH = frozenset({"gemm_f32", "gemm_f16w_f32", "conv2d_f32", "depthwise_conv2d_f32", "attention_f32", "linear_q_f32"})
