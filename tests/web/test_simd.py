@@ -16,9 +16,10 @@ BROWSER_CHECKS = '''
 import sys, types
 for name in ("tests", "tests.kernels"):
     sys.modules.setdefault(name, types.ModuleType(name))
-reference = types.ModuleType("tests.kernels.reference")
-exec(compile(REFERENCE, "reference.py", "exec"), reference.__dict__)
-sys.modules["tests.kernels.reference"] = reference
+for name, source in MODULES.items():                  # in order: program_cases imports reference
+    module = types.ModuleType(f"tests.kernels.{name}")
+    sys.modules[module.__name__] = module
+    exec(compile(source, f"{name}.py", "exec"), module.__dict__)
 checks = {"__name__": "wasm_checks"}
 exec(compile(CHECKS, "wasm_checks.py", "exec"), checks)
 
@@ -36,7 +37,8 @@ checks["main"]("")
 
 def browser_checks() -> str:
     checks = (KERNELS / "wasm_checks.py").read_text().rsplit("\nmain(", 1)[0]      # not its own call
-    return (f"REFERENCE = {json.dumps((KERNELS / 'reference.py').read_text())}\n"
+    modules = {name: (KERNELS / f"{name}.py").read_text() for name in ("reference", "program_cases")}
+    return (f"MODULES = {json.dumps(modules)}\n"
             f"CHECKS = {json.dumps(checks)}\nimport numpy as np\n" + BROWSER_CHECKS)
 
 

@@ -36,6 +36,9 @@ class Program:
 
     def __init__(self, loaded, calls: list):
         self.library, self.calls = loaded, [list(call) for call in calls]
+        # where it runs: the loaded library, or in a page with the kernel pool (heap.HeapLibrary)
+        # the side module, whose memory the arguments point into
+        self.local = getattr(loaded, "local", loaded)
         self._encode()
 
     def _encode(self) -> None:
@@ -53,7 +56,7 @@ class Program:
 
     def __call__(self) -> None:
         start, grown = 0, None
-        run = self.library.engine_run_program
+        run = self.local.engine_run_program
         while True:
             stopped = run(self.address + 8 * start, self.words.size - start)
             if not stopped:
@@ -62,10 +65,10 @@ class Program:
             k = self.offsets.get(offset)
             if k is None:
                 raise RuntimeError(f"engine_run_program stopped at word {offset}, where no call begins")
-            name, fn, args, _ = self.calls[k]
+            name, _, args, _ = self.calls[k]
             if name not in library.SCRATCH or grown == k:
                 raise IndexError(f"{name}: an index is out of range")
-            own = np.empty(max(fn(*args[:-2], None, 0), 1), np.float32)
+            own = np.empty(max(getattr(self.local, name)(*args[:-2], None, 0), 1), np.float32)
             args[-2:] = own.ctypes.data, own.size
             self.calls[k][3] = own
             self._encode()
