@@ -86,9 +86,11 @@ def pytest_sessionfinish(session, exitstatus):
     (tests/helpers.shared_site): 2.4 GB that would otherwise outlive the run."""
     import shutil
     import tempfile
-    from tests.helpers import SHARED_SITE_PREFIX, run_key
-    if not hasattr(session.config, "workerinput"):    # the workers' key, or this process's (-n 0)
-        for run in {getattr(session.config.option, "testrunuid", None), run_key()} - {None}:
+    from tests.helpers import SHARED_SITE_PREFIX
+    # the workers' key, or this process's (-n 0); never an inherited PYTEST_XDIST_TESTRUNUID: a
+    # pytest run inside a test (tests/test_skip_rule.py) has it, and must not remove its run's site
+    if not hasattr(session.config, "workerinput"):
+        for run in {getattr(session.config.option, "testrunuid", None), f"pid{os.getpid()}"} - {None}:
             shutil.rmtree(Path(tempfile.gettempdir()) / f"{SHARED_SITE_PREFIX}{run}", ignore_errors=True)
 
 
