@@ -101,7 +101,6 @@ def _bind(fn, restype, argtypes):
             args[i] = _float(args[i])
         return fn(*args)
     call.__name__ = fn.__name__
-    call.raw, call.floats = fn, floats           # for callers that convert once (engine.graph)
     return call
 
 
