@@ -188,7 +188,7 @@ class SimdBackend(NumpyBackend):
         loaded = library.get()
         if not any(pooled):
             return Program(loaded, steps)
-        parts = [prepared or Program(loaded, [step]) for prepared, step in zip(pooled, steps)]
+        parts = join([prepared or Program(loaded, [step]) for prepared, step in zip(pooled, steps)])
         if len(parts) == 1:
             return parts[0]
 

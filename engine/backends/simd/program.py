@@ -9,6 +9,7 @@ Pyodide, where each crossing costs several microseconds.
 """
 from __future__ import annotations
 
+import itertools
 import struct
 
 import numpy as np
@@ -76,17 +77,12 @@ class Program:
 
 
 def join(calls: list) -> list:
-    """The prepared calls of a graph, each run of consecutive Programs joined into one."""
-    out, run = [], []
-    for call in calls + [None]:
-        if isinstance(call, Program) and (not run or run[0].library is call.library):
-            run.append(call)
-            continue
-        if run:
-            out.append(run[0] if len(run) == 1 else Program(run[0].library, [c for p in run for c in p.calls]))
-            run = []
-        if isinstance(call, Program):
-            run.append(call)
-        elif call is not None:
-            out.append(call)
+    """The prepared calls of a graph, each run of consecutive Programs (on one library) joined into one."""
+    out = []
+    for loaded, run in itertools.groupby(calls, key=lambda c: c.library if isinstance(c, Program) else None):
+        run = list(run)
+        if loaded is None or len(run) == 1:
+            out.extend(run)
+        else:
+            out.append(Program(loaded, [call for program in run for call in program.calls]))
     return out
