@@ -121,10 +121,9 @@ class Graph:
             self.inputs = [backend.view(t._buf, t._layout) for t in inputs]         # written by replay
             self.slots = list(recorder.keep)
             self.prepared = {"native": 0, "ufunc": 0, "copy": 0}      # how the steps replay (for tests, profiles)
-            self.calls = [self._prepare(step) for step in recorder.steps]
+            calls = [self._prepare(step) for step in recorder.steps]
             join = getattr(backend, "join_prepared", None)    # consecutive native steps as one call
-            if join is not None:
-                self.calls = join(self.calls)
+            self.calls = join(calls) if join is not None else calls
         else:                                                 # a device: its recorded dispatches again
             self.inputs = [t._buf for t in inputs]
             self.slots = list(recorder.keep)                  # the buffers the dispatches write
@@ -135,6 +134,11 @@ class Graph:
         if not all(isinstance(t, Tensor) for t in outputs):
             raise GraphError("a captured function must return a Tensor or a tuple of Tensors")
         self.outputs = [Tensor(t._buf, t._layout, t.dtype, backend) for t in outputs]
+        whole = getattr(backend, "whole_graph", None)         # the whole step as one call of the backend's own
+        if dispatches is None and whole is not None and self.prepared["native"]:
+            program = whole(calls, self.inputs, [t._buf for t in outputs], self.slots)
+            if program is not None:
+                self.calls = [program]
 
     def _prepare(self, step):
         kind, key, refs, dtype, params, out_slots, shapes, calls, known = step
@@ -152,11 +156,15 @@ class Graph:
             if ufunc is not None and len(outputs) == 1 and \
                     ufunc.resolve_dtypes(tuple(a.dtype for a in args) + (None,))[-1] == outputs[0].dtype:
                 self.prepared["ufunc"] += 1
-                return functools.partial(ufunc, *args, out=outputs[0])
+                call = functools.partial(ufunc, *args, out=outputs[0])
+                call.host = (args, outputs)                     # what it reads and writes (whole_graph)
+                return call
         else:
             fn, kwargs = backend.fused[key], dict(params)
         self.prepared["copy"] += 1
-        return _copy_into(outputs, fn, args, kwargs)
+        call = _copy_into(outputs, fn, args, kwargs)
+        call.host = (args + [v for v in params.values() if isinstance(v, np.ndarray)], outputs)
+        return call
 
     def replay(self, *values):
         """Run the captured kernels on new input values (array-likes of the captured shapes);

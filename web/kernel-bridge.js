@@ -96,6 +96,14 @@
         });
       },
       run,
+      // copies from Pyodide's memory into the heap: count, then (from, to, bytes) per copy
+      copyIn(address) {
+        const words = module.HEAPU32, own = module.HEAPU8, shared = views();
+        let at = address >>> 2;
+        for (let n = words[at++]; n > 0; n--, at += 3) {
+          shared.set(own.subarray(words[at], words[at] + words[at + 2]), words[at + 1]);
+        }
+      },
       info: () => JSON.stringify({
         abi: pool.exports.engine_kernels_abi(), threads: pool.exports.engine_threads(), reason: pool.reason || null,
         heap_base: pool.heapBase, heap_end: pool.memory.buffer.byteLength,

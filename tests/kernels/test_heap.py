@@ -41,7 +41,7 @@ def test_pooled_ops_equal_the_side_module(pyodide_dir, kernels):  # noqa: F811
     assert result["threads"] == 2 and result["reason"] is None
     assert result["checks"] >= 40 and result["mismatches"] == []
     assert result["resident_copied"] >= 1 and result["evicted"]
-    assert result["replayed"] and result["graph_same"] and result["graph_prepared"] == 2
+    assert result["replayed"] and result["graph_same"] and result["graph_kinds"] == ["PoolProgram"]
 
 
 def test_missing_pool_module_leaves_one_thread_with_the_reason(pyodide_dir, kernels, tmp_path):  # noqa: F811
@@ -49,3 +49,12 @@ def test_missing_pool_module_leaves_one_thread_with_the_reason(pyodide_dir, kern
     script.write_text("import json\njson.dumps({'bridge': KERNEL_BRIDGE is None, 'reason': POOL_REASON})\n")
     result = _run(pyodide_dir, kernels[0], tmp_path / "missing.wasm", script)
     assert result["bridge"] and "missing.wasm" in result["reason"]
+
+
+def test_a_captured_decode_step_runs_whole_on_the_pool_with_the_side_modules_bits(pyodide_dir, kernels):  # noqa: F811
+    result = _run(pyodide_dir, *kernels, ROOT / "tests" / "kernels" / "heap_program_checks.py")
+    assert result["threads"] == 2
+    assert result["kinds"] == ["PoolProgram"] and "pool" in result["segments"], (result["unplaced"], result["kinds"][:12])
+    assert result["same"], (result["ids"], result["want_ids"])
+    assert result["one_thread_same"] and result["switched_same"] and result["grown_same"]
+    assert result["mirrors_left"] == 0

@@ -46,6 +46,7 @@ _numpy_index_copy = numpy_kernels.KERNELS[Op.INDEX_COPY]
 def _index_copy(dest, index, source, *, dtype, axis):       # in place: float32 rows in C (a KV cache)
     if not C.index_copy(dest, index, source, axis):
         _numpy_index_copy(dest, index, source, dtype=dtype, axis=axis)
+    library.get().written(dest)                          # copies of it elsewhere (the pool's heap) go stale
 
 
 _numpy_add = numpy_kernels.KERNELS[Op.ADD]
@@ -145,6 +146,13 @@ FUSED = {**quantized.KERNELS,                    # linear_q, embedding_q (engine
 check_tables("simd", KERNELS, FUSED)
 
 
+def _in_order(parts):
+    def call():
+        for part in parts:
+            part()
+    return call
+
+
 class SimdBackend(NumpyBackend):
     name = "simd"
     kernels = KERNELS
@@ -187,17 +195,22 @@ class SimdBackend(NumpyBackend):
             return None
         loaded = library.get()
         if not any(pooled):
-            return Program(loaded, steps)
-        parts = join([prepared or Program(loaded, [step]) for prepared, step in zip(pooled, steps)])
-        if len(parts) == 1:
-            return parts[0]
-
-        def call():
-            for part in parts:
-                part()
-        return call
+            bound = Program(loaded, steps)
+        else:
+            parts = join([prepared or Program(loaded, [step]) for prepared, step in zip(pooled, steps)])
+            bound = parts[0] if len(parts) == 1 else _in_order(parts)
+        bound.native = (steps, known)                   # for whole_graph
+        return bound
 
     join_prepared = staticmethod(join)
+
+    @staticmethod
+    def whole_graph(calls, inputs, outputs, slots):
+        """A captured graph's prepared calls (C calls from bind_native, `.native`; NumPy steps,
+        `.host`) as one call of the library's own where it has one (in a page with the kernel
+        pool: the whole program on the pool, heap_program.py); None to replay them as they are."""
+        program = getattr(library.get(), "program", None)
+        return None if program is None else program(calls, inputs, outputs, slots)
 
 
 BACKEND = SimdBackend()

@@ -187,11 +187,12 @@ class Heap:
 
 
 class _Resident:
-    """A weight's bytes [lo, hi) in Pyodide's memory, and their copy in the heap (0: not yet)."""
-    __slots__ = ("address", "hi", "key", "lo", "pending", "ref")
+    """An array's bytes [lo, hi) in Pyodide's memory, and their copy in the heap (0: not yet); for a
+    mirror (heap_program.py), the range [lo, hi) written since it was copied (`dirty`, or None)."""
+    __slots__ = ("address", "dirty", "hi", "key", "lo", "pending", "ref")
 
     def __init__(self, lo: int, hi: int, key: int):
-        self.lo, self.hi, self.key, self.address, self.pending, self.ref = lo, hi, key, 0, 0, None
+        self.lo, self.hi, self.key, self.address, self.pending, self.ref, self.dirty = lo, hi, key, 0, 0, None, None
 
 
 class Prepared:
@@ -241,9 +242,14 @@ class HeapLibrary:
         self._words = np.zeros(256, np.uint32)
         self._words_address, self._words_bytes = self._words.ctypes.data, self._words.nbytes
         self._formats: dict = {}
+        self._mirrors: dict[int, _Resident] = {}   # arrays a PoolProgram keeps a heap copy of, by id
+        self.epoch = 0                             # counts heap copies released (a program re-checks its own)
+        self.marks = 0                             # counts eager writes marked in mirrors
+        self.unplaced = None
         for name in library.SIGNATURES:
             setattr(self, name, getattr(local, name))
-        bridge.define(json.dumps(POOL))
+        bridge.define(json.dumps(POOL + ("engine_run_program",)))
+        self.run_program = len(POOL)               # the descriptor's export index of engine_run_program
         for index, name in enumerate(POOL):
             setattr(self, name, self._export(index, name))
 
@@ -291,6 +297,80 @@ class HeapLibrary:
         del self._entries[i], self._starts[i]
         if entry.address:
             self.heap.release(entry.address)
+            self.epoch += 1
+
+    def resident_entry(self, root):
+        """The resident entry of a weight `root` (an array registered by resident()), or None."""
+        return self._roots.get(id(root))
+
+    def mirror(self, root) -> _Resident:
+        """The heap copy of `root` (an array that is not a weight: a KV cache, a constant) that
+        programs read, kept in step with what is written to it: eager writes mark the range they
+        wrote (`written`), copied again before the next program runs."""
+        entry = self._mirrors.get(id(root))
+        if entry is None:
+            lo, hi = byte_bounds(root)
+            entry = self._mirrors[id(root)] = _Resident(lo, hi, id(root))
+            entry.ref = weakref.ref(root, lambda _: self._drop_mirror(entry))
+        return entry
+
+    def _drop_mirror(self, entry) -> None:
+        self._mirrors.pop(entry.key, None)
+        if entry.address:
+            self.heap.release(entry.address)
+            self.epoch += 1
+
+    def written(self, view) -> None:
+        """An eager write to `view` (in place, outside any program): mirrors it overlaps copy that
+        range again before their next use."""
+        if self._mirrors:
+            self._mark(*byte_bounds(view))
+
+    def _mark(self, lo: int, hi: int) -> None:
+        self.marks += 1
+        for entry in self._mirrors.values():
+            if entry.lo < hi and lo < entry.hi:
+                lo2, hi2 = max(lo, entry.lo), min(hi, entry.hi)
+                entry.dirty = (lo2, hi2) if entry.dirty is None else \
+                    (min(lo2, entry.dirty[0]), max(hi2, entry.dirty[1]))
+
+    def flush(self, entries) -> None:
+        """Copy the ranges written to these mirrors since their heap copy was made."""
+        copies = []
+        for entry in entries:
+            if entry.dirty is not None and entry.address:
+                lo, hi = entry.dirty
+                copies.append((lo, entry.address + lo - entry.lo, hi - lo))
+            entry.dirty = None
+        if copies:
+            self.copy_in(copies)
+
+    def copy_in(self, copies) -> None:
+        """Copy (from Pyodide's memory, to the heap, bytes) triples, in one crossing."""
+        words = np.array([len(copies)] + [v for c in copies for v in c], np.uint32)
+        self.bridge.copyIn(words.ctypes.data)
+
+    def scratch(self) -> tuple[int, int]:
+        """The pool calls' scratch: (its heap address, its size in floats)."""
+        if not self._scratch:
+            self._scratch_floats = 1 << 18
+            self._scratch = self.heap.alloc(4 * self._scratch_floats)
+        return self._scratch, self._scratch_floats
+
+    def grow_scratch(self) -> None:
+        """Twice the scratch (the old one stays: a prepared call or program may name it)."""
+        self._scratch_floats *= 2
+        self._scratch = self.heap.alloc(4 * self._scratch_floats)
+
+    def program(self, calls, inputs, outputs, slots):
+        """A captured graph's prepared calls as programs in the heap (heap_program.PoolProgram),
+        or None where its memory cannot be laid out there."""
+        from .heap_program import PoolProgram, Unplaceable
+        try:
+            return PoolProgram(self, calls, inputs, outputs, slots)
+        except Unplaceable as e:
+            self.unplaced = str(e)                 # why the last graph replays call by call (profiles, tests)
+            return None
 
     def _resident_for(self, lo: int, hi: int):
         i = bisect.bisect(self._starts, lo) - 1
@@ -406,10 +486,7 @@ class HeapLibrary:
         if end:
             _copies(copies_in, copies_out, group_lo, at, end, group_direction)
         if name in library.SCRATCH:
-            if not self._scratch:
-                self._scratch_floats = 1 << 18
-                self._scratch = self.heap.alloc(4 * self._scratch_floats)
-            args[-2], args[-1] = self._scratch, self._scratch_floats
+            args[-2], args[-1] = self.scratch()
         key = (index, len(copies_in), len(copies_out))
         fmt = self._formats.get(key)
         if fmt is None:
@@ -428,6 +505,9 @@ class HeapLibrary:
             if entry.lo < hi and lo < entry.hi and entry.address:
                 self.heap.release(entry.address)
                 entry.address = 0
+                self.epoch += 1
+        if self._mirrors:
+            self._mark(lo, hi)
 
 
 def _copies(copies_in, copies_out, lo, at, hi, direction):

@@ -156,6 +156,10 @@ class Library:
         """`array` is a weight (constant while it lives): a library with a heap of its own
         (heap.HeapLibrary) copies it there once; here it is used where it lies."""
 
+    def written(self, view) -> None:
+        """`view` was written in place by an eager op: a library that keeps copies of arrays
+        elsewhere (heap.HeapLibrary) makes them again; here there are none."""
+
     @property
     def flavour(self) -> str:
         """"native", or the WebAssembly build: "simd" or "relaxed"."""

@@ -1,0 +1,281 @@
+"""A captured step on the kernel pool, whole: its program in the pool's heap, run in one crossing.
+
+In a page with the kernel pool (heap.py), a captured step whose every kernel is a C call
+(engine.graph: a decode step, a Whisper decoder step) runs as one program on the pool's instance.
+Every array its calls read or write has a place in the pool's heap, the program's words name
+those places, and one bridge crossing copies the step's inputs in, runs engine_run_program there
+(each kernel splitting over the pool's threads as it does natively: matrix-vector products,
+attention, norms and all) and copies its outputs back. Activations stay in the heap from kernel
+to kernel; only the step's inputs and outputs cross.
+
+Where each array lives in the heap:
+- the graph's inputs and its own buffers: a block of this program's own, filled once; the
+  inputs are copied in at every run, the outputs back after it;
+- weights (arrays registered with HeapLibrary.resident): their resident copy, which eager pool
+  calls share;
+- any other array that existed before the capture (a KV cache, cross-attention keys, constant
+  tables): its mirror (HeapLibrary.mirror), shared by every program that reads it. An eager write
+  into one (a prefill's rows through INDEX_COPY, HeapLibrary.written) marks the range written,
+  and the next run copies that range in first.
+
+Steps that are not C calls (a NumPy gather of RoPE's rows at the position, the causal mask's
+comparison) run in Python between the programs, as they would anyway: the own buffers they read
+are copied out by the program before them, the ones they write copied in by the one after.
+
+Rows the program itself writes into such an array (a decode step's keys and values) must reach
+Pyodide's copy too, which eager code (the next prefill) reads there: the run copies back those
+rows' sources and indices, and the same index_copy calls then run on the side module (one more
+crossing). With the library set to one thread the program runs on the side module as recorded
+(program.Program) and marks the rows it wrote as the mirrors' to copy again.
+"""
+from __future__ import annotations
+
+import bisect
+import itertools
+import struct
+import weakref
+
+import numpy as np
+from numpy.lib.array_utils import byte_bounds
+
+from . import library
+from .heap import ALIGN, IN, _extent
+from .program import _IDS, Program, _word
+
+# (dest, ...) argument positions of index_copy_f32: outer, n, inner, dest, d_outer, d_row, index,
+# count, source, s_outer, s_row
+_INDEX_COPY = "index_copy_f32"
+_MAX_GROWTHS = 8
+
+
+class Unplaceable(Exception):
+    """The arrays a program names overlap without one holding the other: no heap layout of them."""
+
+
+def _root(array):
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _groups(roots):
+    """(lo, hi, roots) of the arrays' byte ranges merged where they overlap (views of one file's
+    bytes made separately share them), in address order."""
+    groups = []
+    for lo, hi, r in sorted(((*byte_bounds(r), r) for r in roots), key=lambda p: (p[0], -p[1])):
+        if groups and lo < groups[-1][1]:
+            groups[-1][1] = max(groups[-1][1], hi)
+            groups[-1][2].append(r)
+        else:
+            groups.append([lo, hi, [r]])
+    return groups
+
+
+def _rows(args):
+    """The byte extents (destination, source, index) of an index_copy_f32 call's arguments."""
+    outer, n, inner, dest, d_outer, d_row, index, count, source, s_outer, s_row = args
+    return (_extent(dest, 4, ((outer, d_outer), (n, d_row), (inner, 1)), IN)[1:3],
+            _extent(source, 4, ((outer, s_outer), (count, s_row), (inner, 1)), IN)[1:3],
+            (index, index + 8 * count))
+
+
+class PoolProgram:
+    """A captured graph's prepared calls (`calls`: C calls, with `.native` = (steps, the arrays
+    their pointers lie in), or NumPy steps, with `.host` = (arrays read, arrays written)) run on
+    the pool, each run of C calls as one program (see the module's docstring). `inputs` and
+    `outputs` are the graph's, `slots` its own buffers."""
+
+    def __init__(self, loaded, calls, inputs, outputs, slots):
+        if not all(hasattr(c, "native") or hasattr(c, "host") for c in calls):
+            raise Unplaceable("a step that is neither C calls nor a NumPy step")
+        self.library = loaded
+        self.steps = [list(step) for c in calls if hasattr(c, "native") for step in c.native[0]]
+        self.local = list(calls)                                # the calls as prepared, on the side module
+        arrays = list(inputs) + list(outputs) + list(slots)
+        for c in calls:                                         # what the C calls name (NumPy steps read in place)
+            arrays += c.native[1] if hasattr(c, "native") else []
+        roots = {}
+        for a in arrays:
+            if isinstance(a, np.ndarray) and a.nbytes:
+                roots.setdefault(id(_root(a)), _root(a))
+        own = {id(_root(a)) for a in list(inputs) + list(slots) if isinstance(a, np.ndarray)}
+        self._keep = list(roots.values())                       # alive while the program names them
+        self._places = []                                      # (lo, hi, entry or None, offset in own block)
+        self._own_size = 0
+        for lo, hi, group in _groups(roots.values()):
+            whole = [r for r in group if byte_bounds(r) == (lo, hi)]
+            if not whole or len(group) > 1 and any(id(r) in own for r in group):
+                raise Unplaceable("arrays overlap without one holding the others")
+            if id(whole[0]) in own:
+                self._places.append((lo, hi, None, self._own_size))
+                self._own_size += _align(hi - lo)
+                continue
+            entry = next((e for e in map(loaded.resident_entry, whole) if e is not None), None)
+            self._places.append((lo, hi, entry if entry is not None else loaded.mirror(whole[0]), 0))
+        self._los = [lo for lo, _, _, _ in self._places]
+        self._mirrors = [e for _, _, e, _ in self._places if e is not None and e.key in loaded._mirrors]
+        self._synced = [step for step in self.steps if step[0] == _INDEX_COPY and self._owner(step[2][3]) is not None]
+        written = {self._index(step[2][3]) for step in self._synced}
+        # segments: ("pool", first word, its steps) or ("host", calls); copies in before / out after each pool one
+        self._segments, copies_in = [], [byte_bounds(a) for a in inputs]
+        produced = set()                                        # own buffers NumPy steps wrote
+        for host, run in itertools.groupby(calls, key=lambda c: hasattr(c, "host")):
+            run = list(run)
+            if not host:
+                self._segments.append(["pool", [s for c in run for s in c.native[0]], copies_in, []])
+                copies_in = []
+                continue
+            for c in run:
+                reads, writes = c.host
+                for a in reads:
+                    i = self._find(byte_bounds(a)[0]) if a.nbytes else None
+                    if i in written:
+                        raise Unplaceable("a NumPy step reads rows the program writes")
+                    if i is not None and self._places[i][2] is None and self._segments and \
+                            self._segments[-1][0] == "pool":
+                        self._segments[-1][3].append(self._bounds(i))
+                for a in writes:
+                    i = self._find(byte_bounds(a)[0])
+                    if i is None or self._places[i][2] is not None:
+                        raise Unplaceable("a NumPy step writes an array that is not the graph's own")
+                    produced.add(i)
+                    copies_in.append(self._bounds(i))
+            self._segments.append(["host", run])
+        last = max((k for k, seg in enumerate(self._segments) if seg[0] == "pool"), default=None)
+        if last is None:
+            raise Unplaceable("no C calls")
+        outs = [self._bounds(self._index(byte_bounds(a)[0])) for a in outputs]
+        outs = [span for span in outs if self._index(span[0]) not in produced]
+        for _, _, args, _ in self._synced:                    # what the side module's copies read
+            _, source, index = _rows(args)
+            outs += [span for span in (source, index) if self._places[self._index(span[0])][2] is None]
+        self._segments[last][3] += outs
+        for seg in self._segments:
+            if seg[0] == "pool":
+                seg[2], seg[3] = sorted(set(seg[2])), sorted(set(seg[3]))
+        self.sync = Program(loaded, [list(step) for step in self._synced]) if self._synced else None
+        self._own = self._words_at = self._words_bytes = 0
+        self.epoch, self.marks = -1, -1
+
+    # --- where things are ---------------------------------------------------------------------------
+    def _find(self, address: int) -> int | None:
+        """The place holding `address`, or None."""
+        i = bisect.bisect(self._los, address) - 1
+        return i if i >= 0 and self._places[i][0] <= address < self._places[i][1] else None
+
+    def _index(self, address: int) -> int:
+        i = self._find(address)
+        if i is None:
+            raise Unplaceable(f"address {address:#x} lies in none of the program's arrays")
+        return i
+
+    def _bounds(self, i: int) -> tuple[int, int]:
+        return self._places[i][0], self._places[i][1]
+
+    def _owner(self, address: int):
+        """The mirror entry holding `address`, or None (the program's own block, or a weight)."""
+        entry = self._places[self._index(address)][2]
+        return entry if entry is not None and entry.key in self.library._mirrors else None
+
+    def _heap(self, address: int) -> int:
+        lo, _, entry, offset = self._places[self._index(address)]
+        if entry is None:
+            return self._own + offset + address - lo
+        return (entry.address or entry.pending) + address - lo
+
+    # --- laying out -----------------------------------------------------------------------------
+    def _build(self) -> None:
+        """Place every array in the heap (copying what is not there yet) and write the programs'
+        words there, translated to heap addresses."""
+        lib, heap = self.library, self.library.heap
+        copies = []
+        if not self._own:
+            self._own = heap.alloc(self._own_size)
+            weakref.finalize(self, heap.release, self._own)
+            copies += [(lo, self._own + offset, hi - lo) for lo, hi, entry, offset in self._places if entry is None]
+        for lo, hi, entry, _ in self._places:
+            if entry is not None and not entry.address:
+                entry.pending = heap.alloc(hi - lo)
+                copies.append((lo, entry.pending, hi - lo))
+        scratch = lib.scratch()
+        words, self.offsets = [], {}
+        for seg in self._segments:
+            if seg[0] != "pool":
+                continue
+            first = len(words)
+            for name, _, args, _ in seg[1]:
+                self.offsets[len(words)] = name
+                words.append(_IDS[name])
+                last = len(args) - 2 if name in library.SCRATCH else len(args)
+                for i, (value, kind) in enumerate(zip(args, library.SIGNATURES[name][1])):
+                    if i >= last:
+                        value = scratch[i - last]
+                    elif kind is library.POINTER and value:
+                        value = self._heap(value)
+                    words.append(_word(value, kind))
+            seg[4:] = [first, len(words)]
+        self.words = np.array(words, np.uint64)
+        if self.words.nbytes > self._words_bytes:
+            self._words_at, self._words_bytes = heap.alloc(self.words.nbytes), self.words.nbytes
+            weakref.finalize(self, heap.release, self._words_at)
+        copies.append((self.words.ctypes.data, self._words_at, self.words.nbytes))
+        lib.copy_in(copies)
+        for _, _, entry, _ in self._places:
+            if entry is not None and entry.pending:
+                entry.address, entry.pending, entry.dirty = entry.pending, 0, None
+        self.epoch = lib.epoch
+        for seg in self._segments:
+            if seg[0] == "pool":
+                seg[6:] = [self._describe(seg, seg[4])]
+
+    def _describe(self, seg, start: int) -> np.ndarray:
+        """A pool segment's bridge descriptor: copy in, run its words from `start`, copy out."""
+        ins = [(lo, self._heap(lo), hi - lo) for lo, hi in seg[2]]
+        outs = [(self._heap(lo), lo, hi - lo) for lo, hi in seg[3]]
+        fmt = struct.Struct(f"<5I2I{3 * (len(ins) + len(outs))}I")
+        words = np.zeros(fmt.size // 4, np.uint32)
+        fmt.pack_into(words, 0, 1, self.library.run_program, 2, len(ins), len(outs), self._words_at + 8 * start,
+                      seg[5] - start, *(v for c in ins + outs for v in c))
+        return words
+
+    # --- running ------------------------------------------------------------------------------------
+    def __call__(self) -> None:
+        lib = self.library
+        if lib.threads < 2:
+            for call in self.local:
+                call()
+            for _, _, args, _ in self._synced:                  # rows the mirrors must copy again
+                lib._mark(*_rows(args)[0])
+            return
+        if self.epoch != lib.epoch:
+            self._build()
+        if self.marks != lib.marks:                             # eager writes since: copy those ranges in
+            lib.flush(self._mirrors)
+            self.marks = lib.marks
+        for seg in self._segments:
+            if seg[0] == "host":
+                for call in seg[1]:
+                    call()
+            else:
+                self._run(seg)
+        if self.sync is not None:
+            self.sync()
+
+    def _run(self, seg) -> None:
+        lib, descriptor, start, growths = self.library, seg[6], seg[4], 0
+        while True:
+            stopped = lib._run(descriptor.ctypes.data)
+            if not stopped:
+                return
+            offset = start + stopped - 1
+            name = self.offsets.get(offset, "engine_run_program")
+            if name not in library.SCRATCH or growths == _MAX_GROWTHS:
+                raise IndexError(f"{name}: an index is out of range")
+            lib.grow_scratch()
+            growths += 1
+            self._build()
+            start, descriptor = offset, self._describe(seg, offset)
