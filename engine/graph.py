@@ -47,12 +47,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections import OrderedDict
 
 import numpy as np
 
 from .dtypes import int64
 from .errors import EngineError, InputError
-from .tensor import Tensor, tensor
+from .tensor import Tensor, from_numpy, tensor
 
 
 class GraphError(EngineError):
@@ -244,3 +245,42 @@ class StepGraphs:
         self.graphs[key] = step
         return out
 
+
+
+class Passes:
+    """A model's whole forward pass, captured once per input shape and replayed, where the backend
+    replays a whole pass faster than it runs one eagerly (`backend.replays_whole()`: in a page
+    with the kernel pool, a replay is one program on every core, heap_program.py); elsewhere the
+    pass runs eagerly. The `limit` most recent shapes are kept (a captured pass holds every
+    buffer it made); a function that cannot be captured runs eagerly from then on."""
+
+    def __init__(self, limit: int = 2):
+        self.limit = limit
+        self.graphs: OrderedDict = OrderedDict()
+        self.eager: set = set()
+
+    def clear(self) -> None:
+        self.graphs.clear()
+
+    def run(self, key, fn, arrays, device):
+        """fn(*tensors) for NumPy `arrays` put on `device`: a Tensor or a tuple of Tensors, which
+        view the graph's buffers when replayed (read them before the next run)."""
+        from .device import get_backend
+        whole = getattr(get_backend(device), "replays_whole", None)
+        key = (key, device, tuple((a.shape, a.dtype.str) for a in arrays))
+        if whole is None or not whole() or key in self.eager:
+            return fn(*[from_numpy(np.array(a), device) for a in arrays])
+        step = self.graphs.get(key)
+        if step is not None:
+            self.graphs.move_to_end(key)
+            return step.replay(*arrays)
+        inputs = [from_numpy(np.array(a), device) for a in arrays]       # the graph's own inputs
+        try:
+            step, out = capture(fn, *inputs)
+        except GraphError:
+            self.eager.add(key)
+            return fn(*[from_numpy(np.array(a), device) for a in arrays])
+        self.graphs[key] = step
+        while len(self.graphs) > self.limit:
+            self.graphs.popitem(last=False)
+        return out

@@ -295,6 +295,8 @@ function usePool({ pool: started, reason }, flavour) {
   if (!started) return withoutPool();
   if (!flavour) {
     threadInfo.reason = "the simd kernels are not loaded";
+  } else if (flavour !== "relaxed") {               // the pool's build is relaxed SIMD: other bits
+    threadInfo.reason = "the kernel pool is the relaxed-SIMD build, and these are the SIMD128 kernels";
   } else if (started.threads > 1) {
     try {
       const bridge = self.EngineKernelBridge.connect(started, pyodide);

@@ -145,15 +145,24 @@ class Pipeline:
             self._fall_back(e)
             return fn(self.model)
 
+    def forward(self, *arrays) -> np.ndarray:
+        """The model's output on NumPy `arrays`, as NumPy: through a graph captured per input
+        shape where the backend replays a whole pass faster (engine.graph.Passes), else eagerly."""
+        from ..graph import Passes
+        passes = self.__dict__.setdefault("_passes", Passes())
+        return self.run(lambda model: passes.run(id(model), model, arrays, self.device).numpy())
+
     def _fall_back(self, error: DeviceLost) -> None:
         from ..device import best_available
         device = best_available()               # a lost device is no longer available
         self.notice = f"{error}; continuing on {device}"
+        self.__dict__.pop("_passes", None)      # captured over the lost model
         warnings.warn(self.notice, RuntimeWarning, stacklevel=3)
         self.model, self.device = self.build(device), device
 
     def to(self, device: str):
         """Move the model to another backend (weights are not downloaded again)."""
+        self.__dict__.pop("_passes", None)      # captured over the tensors being replaced
         try:
             self.model.to(device)
         except DeviceLost:                      # its tensors are gone: build it again

@@ -70,9 +70,7 @@ class ImageClassification(Pipeline):
         return np.stack([self._preprocess(as_image(im)) for im in images])
 
     def logits(self, batch: np.ndarray) -> np.ndarray:
-        from ..tensor import from_numpy
-        x = np.ascontiguousarray(batch, np.float32)
-        return self.run(lambda model: model(from_numpy(x, self.device)).numpy())
+        return self.forward(np.ascontiguousarray(batch, np.float32))
 
     def probabilities(self, images) -> np.ndarray:
         """(N, classes) class probabilities for a list of images."""

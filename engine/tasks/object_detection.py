@@ -90,9 +90,7 @@ class Detection(Pipeline):
 
     def raw(self, tensor: np.ndarray) -> np.ndarray:
         """(3, h, w) letterboxed input -> the head's (4 + nc + nk, anchors) output."""
-        from ..tensor import from_numpy
-        x = np.ascontiguousarray(tensor[None], np.float32)
-        return self.run(lambda model: model(from_numpy(x, self.device)).numpy())[0]
+        return self.forward(np.ascontiguousarray(tensor[None], np.float32))[0]
 
     def detect(self, image, threshold: float = 0.25, size: int = 640, iou: float = 0.7) -> dict:
         """One image -> detection.detect's arrays (boxes, scores, classes, keypoints) in its pixels."""

@@ -45,7 +45,7 @@ step = next(iter(gen.steps.graphs.values()))
 kinds = [type(c).__name__ for c in step.calls]
 same = ids == want_ids and bool(np.array_equal(logits, want_logits))
 program = step.calls[0]
-segments = [seg[0] for seg in getattr(program, "_segments", [])]
+segments = ["pool" if seg.host is None else "host" for seg in getattr(program, "_segments", [])]
 
 pool.set_num_threads(1)                  # the same calls on the side module, the mirrors marked
 gen1, ids1, logits1 = conversation()
@@ -63,11 +63,24 @@ library.use(local)
 _, want_grown_ids, want_grown_logits = conversation(first_rows=8)
 library.use(pool)
 grown_same = grown_ids == want_grown_ids and bool(np.array_equal(grown_logits, want_grown_logits))
+# a pipeline's whole pass (engine.graph.Passes): captured per shape on the pool, the eager bits
+digits = await engine.pipeline_async("digit-classification", device="simd",  # noqa: F704 - top-level await
+                                     weights="/repo/models/mnist_cnn.safetensors")
+images = rng.random((3, 1, 28, 28), dtype=np.float32)
+library.use(local)
+want_digits = [digits.forward(images[i:i + 1]) for i in range(3)]
+library.use(pool)
+got_digits = [digits.forward(images[i:i + 1]) for i in range(3)]
+pass_kinds = [type(c).__name__ for g in digits._passes.graphs.values() for c in g.calls]
+pass_same = all(np.array_equal(a, b) for a, b in zip(want_digits, got_digits))
+
+caches = {id(heap_program._root(t._buf)) for g in (gen, gen1, grown) for t in g.cache.key + g.cache.value}
+mirrored_caches = len(caches & set(pool._mirrors))
 del gen, gen1, grown, step, program
 import gc  # noqa: E402
 
 gc.collect()
-params = {id(heap_program._root(p._buf)) for p in model.parameters()}     # the norms' weights stay mirrored
 json.dumps({"kinds": kinds, "segments": segments, "same": same, "one_thread_same": one_thread_same,
-            "switched_same": switched_same, "grown_same": grown_same, "mirrors_left": len(set(pool._mirrors) - params),
+            "switched_same": switched_same, "pass_kinds": pass_kinds, "pass_same": pass_same, "grown_same": grown_same,
+            "mirrored_caches": mirrored_caches, "mirrors_left": len(caches & set(pool._mirrors)),
             "threads": pool.threads, "unplaced": pool.unplaced, "ids": ids, "want_ids": want_ids})

@@ -57,4 +57,5 @@ def test_a_captured_decode_step_runs_whole_on_the_pool_with_the_side_modules_bit
     assert result["kinds"] == ["PoolProgram"] and "pool" in result["segments"], (result["unplaced"], result["kinds"][:12])
     assert result["same"], (result["ids"], result["want_ids"])
     assert result["one_thread_same"] and result["switched_same"] and result["grown_same"]
-    assert result["mirrors_left"] == 0
+    assert result["mirrored_caches"] > 0 and result["mirrors_left"] == 0      # dropped with their caches
+    assert result["pass_kinds"] == ["PoolProgram"] and result["pass_same"]

@@ -53,6 +53,8 @@ def test_kernels_match_numpy_in_chromium(dev_server, session_factory, flavour):
     failed = {k: v for k, v in result["errors"].items() if not v <= 1.0}
     assert not failed, failed                      # each value: worst error / stated tolerance
     assert len(result["errors"]) > 30
+    reason = s.run("import engine.threads\nengine.threads.describe()")
+    assert ("relaxed-SIMD build" in reason) == (flavour == "simd")    # the pool's bits are relaxed SIMD's
 
 
 def test_auto_picks_relaxed_simd_when_the_browser_has_it(dev_server, session_factory):

@@ -14,6 +14,8 @@ from ..numpy import kernels as numpy_kernels
 from ..numpy.backend import NumpyBackend
 from . import kernels as C
 from . import library, quantized
+from .heap import HeapLibrary
+from .heap_program import PoolProgram, Unplaceable
 from .program import Program, join
 
 # --- primitive ops ----------------------------------------------------------------------------------
@@ -205,12 +207,25 @@ class SimdBackend(NumpyBackend):
     join_prepared = staticmethod(join)
 
     @staticmethod
+    def replays_whole() -> bool:
+        """Whether a whole pass replayed from a graph beats running it eagerly: in a page whose
+        kernel pool has threads to use (a replay is a program on all of them, heap_program.py)."""
+        loaded = library.get()
+        return isinstance(loaded, HeapLibrary) and loaded.threads > 1
+
+    @staticmethod
     def whole_graph(calls, inputs, outputs, slots):
         """A captured graph's prepared calls (C calls from bind_native, `.native`; NumPy steps,
         `.host`) as one call of the library's own where it has one (in a page with the kernel
         pool: the whole program on the pool, heap_program.py); None to replay them as they are."""
-        program = getattr(library.get(), "program", None)
-        return None if program is None else program(calls, inputs, outputs, slots)
+        loaded = library.get()
+        if not isinstance(loaded, HeapLibrary):
+            return None
+        try:
+            return PoolProgram(loaded, calls, inputs, outputs, slots)
+        except Unplaceable as e:
+            loaded.unplaced = str(e)               # why the last graph replays call by call (profiles, tests)
+            return None
 
 
 BACKEND = SimdBackend()

@@ -362,16 +362,6 @@ class HeapLibrary:
         self._scratch_floats *= 2
         self._scratch = self.heap.alloc(4 * self._scratch_floats)
 
-    def program(self, calls, inputs, outputs, slots):
-        """A captured graph's prepared calls as programs in the heap (heap_program.PoolProgram),
-        or None where its memory cannot be laid out there."""
-        from .heap_program import PoolProgram, Unplaceable
-        try:
-            return PoolProgram(self, calls, inputs, outputs, slots)
-        except Unplaceable as e:
-            self.unplaced = str(e)                 # why the last graph replays call by call (profiles, tests)
-            return None
-
     def _resident_for(self, lo: int, hi: int):
         i = bisect.bisect(self._starts, lo) - 1
         if i >= 0:

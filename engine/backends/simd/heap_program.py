@@ -9,8 +9,10 @@ attention, norms and all) and copies its outputs back. Activations stay in the h
 to kernel; only the step's inputs and outputs cross.
 
 Where each array lives in the heap:
-- the graph's inputs and its own buffers: a block of this program's own, filled once; the
-  inputs are copied in at every run, the outputs back after it;
+- the graph's inputs and its own buffers: a block of this program's own, where buffers whose
+  lives do not overlap share bytes (every buffer a step makes is written whole before it is
+  read: the kernels' outputs are uninitialised memory); the inputs are copied in at every run,
+  the outputs back after it;
 - weights (arrays registered with HeapLibrary.resident): their resident copy, which eager pool
   calls share;
 - any other array that existed before the capture (a KV cache, cross-attention keys, constant
@@ -83,6 +85,18 @@ def _rows(args):
             (index, index + 8 * count))
 
 
+class _Segment:
+    """A run of C calls (`steps`) as one program, or NumPy steps (`host`: prepared calls) run in
+    Python: a program copies `ins` (Pyodide byte ranges) into the heap before it and `outs` back
+    after it; its words are [first, end) of the program's."""
+
+    def __init__(self, steps=None, host=None):
+        self.steps, self.host = steps, host
+        self.ins, self.outs = set(), set()
+        self.first = self.end = 0
+        self.descriptor = None
+
+
 class PoolProgram:
     """A captured graph's prepared calls (`calls`: C calls, with `.native` = (steps, the arrays
     their pointers lie in), or NumPy steps, with `.host` = (arrays read, arrays written)) run on
@@ -93,8 +107,20 @@ class PoolProgram:
         if not all(hasattr(c, "native") or hasattr(c, "host") for c in calls):
             raise Unplaceable("a step that is neither C calls nor a NumPy step")
         self.library = loaded
-        self.steps = [list(step) for c in calls if hasattr(c, "native") for step in c.native[0]]
         self.local = list(calls)                                # the calls as prepared, on the side module
+        self._place(calls, inputs, outputs, slots)
+        self.steps = [step for c in calls if hasattr(c, "native") for step in c.native[0]]
+        self._synced = [step for step in self.steps if step[0] == _INDEX_COPY and self._owner(step[2][3]) is not None]
+        self._split(calls, inputs, outputs)
+        self.sync = Program(loaded, [list(step) for step in self._synced]) if self._synced else None
+        self._own = self._words_at = self._words_bytes = 0
+        self.epoch, self.marks = -1, -1
+
+    # --- where things are ---------------------------------------------------------------------------
+    def _place(self, calls, inputs, outputs, slots) -> None:
+        """self._places: (lo, hi, entry, offset) per array the C calls name, in address order: a
+        weight's resident entry or another array's mirror, or (entry None) one of the graph's own
+        at `offset` in the program's block (set by _plan)."""
         arrays = list(inputs) + list(outputs) + list(slots)
         for c in calls:                                         # what the C calls name (NumPy steps read in place)
             arrays += c.native[1] if hasattr(c, "native") else []
@@ -104,64 +130,99 @@ class PoolProgram:
                 roots.setdefault(id(_root(a)), _root(a))
         own = {id(_root(a)) for a in list(inputs) + list(slots) if isinstance(a, np.ndarray)}
         self._keep = list(roots.values())                       # alive while the program names them
-        self._places = []                                      # (lo, hi, entry or None, offset in own block)
-        self._own_size = 0
+        self._places = []
         for lo, hi, group in _groups(roots.values()):
             whole = [r for r in group if byte_bounds(r) == (lo, hi)]
             if not whole or len(group) > 1 and any(id(r) in own for r in group):
                 raise Unplaceable("arrays overlap without one holding the others")
             if id(whole[0]) in own:
-                self._places.append((lo, hi, None, self._own_size))
-                self._own_size += _align(hi - lo)
+                self._places.append((lo, hi, None, 0))
                 continue
-            entry = next((e for e in map(loaded.resident_entry, whole) if e is not None), None)
-            self._places.append((lo, hi, entry if entry is not None else loaded.mirror(whole[0]), 0))
+            entry = next((e for e in map(self.library.resident_entry, whole) if e is not None), None)
+            self._places.append((lo, hi, entry if entry is not None else self.library.mirror(whole[0]), 0))
         self._los = [lo for lo, _, _, _ in self._places]
-        self._mirrors = [e for _, _, e, _ in self._places if e is not None and e.key in loaded._mirrors]
-        self._synced = [step for step in self.steps if step[0] == _INDEX_COPY and self._owner(step[2][3]) is not None]
+        self._mirrors = [e for _, _, e, _ in self._places if e is not None and e.key in self.library._mirrors]
+
+    def _split(self, calls, inputs, outputs) -> None:
+        """The segments, what each program copies in and out, and the own block's plan."""
         written = {self._index(step[2][3]) for step in self._synced}
-        # segments: ("pool", first word, its steps) or ("host", calls); copies in before / out after each pool one
-        self._segments, copies_in = [], [byte_bounds(a) for a in inputs]
-        produced = set()                                        # own buffers NumPy steps wrote
+        self._segments, self._life = [], {}
+        ins, produced, t = {self._index(byte_bounds(a)[0]) for a in inputs if a.nbytes}, set(), 0
+        pinned = set(ins)
         for host, run in itertools.groupby(calls, key=lambda c: hasattr(c, "host")):
             run = list(run)
             if not host:
-                self._segments.append(["pool", [s for c in run for s in c.native[0]], copies_in, []])
-                copies_in = []
+                seg = _Segment(steps=[s for c in run for s in c.native[0]])
+                seg.ins, ins = ins, set()
+                self._segments.append(seg)
+                for step in seg.steps:
+                    t += 1
+                    for i in self._pointed(step):
+                        self._touch(i, t)
+                for i in seg.ins:
+                    self._touch(i, t - len(seg.steps) + 1)
                 continue
             for c in run:
+                t += 1
                 reads, writes = c.host
                 for a in reads:
                     i = self._find(byte_bounds(a)[0]) if a.nbytes else None
                     if i in written:
                         raise Unplaceable("a NumPy step reads rows the program writes")
-                    if i is not None and self._places[i][2] is None and self._segments and \
-                            self._segments[-1][0] == "pool":
-                        self._segments[-1][3].append(self._bounds(i))
+                    if i is not None and self._places[i][2] is None:
+                        self._touch(i, t)
+                        if self._segments and self._segments[-1].host is None:
+                            self._segments[-1].outs.add(i)
                 for a in writes:
                     i = self._find(byte_bounds(a)[0])
                     if i is None or self._places[i][2] is not None:
                         raise Unplaceable("a NumPy step writes an array that is not the graph's own")
+                    self._touch(i, t)
                     produced.add(i)
-                    copies_in.append(self._bounds(i))
-            self._segments.append(["host", run])
-        last = max((k for k, seg in enumerate(self._segments) if seg[0] == "pool"), default=None)
-        if last is None:
+                    ins.add(i)
+            self._segments.append(_Segment(host=run))
+        pools = [seg for seg in self._segments if seg.host is None]
+        if not pools:
             raise Unplaceable("no C calls")
-        outs = [self._bounds(self._index(byte_bounds(a)[0])) for a in outputs]
-        outs = [span for span in outs if self._index(span[0]) not in produced]
+        outs = {self._index(byte_bounds(a)[0]) for a in outputs if a.nbytes} - produced
         for _, _, args, _ in self._synced:                    # what the side module's copies read
-            _, source, index = _rows(args)
-            outs += [span for span in (source, index) if self._places[self._index(span[0])][2] is None]
-        self._segments[last][3] += outs
-        for seg in self._segments:
-            if seg[0] == "pool":
-                seg[2], seg[3] = sorted(set(seg[2])), sorted(set(seg[3]))
-        self.sync = Program(loaded, [list(step) for step in self._synced]) if self._synced else None
-        self._own = self._words_at = self._words_bytes = 0
-        self.epoch, self.marks = -1, -1
+            outs |= {i for i in map(self._index, (span[0] for span in _rows(args)[1:])) if self._places[i][2] is None}
+        pools[-1].outs |= outs
+        self._plan(pinned | outs, t)
 
-    # --- where things are ---------------------------------------------------------------------------
+    def _pointed(self, step):
+        """The own places a C call's pointers lie in."""
+        name, _, args, _ = step
+        last = len(args) - 2 if name in library.SCRATCH else len(args)
+        for value, kind in zip(args[:last], library.SIGNATURES[name][1]):
+            if kind is library.POINTER and value:
+                i = self._index(value)
+                if self._places[i][2] is None:
+                    yield i
+
+    def _touch(self, i: int, t: int) -> None:
+        first, last = self._life.get(i, (t, t))
+        self._life[i] = min(first, t), max(last, t)
+
+    def _plan(self, pinned, end: int) -> None:
+        """Offsets in the own block: a buffer takes the lowest gap among those alive at its first
+        use; the graph's inputs and outputs stay alive throughout."""
+        for i in pinned:
+            self._life[i] = (0, end)
+        alive, self._own_size = [], 0                            # (offset, size, last use)
+        for i in sorted(self._life, key=lambda i: self._life[i]):
+            first, last = self._life[i]
+            alive = sorted(block for block in alive if block[2] >= first)
+            size, at = _align(self._places[i][1] - self._places[i][0]), 0
+            for offset, used, _ in alive:
+                if offset - at >= size:
+                    break
+                at = max(at, offset + used)
+            alive.append((at, size, last))
+            lo, hi, _, _ = self._places[i]
+            self._places[i] = (lo, hi, None, at)
+            self._own_size = max(self._own_size, at + size)
+
     def _find(self, address: int) -> int | None:
         """The place holding `address`, or None."""
         i = bisect.bisect(self._los, address) - 1
@@ -172,9 +233,6 @@ class PoolProgram:
         if i is None:
             raise Unplaceable(f"address {address:#x} lies in none of the program's arrays")
         return i
-
-    def _bounds(self, i: int) -> tuple[int, int]:
-        return self._places[i][0], self._places[i][1]
 
     def _owner(self, address: int):
         """The mirror entry holding `address`, or None (the program's own block, or a weight)."""
@@ -189,14 +247,13 @@ class PoolProgram:
 
     # --- laying out -----------------------------------------------------------------------------
     def _build(self) -> None:
-        """Place every array in the heap (copying what is not there yet) and write the programs'
-        words there, translated to heap addresses."""
+        """Place every array in the heap (copying the weights and mirrors not there yet) and write
+        the programs' words there, translated to heap addresses."""
         lib, heap = self.library, self.library.heap
         copies = []
         if not self._own:
             self._own = heap.alloc(self._own_size)
             weakref.finalize(self, heap.release, self._own)
-            copies += [(lo, self._own + offset, hi - lo) for lo, hi, entry, offset in self._places if entry is None]
         for lo, hi, entry, _ in self._places:
             if entry is not None and not entry.address:
                 entry.pending = heap.alloc(hi - lo)
@@ -204,10 +261,10 @@ class PoolProgram:
         scratch = lib.scratch()
         words, self.offsets = [], {}
         for seg in self._segments:
-            if seg[0] != "pool":
+            if seg.host is not None:
                 continue
-            first = len(words)
-            for name, _, args, _ in seg[1]:
+            seg.first = len(words)
+            for name, _, args, _ in seg.steps:
                 self.offsets[len(words)] = name
                 words.append(_IDS[name])
                 last = len(args) - 2 if name in library.SCRATCH else len(args)
@@ -217,7 +274,7 @@ class PoolProgram:
                     elif kind is library.POINTER and value:
                         value = self._heap(value)
                     words.append(_word(value, kind))
-            seg[4:] = [first, len(words)]
+            seg.end = len(words)
         self.words = np.array(words, np.uint64)
         if self.words.nbytes > self._words_bytes:
             self._words_at, self._words_bytes = heap.alloc(self.words.nbytes), self.words.nbytes
@@ -229,17 +286,18 @@ class PoolProgram:
                 entry.address, entry.pending, entry.dirty = entry.pending, 0, None
         self.epoch = lib.epoch
         for seg in self._segments:
-            if seg[0] == "pool":
-                seg[6:] = [self._describe(seg, seg[4])]
+            if seg.host is None:
+                seg.descriptor = self._describe(seg, seg.first)
 
     def _describe(self, seg, start: int) -> np.ndarray:
-        """A pool segment's bridge descriptor: copy in, run its words from `start`, copy out."""
-        ins = [(lo, self._heap(lo), hi - lo) for lo, hi in seg[2]]
-        outs = [(self._heap(lo), lo, hi - lo) for lo, hi in seg[3]]
-        fmt = struct.Struct(f"<5I2I{3 * (len(ins) + len(outs))}I")
+        """A program's bridge descriptor: copy in, run its words from `start`, copy out."""
+        spans = [self._places[i][:2] for i in sorted(seg.ins)] + [self._places[i][:2] for i in sorted(seg.outs)]
+        copies = [(lo, self._heap(lo), hi - lo) for lo, hi in spans[:len(seg.ins)]] + \
+            [(self._heap(lo), lo, hi - lo) for lo, hi in spans[len(seg.ins):]]
+        fmt = struct.Struct(f"<5I2I{3 * len(copies)}I")
         words = np.zeros(fmt.size // 4, np.uint32)
-        fmt.pack_into(words, 0, 1, self.library.run_program, 2, len(ins), len(outs), self._words_at + 8 * start,
-                      seg[5] - start, *(v for c in ins + outs for v in c))
+        fmt.pack_into(words, 0, 1, self.library.run_program, 2, len(seg.ins), len(seg.outs),
+                      self._words_at + 8 * start, seg.end - start, *(v for c in copies for v in c))
         return words
 
     # --- running ------------------------------------------------------------------------------------
@@ -257,8 +315,8 @@ class PoolProgram:
             lib.flush(self._mirrors)
             self.marks = lib.marks
         for seg in self._segments:
-            if seg[0] == "host":
-                for call in seg[1]:
+            if seg.host is not None:
+                for call in seg.host:
                     call()
             else:
                 self._run(seg)
@@ -266,7 +324,7 @@ class PoolProgram:
             self.sync()
 
     def _run(self, seg) -> None:
-        lib, descriptor, start, growths = self.library, seg[6], seg[4], 0
+        lib, descriptor, start, growths = self.library, seg.descriptor, seg.first, 0
         while True:
             stopped = lib._run(descriptor.ctypes.data)
             if not stopped:
