@@ -19,6 +19,11 @@ class BackendError(EngineError):
     """Unknown or unavailable device/backend."""
 
 
+class KernelFault(BackendError):
+    """A kernel trapped on the browser's kernel pool (a helper thread or the calling one): that
+    call's result is void, and the kernels run on one thread from then on."""
+
+
 class DeviceLost(BackendError):
     """The GPU device went away mid-run (driver reset, another tab, device.destroy()); the
     tensors it held are gone. Pipelines rebuild on the next best backend and carry on."""

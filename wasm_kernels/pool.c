@@ -104,7 +104,11 @@ static struct {
     uint32_t wanted;                /* threads asked for, caller included (0: 1) */
     uint32_t started;               /* helpers running: created natively, entered in WebAssembly */
     uint32_t splits;                /* jobs posted to helpers so far (engine_pool_splits) */
+    uint32_t posted;                /* helpers the job in flight was posted to */
+    uint32_t failed;                /* a helper trapped (WebAssembly): no more splits */
 } pool;
+
+static int failed(void) { return (int)__atomic_load_n(&pool.failed, SEQ); }
 
 /* *addr != value, spinning first; returns the new value */
 static uint32_t wait_change(signal_line *line, uint32_t value) {
@@ -149,6 +153,7 @@ static void helper_loop(uint32_t s) {
 }
 
 static uint32_t helpers_in_effect(void) {
+    if (failed()) return 0;
     uint32_t wanted = __atomic_load_n(&pool.wanted, RLX), started = __atomic_load_n(&pool.started, ACQ);
     uint32_t helpers = wanted > 1 ? wanted - 1 : 0;
     if (started > MAX_THREADS - 1) started = MAX_THREADS - 1;
@@ -197,6 +202,8 @@ static void start_helpers(void) {
 }
 #endif
 
+static void wait_acks(uint32_t helpers);
+
 void pool_run(size_t parts, pool_fn fn, void *ctx) {
     if (parts <= 1 || !try_lock()) {
         for (size_t p = 0; p < parts; ++p) fn(ctx, p, parts);
@@ -219,6 +226,7 @@ void pool_run(size_t parts, pool_fn fn, void *ctx) {
     __atomic_store_n(&pool.acks.word, 0, RLX);
     if (++pool.generation == 0) pool.generation = 1;
     __atomic_fetch_add(&pool.splits, 1, RLX);
+    pool.posted = helpers;
     for (uint32_t s = 1; s <= helpers; ++s) {                  /* publishes the job */
         __atomic_store_n(&pool.slot[s].ticket, pool.generation, RLX);
         post(&pool.slot[s], pool.generation);
@@ -230,15 +238,21 @@ void pool_run(size_t parts, pool_fn fn, void *ctx) {
         if (__atomic_compare_exchange_n(&pool.slot[s].ticket, &ticket, 0, 0, SEQ, RLX))
             __atomic_fetch_add(&pool.acks.word, 1, SEQ);
     }
+    wait_acks(helpers);
+    unlock();
+}
+
+/* until every helper posted to has acknowledged, or one trapped (engine_pool_helper_failed) */
+static void wait_acks(uint32_t helpers) {
     int spins = 0;
-    while (__atomic_load_n(&pool.acks.word, ACQ) != helpers && spins++ < POOL_SPIN) cpu_relax();
-    if (__atomic_load_n(&pool.acks.word, ACQ) != helpers) {
+    while (__atomic_load_n(&pool.acks.word, ACQ) != helpers && !failed() && spins++ < POOL_SPIN) cpu_relax();
+    if (__atomic_load_n(&pool.acks.word, ACQ) != helpers && !failed()) {
         __atomic_store_n(&pool.acks.sleeping, 1, SEQ);
         uint32_t acked;
-        while ((acked = __atomic_load_n(&pool.acks.word, SEQ)) != helpers) wait32(&pool.acks.word, acked);
+        while ((acked = __atomic_load_n(&pool.acks.word, SEQ)) != helpers && !failed())
+            wait32(&pool.acks.word, acked);
         __atomic_store_n(&pool.acks.sleeping, 0, RLX);
     }
-    unlock();
 }
 
 /* Up to POOL_PARTS_PER_THREAD parts a thread when the work allows: parts are taken as threads
@@ -290,6 +304,31 @@ EXPORT void engine_thread_main(int tid) {
     if (s >= MAX_THREADS)                             /* one too many: never posted to */
         for (;;) wait32(&pool.slot[0].word, 0);       /* slot 0 is the caller's: its word stays 0 */
     helper_loop(s);
+}
+
+/* The way out of a trap (web/kernel-pool.js calls these). A helper that traps inside a kernel
+ * never acknowledges its job: its worker calls engine_pool_helper_failed, which marks the pool
+ * failed and changes the acknowledgement word, so a caller waiting there returns (that job's
+ * result is void, and engine_pool_failed says so); from then on nothing splits. A caller that
+ * traps inside a kernel leaves the pool held: engine_pool_release waits for the helpers it had
+ * posted to (their parts run out) and frees it. */
+EXPORT void engine_pool_helper_failed(void) {
+    __atomic_store_n(&pool.failed, 1, SEQ);
+    __atomic_fetch_add(&pool.acks.word, 1u << 24, SEQ);
+    wake32(&pool.acks.word);
+}
+
+EXPORT int engine_pool_failed(void) { return failed(); }
+
+EXPORT void engine_pool_release(void) {
+    if (!__atomic_load_n(&pool.busy, SEQ)) return;
+    for (uint32_t s = 1; s <= pool.posted; ++s) {             /* tickets not taken yet */
+        uint32_t ticket = pool.generation;
+        if (__atomic_compare_exchange_n(&pool.slot[s].ticket, &ticket, 0, 0, SEQ, RLX))
+            __atomic_fetch_add(&pool.acks.word, 1, SEQ);
+    }
+    wait_acks(pool.posted);
+    unlock();
 }
 
 /* how many helpers have entered engine_thread_main */

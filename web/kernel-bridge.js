@@ -90,9 +90,8 @@
       // the exports a descriptor names by their index, in Python's order
       define(namesJson) {
         table = JSON.parse(namesJson).map((name) => {
-          const fn = pool.exports[name];
-          if (typeof fn !== "function") throw new Error(`the kernel pool does not export ${name}`);
-          return { name, fn, floats: FLOATS[name] || [], args: new Array(fn.length).fill(0) };
+          const fn = pool.guarded(name);              // throws, never hangs, when a kernel traps
+          return { name, fn, floats: FLOATS[name] || [], args: new Array(pool.exports[name].length).fill(0) };
         });
       },
       run,

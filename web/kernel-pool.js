@@ -9,6 +9,7 @@
 //   const pool = await EngineKernelPool.start({url | bytes | module, threads, helperUrl, timeoutMs});
 //   pool.exports.gemm_f32(...)      // addresses in pool.memory, free memory from pool.heapBase on
 //   pool.threads, pool.reason       // in effect; null or why fewer than asked
+//   pool.guarded("gemm_f32")(...)   // the same call, throwing (never hanging) when a kernel traps
 //
 // A helper that fails to load, to instantiate or to answer within timeoutMs leaves fewer threads
 // and a reason; start never waits longer than timeoutMs for helpers. One lost after the start
@@ -167,6 +168,7 @@
     // caller would wait for it forever: from then on the kernels run on the calling thread only.
     let pool = null;
     let lostAfterEntering = false;
+    let seenFaults = 0;                                  // helpers' traps already reported (guarded)
     const fail = (helper, why) => {
       if (helper.state === "failed") return;
       const wasEntered = helper.state === "entered";
@@ -234,6 +236,32 @@
         return this.threads;
       },
       grow,
+      // exports[name] with the pool's way out of a trap (wasm_kernels/pool.c): a trap on this
+      // thread frees the pool, and a helper's trap during the call makes it throw too (its
+      // result is void); either way the kernels run on this thread from then on
+      guarded(name) {
+        const fn = exports[name];
+        if (typeof fn !== "function") throw new Error(`the kernel pool does not export ${name}`);
+        const faults = exports.engine_pool_failed || (() => 0);
+        const lost = (why) => {
+          seenFaults = faults();
+          this.limit = 1;
+          this.threads = exports.engine_set_threads(1);
+          this.reason = `${why}; the kernels run on 1 thread`;
+          return new Error(`${name} on the kernel pool: ${why}; its result is void`);
+        };
+        return (...args) => {
+          let result;
+          try {
+            result = fn(...args);
+          } catch (err) {
+            if (exports.engine_pool_release) exports.engine_pool_release();
+            throw lost(`a kernel trapped (${err && err.message ? err.message : err})`);
+          }
+          if (faults() !== seenFaults) throw lost("a helper thread trapped inside the kernel");
+          return result;
+        };
+      },
       close() {
         this.closed = true;
         exports.engine_set_threads(1);

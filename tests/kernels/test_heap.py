@@ -42,6 +42,8 @@ def test_pooled_ops_equal_the_side_module(pyodide_dir, kernels):  # noqa: F811
     assert result["checks"] >= 40 and result["mismatches"] == []
     assert result["resident_copied"] >= 1 and result["evicted"]
     assert result["replayed"] and result["graph_same"] and result["graph_kinds"] == ["PoolProgram"]
+    assert result["fault"] and result["fault"].startswith("the kernel pool failed: ")    # a KernelFault
+    assert result["fault_threads"] == 1 and result["fault_same"]
 
 
 def test_missing_pool_module_leaves_one_thread_with_the_reason(pyodide_dir, kernels, tmp_path):  # noqa: F811

@@ -333,3 +333,19 @@ def test_a_helper_that_dies_after_the_start_leaves_one_thread(replayed, tmp_path
     entry = _replay_some(replayed, tmp_path, stop=[2])
     assert entry["threads"] == 3 and entry["threadsAfterStop"] == 1
     assert entry["reasonAfterStop"].startswith("helper worker 2 stopped: exited"), entry
+
+
+def test_a_kernel_that_traps_on_the_pool_throws_and_the_pool_goes_on(threads_wasm):
+    """a GEMM whose output runs past the memory's end, split over 2 and 3 threads: the threads
+    writing those rows trap (helpers and the caller alike); the call throws within the timeout,
+    never waits for a helper that will not answer (wasm_kernels/pool.c, engine_pool_helper_failed
+    and engine_pool_release), and the pool goes on on one thread with the bits it had"""
+    run = subprocess.run(NODE + [str(RUNNER), "trap", str(threads_wasm), "2", "3"], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    for row in json.loads(run.stdout):
+        assert row["threads"] == row["requested"] and row["splitBefore"] >= 1, row
+        assert row["error"] and row["error"].startswith("gemm_f32 on the kernel pool: "), row
+        assert "its result is void" in row["error"] and "trapped" in row["error"], row
+        assert row["threadsAfter"] == 1 and "the kernels run on 1 thread" in row["reasonAfter"], row
+        assert row["sameAfter"] and not row["splitAfter"], row

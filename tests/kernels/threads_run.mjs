@@ -5,6 +5,7 @@
 //   node threads_run.mjs run JOB.json       # calls the kernels on each thread count of the job
 //   node threads_run.mjs bench WASM [THREADS...] [--shapes 1024x384x384,1x576x1536:cold]   # GEMM time per call
 //   node threads_run.mjs stacks WASM     # two instances on one memory: does each use its own stack?
+//   node threads_run.mjs trap WASM [THREADS...]   # a kernel that traps on the pool: an error, never a hang
 //
 // JOB: {wasm, helper (or one per helper), threads: [1, 2, 3], timeoutMs, stop: [helpers ended after start], out,
 //       buffers: {name: {file} | {bytes}}, calls: [{name, args, outputs: [buffer names], scratch}]}
@@ -88,6 +89,49 @@ async function runJob(job) {
     pool.close();
   }
   return summary;
+}
+
+// A kernel that traps on the pool (a GEMM whose output runs past the memory's end: the threads
+// that write those rows trap, the caller's own first rows fit), through pool.guarded as the page's
+// bridge calls it: it must throw, not hang, and the pool go on with the bits it had.
+async function trap(wasm, counts) {
+  const bytes = fs.readFileSync(wasm);
+  const rows = [];
+  for (const wanted of counts) {
+    const pool = await EngineKernelPool.start({ bytes, threads: wanted, helperUrl: HELPER });
+    const [m, k, n] = [256, 256, 256];
+    const alloc = heap(pool);
+    const a = alloc(m * k * 4), b = alloc(k * n * 4), c = alloc(m * n * 4);
+    const f32 = new Float32Array(pool.memory.buffer);
+    for (let i = 0; i < m * k; i++) f32[a / 4 + i] = Math.sin(i) * 0.5;
+    for (let i = 0; i < k * n; i++) f32[b / 4 + i] = Math.cos(i) * 0.5;
+    const gemm = pool.guarded("gemm_f32");
+    const need = gemm(1, m, n, k, a, 0, k, 1, b, 0, n, 1, c, 0, n, 0, 0, 0, 0, 0, 0) >>> 0;
+    const scratch = alloc(need * 4);
+    const product = (out) => gemm(1, m, n, k, a, 0, k, 1, b, 0, n, 1, out, 0, n, 0, 0, 0, 0, scratch, need);
+    const splits = () => pool.exports.engine_pool_splits();
+    product(c);
+    const before = new Uint8Array(pool.memory.buffer, c, m * n * 4).slice();
+    const row = { requested: wanted, threads: pool.threads, splitBefore: splits() };
+    const beyond = pool.memory.buffer.byteLength - 8 * n * 4;              // 8 rows fit
+    const t = performance.now();
+    try {
+      product(beyond);
+      row.error = null;
+    } catch (err) {
+      row.error = err.message;
+    }
+    row.ms = performance.now() - t;
+    await new Promise((resolve) => setTimeout(resolve, 200));               // the helper's own report
+    Object.assign(row, { threadsAfter: pool.threads, reasonAfter: pool.reason, splitsAtTrap: splits() });
+    new Uint8Array(pool.memory.buffer, c, m * n * 4).fill(0xff);
+    product(c);
+    row.sameAfter = Buffer.compare(Buffer.from(before), Buffer.from(new Uint8Array(pool.memory.buffer, c, m * n * 4))) === 0;
+    row.splitAfter = splits() > row.splitsAtTrap;
+    rows.push(row);
+    pool.close();
+  }
+  return rows;
 }
 
 // time per call of gemm_f32 (m x k times k x n, B row-major) on each thread count: back to back
@@ -180,7 +224,9 @@ if (command === "run") {
   process.stdout.write(JSON.stringify(await bench(rest[0], counts.length ? counts : [1, 2], shapes)) + "\n");
 } else if (command === "stacks") {
   process.stdout.write(JSON.stringify(stacks(rest[0])) + "\n");
+} else if (command === "trap") {
+  process.stdout.write(JSON.stringify(await trap(rest[0], rest.slice(1).map(Number))) + "\n");
 } else {
-  process.stderr.write("usage: node threads_run.mjs run JOB.json | bench WASM [THREADS...] | stacks WASM\n");
+  process.stderr.write("usage: node threads_run.mjs run JOB.json | bench WASM [THREADS...] | stacks WASM | trap WASM [THREADS...]\n");
   process.exit(2);
 }

@@ -39,6 +39,7 @@ import numpy as np
 from numpy.lib.array_utils import byte_bounds
 
 from ... import quants
+from ...errors import KernelFault
 from . import library
 from .kernels import call_with_scratch, conv_out_size
 
@@ -227,7 +228,7 @@ class HeapLibrary:
 
     def __init__(self, local, bridge):
         self.local, self.bridge, self.path, self.features = local, bridge, local.path, local.features
-        self._run, self.min_work, self.work_per_byte = bridge.run, MIN_WORK, WORK_PER_BYTE
+        self.min_work, self.work_per_byte = MIN_WORK, WORK_PER_BYTE
         self.pool_calls = 0                 # calls run on the pool (replays of prepared ones not counted)
         info = json.loads(bridge.info())
         if info["abi"] != library.ABI:
@@ -252,6 +253,15 @@ class HeapLibrary:
         self.run_program = len(POOL)               # the descriptor's export index of engine_run_program
         for index, name in enumerate(POOL):
             setattr(self, name, self._export(index, name))
+
+    def _run(self, address: int) -> int:
+        """bridge.run(address); a kernel that traps on the pool (web/kernel-pool.js throws, never
+        hangs) is a KernelFault, and the kernels run on the side module from then on."""
+        try:
+            return self.bridge.run(address)
+        except Exception as e:              # the bridge's JS error, as Pyodide raises it
+            self.threads = 1
+            raise KernelFault(f"the kernel pool failed: {e}") from e
 
     @property
     def flavour(self) -> str:
