@@ -24,6 +24,11 @@ class KernelFault(BackendError):
     call's result is void, and the kernels run on one thread from then on."""
 
 
+class PoolMemoryFull(BackendError, MemoryError):
+    """The browser's kernel pool could not grow its memory for what it was placing there (named
+    in the message); that work runs on one thread instead, so the page keeps working."""
+
+
 class DeviceLost(BackendError):
     """The GPU device went away mid-run (driver reset, another tab, device.destroy()); the
     tensors it held are gone. Pipelines rebuild on the next best backend and carry on."""

@@ -139,7 +139,34 @@ fault_threads = pool.threads
 fault_same = bool(np.array_equal(K.linear(values[0], w1), want_fault))
 pool.threads = 2
 
-json.dumps({"fault": fault, "fault_threads": fault_threads, "fault_same": fault_same,
+# a heap that cannot grow (the bridge's RangeError past the memory's maximum): calls and a captured
+# step that need more of it run on the side module instead, with the same bits, and say why
+def cannot_grow(size):
+    raise RangeError_("cannot grow the kernels' memory by %d bytes" % size)
+
+
+class RangeError_(Exception):
+    pass
+
+
+free, grow = pool.heap.free, pool.heap._grow
+pool.heap.free, pool.heap._grow = [], cannot_grow
+w3, x3 = f32(128, 96), f32(5, 96)
+library.use(local)
+want_full = K.linear(x3, w3)
+want_step = step(engine.from_numpy(values[1], "simd")).numpy()
+library.use(pool)
+got_full = K.linear(x3, w3)                        # a new weight: no room to place it
+full_message = pool.memory_full
+full_graph, _ = graph.capture(step, engine.from_numpy(np.zeros((3, 64), np.float32), "simd"))
+pool.memory_full = None
+got_step = full_graph.replay(values[1]).numpy().copy()
+full_step_message = pool.memory_full
+pool.heap.free, pool.heap._grow = free, grow
+full_same = bool(np.array_equal(got_full, want_full) and np.array_equal(got_step, want_step))
+
+json.dumps({"full_same": full_same, "full_message": full_message, "full_step_message": full_step_message,
+            "fault": fault, "fault_threads": fault_threads, "fault_same": fault_same,
             "graph_same": graph_same, "graph_kinds": graph_kinds, "threads": pool.threads, "reason": POOL_REASON, "mismatches": mismatches, "checks": checks,  # noqa: F821
             "resident_copied": len(copied), "evicted": evicted, "replayed": replayed,
             "heap_end": pool.heap.end})

@@ -3,10 +3,13 @@ Pyodide with the relaxed side module and web/kernel-pool.js on the threaded buil
 connected through web/kernel-bridge.js as the browser worker connects them. Every pooled export
 gives the side module's bits, weights are copied once and leave with their array, and a captured
 step replays its pool calls as prepared descriptors with the same bits (tests/kernels/heap_checks.py).
+A call that fails in the bridge is a KernelFault, and a heap that cannot grow sends calls and a
+captured step to the side module, with the same bits.
 A pool whose module is missing leaves the side module on one thread, with the reason.
 
 Skips with the reason when clang-19 or node is missing, except under CI (tests/helpers.need)."""
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -44,6 +47,9 @@ def test_pooled_ops_equal_the_side_module(pyodide_dir, kernels):  # noqa: F811
     assert result["replayed"] and result["graph_same"] and result["graph_kinds"] == ["PoolProgram"]
     assert result["fault"] and result["fault"].startswith("the kernel pool failed: ")    # a KernelFault
     assert result["fault_threads"] == 1 and result["fault_same"]
+    assert result["full_same"], result                       # a heap that cannot grow: one thread, same bits
+    assert re.match(r"\w+: the kernel pool.s memory \(\d+ bytes\) cannot grow for \d+ more", result["full_message"])
+    assert result["full_step_message"].startswith("a captured step's program: the kernel pool's memory")
 
 
 def test_missing_pool_module_leaves_one_thread_with_the_reason(pyodide_dir, kernels, tmp_path):  # noqa: F811

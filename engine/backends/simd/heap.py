@@ -25,6 +25,11 @@ blocks) are copied into the heap on first use and stay there while their array l
 changed in place afterwards is not seen (parameters are constants to the engine). Everything
 else goes in a scratch arena per call. Heap memory is never handed back while a prepared call
 may still name it (old arenas and scratch buffers are kept when larger ones replace them).
+
+Failures: a heap that cannot grow (the memory at its maximum) raises PoolMemoryFull inside, and
+the call, or a captured step's program, runs on the side module instead, with the same bits
+(`memory_full` says which and why); a kernel that traps on the pool (web/kernel-pool.js throws,
+never hangs) is a KernelFault, and the kernels run on the side module from then on.
 """
 from __future__ import annotations
 
@@ -39,7 +44,7 @@ import numpy as np
 from numpy.lib.array_utils import byte_bounds
 
 from ... import quants
-from ...errors import KernelFault
+from ...errors import KernelFault, PoolMemoryFull
 from . import library
 from .kernels import call_with_scratch, conv_out_size
 
@@ -170,7 +175,10 @@ class Heap:
                 self.used[start] = size
                 return start
         old = self.end
-        self.end = int(self._grow(max(size, old // 4)))
+        try:
+            self.end = int(self._grow(max(size, old // 4)))
+        except Exception as e:              # the bridge's RangeError: past the memory's maximum
+            raise PoolMemoryFull(f"the kernel pool's memory ({old} bytes) cannot grow for {size} more: {e}") from e
         if self.free and self.free[-1][0] + self.free[-1][1] == old:
             self.free[-1][1] += self.end - old
         else:
@@ -247,6 +255,7 @@ class HeapLibrary:
         self.epoch = 0                             # counts heap copies released (a program re-checks its own)
         self.marks = 0                             # counts eager writes marked in mirrors
         self.unplaced = None
+        self.memory_full = None             # the last call that ran on one thread for want of heap
         for name in library.SIGNATURES:
             setattr(self, name, getattr(local, name))
         bridge.define(json.dumps(POOL + ("engine_run_program",)))
@@ -363,14 +372,16 @@ class HeapLibrary:
     def scratch(self) -> tuple[int, int]:
         """The pool calls' scratch: (its heap address, its size in floats)."""
         if not self._scratch:
-            self._scratch_floats = 1 << 18
-            self._scratch = self.heap.alloc(4 * self._scratch_floats)
+            self._grow_scratch(1 << 18)
         return self._scratch, self._scratch_floats
 
     def grow_scratch(self) -> None:
         """Twice the scratch (the old one stays: a prepared call or program may name it)."""
-        self._scratch_floats *= 2
-        self._scratch = self.heap.alloc(4 * self._scratch_floats)
+        self._grow_scratch(2 * self._scratch_floats)
+
+    def _grow_scratch(self, floats: int) -> None:
+        self._scratch = self.heap.alloc(4 * floats)
+        self._scratch_floats = floats
 
     def _resident_for(self, lo: int, hi: int):
         i = bisect.bisect(self._starts, lo) - 1
@@ -391,7 +402,11 @@ class HeapLibrary:
             spans = self._pays(args, work_of, spans_of) if self.threads > 1 else None
             if spans is None:
                 return local_fn(*args)
-            return self._call(index, name, args, spans, formats)
+            try:
+                return self._call(index, name, args, spans, formats)
+            except PoolMemoryFull as e:      # nothing ran: this call on one thread instead
+                self.memory_full = f"{name}: {e}"
+                return local_fn(*args)
 
         def prepared(*args):
             """This call with these arguments as a Prepared pool call (it runs once here), or None
@@ -399,8 +414,12 @@ class HeapLibrary:
             spans = self._pays(args, work_of, spans_of) if self.threads > 1 else None
             if spans is None:
                 return None
-            self._call(index, name, args, spans, formats)
-            size, _ = self._describe(index, name, args, spans, formats)
+            try:
+                self._call(index, name, args, spans, formats)
+                size, _ = self._describe(index, name, args, spans, formats)
+            except PoolMemoryFull as e:      # it runs on the side module then
+                self.memory_full = f"{name}: {e}"
+                return None
             local = (functools.partial(call_with_scratch, local_fn), args[:-2]) if name in library.SCRATCH \
                 else (local_fn, args)                  # the side module's scratch, as an eager call's
             return Prepared(self, self._words[:size // 4].copy(), name, [local])
@@ -441,8 +460,13 @@ class HeapLibrary:
                 return 0
             if self._scratch_floats >= need:
                 raise RuntimeError(f"{name} asked for more scratch twice")
-            self._scratch_floats = max(need, 2 * self._scratch_floats)
-            self._scratch = self.heap.alloc(4 * self._scratch_floats)   # the old one stays: a prepared call may name it
+            self._grow_scratch(max(need, 2 * self._scratch_floats))
+
+    def _unpend(self, uploads) -> None:
+        """Weights placed for a call that will not run: not there after all."""
+        for entry in uploads:
+            self.heap.release(entry.pending)
+            entry.pending = 0
 
     def _describe(self, index, name, args, spans, formats):
         """Writes the descriptor of one call into self._words: (its size in bytes, the resident
@@ -459,7 +483,11 @@ class HeapLibrary:
                 entry = self._resident_for(lo, hi)
                 if entry is not None:
                     if not entry.address and not entry.pending:
-                        entry.pending = self.heap.alloc(entry.hi - entry.lo)
+                        try:
+                            entry.pending = self.heap.alloc(entry.hi - entry.lo)
+                        except PoolMemoryFull:
+                            self._unpend(uploads)
+                            raise
                         uploads.append(entry)
                         copies_in += (entry.lo, entry.pending, entry.hi - entry.lo)
                     args[position] = (entry.address or entry.pending) + (address - entry.lo)
@@ -469,8 +497,13 @@ class HeapLibrary:
             temporaries.append((lo, hi, direction, position, address))
             need += hi - lo + ALIGN
         if need > self._arena_size:
-            self._arena_size = max(need, 2 * self._arena_size)
-            self._arena = self.heap.alloc(self._arena_size)              # the old one stays (prepared calls)
+            size = max(need, 2 * self._arena_size)
+            try:
+                self._arena = self.heap.alloc(size)                      # the old one stays (prepared calls)
+            except PoolMemoryFull:
+                self._unpend(uploads)
+                raise
+            self._arena_size = size
         temporaries.sort()
         copies_out = []
         at, end, group_lo, group_direction = self._arena, 0, 0, 0     # the group of overlapping spans being placed

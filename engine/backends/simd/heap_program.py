@@ -40,6 +40,7 @@ import weakref
 import numpy as np
 from numpy.lib.array_utils import byte_bounds
 
+from ...errors import PoolMemoryFull
 from . import library
 from .heap import ALIGN, IN, _extent
 from .program import _IDS, Program, _word
@@ -251,14 +252,21 @@ class PoolProgram:
         the programs' words there, translated to heap addresses."""
         lib, heap = self.library, self.library.heap
         copies = []
-        if not self._own:
-            self._own = heap.alloc(self._own_size)
-            weakref.finalize(self, heap.release, self._own)
-        for lo, hi, entry, _ in self._places:
-            if entry is not None and not entry.address:
-                entry.pending = heap.alloc(hi - lo)
-                copies.append((lo, entry.pending, hi - lo))
-        scratch = lib.scratch()
+        try:
+            if not self._own:
+                self._own = heap.alloc(self._own_size)
+                weakref.finalize(self, heap.release, self._own)
+            for lo, hi, entry, _ in self._places:
+                if entry is not None and not entry.address and not entry.pending:
+                    entry.pending = heap.alloc(hi - lo)
+                    copies.append((lo, entry.pending, hi - lo))
+            scratch = lib.scratch()
+        except PoolMemoryFull:
+            for lo, hi, entry, _ in self._places:               # placed for nothing: not there after all
+                if entry is not None and entry.pending:
+                    heap.release(entry.pending)
+                    entry.pending = 0
+            raise
         words, self.offsets = [], {}
         for seg in self._segments:
             if seg.host is not None:
@@ -304,13 +312,13 @@ class PoolProgram:
     def __call__(self) -> None:
         lib = self.library
         if lib.threads < 2:
-            for call in self.local:
-                call()
-            for _, _, args, _ in self._synced:                  # rows the mirrors must copy again
-                lib._mark(*_rows(args)[0])
-            return
+            return self._run_locally()
         if self.epoch != lib.epoch:
-            self._build()
+            try:
+                self._build()
+            except PoolMemoryFull as e:                         # the calls as prepared, this time
+                lib.memory_full = f"a captured step's program: {e}"
+                return self._run_locally()
         if self.marks != lib.marks:                             # eager writes since: copy those ranges in
             lib.flush(self._mirrors)
             self.marks = lib.marks
@@ -322,6 +330,13 @@ class PoolProgram:
                 self._run(seg)
         if self.sync is not None:
             self.sync()
+
+    def _run_locally(self) -> None:
+        lib = self.library
+        for call in self.local:
+            call()
+        for _, _, args, _ in self._synced:                      # rows the mirrors must copy again
+            lib._mark(*_rows(args)[0])
 
     def _run(self, seg) -> None:
         lib, descriptor, start, growths = self.library, seg.descriptor, seg.first, 0
