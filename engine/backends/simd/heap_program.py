@@ -42,7 +42,8 @@ from numpy.lib.array_utils import byte_bounds
 
 from ...errors import PoolMemoryFull
 from . import library
-from .heap import ALIGN, IN, _extent
+from .heap import ALIGN
+from .spans import IN, extent
 from .program import _IDS, Program, _word
 
 # (dest, ...) argument positions of index_copy_f32: outer, n, inner, dest, d_outer, d_row, index,
@@ -81,8 +82,8 @@ def _groups(roots):
 def _rows(args):
     """The byte extents (destination, source, index) of an index_copy_f32 call's arguments."""
     outer, n, inner, dest, d_outer, d_row, index, count, source, s_outer, s_row = args
-    return (_extent(dest, 4, ((outer, d_outer), (n, d_row), (inner, 1)), IN)[1:3],
-            _extent(source, 4, ((outer, s_outer), (count, s_row), (inner, 1)), IN)[1:3],
+    return (extent(dest, 4, ((outer, d_outer), (n, d_row), (inner, 1)), IN)[1:3],
+            extent(source, 4, ((outer, s_outer), (count, s_row), (inner, 1)), IN)[1:3],
             (index, index + 8 * count))
 
 
