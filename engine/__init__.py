@@ -24,4 +24,8 @@ def __getattr__(name: str):
     if name == "text":
         import importlib
         return importlib.import_module(".text", __name__)
+    if name in ("api", "chat", "embeddings"):    # the OpenAI-shaped API (engine/api.py)
+        import importlib
+        api = importlib.import_module(".api", __name__)
+        return api if name == "api" else getattr(api, name)
     raise AttributeError(f"module 'engine' has no attribute {name!r}")
