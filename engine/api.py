@@ -134,8 +134,12 @@ def _usage(stats: dict) -> dict:
 class _Request:
     """One chat completion on a loaded pipeline: the whole answer, or its chunks."""
 
-    def __init__(self, pipe, messages, options, stream_options):
-        self.pipe, self.messages, self.options = pipe, messages, options
+    def __init__(self, pipe, messages, options, stream_options, cancel=None):
+        capacity = pipe.generator.cache.capacity
+        if options.get("max_new_tokens", 0) > capacity:
+            raise InputError(f"max_tokens = {options['max_new_tokens']} is more than {pipe.entry.name}'s context "
+                             f"holds here ({capacity} tokens, the prompt included)")
+        self.pipe, self.messages, self.options = pipe, messages, dict(options, cancel=cancel)
         self.include_usage = bool((stream_options or {}).get("include_usage"))
         self.id, self.created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         self.model = pipe.entry.name
@@ -179,27 +183,29 @@ class Completions:
     def create(self, *, messages, model: str | None = None, stream: bool = False, temperature=None, top_p=None,
                max_tokens=None, max_completion_tokens=None, stop=None, seed=None, n=None, presence_penalty=None,
                frequency_penalty=None, response_format=None, tools=None, tool_choice=None, logprobs=None,
-               top_logprobs=None, stream_options=None, user=None, device: str | None = None, **extra):
-        """A chat completion (a dict), or with stream=True an iterator of its chunks. `device` picks
-        the engine's backend (an extension of the request; default the best one)."""
+               top_logprobs=None, stream_options=None, user=None, device: str | None = None, cancel=None, **extra):
+        """A chat completion (a dict), or with stream=True an iterator of its chunks. Extensions of
+        the request: `device` picks the engine's backend (default the best one); `cancel()`, when
+        it returns True, ends the answer before its next token (finish_reason "stop")."""
         fields = dict(temperature=temperature, top_p=top_p, max_tokens=max_tokens,
                       max_completion_tokens=max_completion_tokens, stop=stop, seed=seed, n=n,
                       presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
                       response_format=response_format, tools=tools, tool_choice=tool_choice, logprobs=logprobs,
                       top_logprobs=top_logprobs, extra=extra)
         options, messages = _options(**fields), _messages(messages)   # a bad request fails before a model loads
-        request = _Request(_pipeline("text-generation", model, device), messages, options, stream_options)
+        request = _Request(_pipeline("text-generation", model, device), messages, options, stream_options, cancel)
         return request.chunks() if stream else request.whole()
 
     async def create_async(self, *, messages, model: str | None = None, stream: bool = False, device=None,
-                           stream_options=None, **fields):
+                           stream_options=None, cancel=None, **fields):
         """create(), awaited: the model loads without blocking; with stream=True an async iterator."""
         fields = {name: fields.pop(name, None) for name in
                   ("temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "n",
                    "presence_penalty", "frequency_penalty", "response_format", "tools", "tool_choice",
                    "logprobs", "top_logprobs")} | {"extra": {k: v for k, v in fields.items() if k != "user"}}
         options, messages = _options(**fields), _messages(messages)
-        request = _Request(await _pipeline_async("text-generation", model, device), messages, options, stream_options)
+        request = _Request(await _pipeline_async("text-generation", model, device), messages, options,
+                           stream_options, cancel)
         if not stream:
             return request.whole()
         return _aiter(request.chunks())

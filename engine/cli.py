@@ -277,6 +277,27 @@ def _inspect(args) -> int:
     return 0
 
 
+def _add_serve_arguments(s: argparse.ArgumentParser) -> None:
+    from .device import known
+    s.add_argument("--model", action="append", default=None, metavar="NAME",
+                   help="a registry model or a GGUF file to serve; repeat it for several (default: the first "
+                        "text-generation model)")
+    s.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8080, help="the port (default 8080)")
+    s.add_argument("--device", default=None, help=f"the backend: {', '.join(known())} (default: the best here)")
+    s.add_argument("--queue", type=int, default=8, help="requests that may wait per model while one runs; "
+                                                      "past that 429 (default 8)")
+
+
+def _serve(args) -> int:
+    from . import registry
+    from .serve import run
+    if args.queue < 0:
+        raise EngineError(f"--queue must be >= 0, got {args.queue}")
+    run(args.model or [registry.for_task("text-generation").name], args.host, args.port, args.device, args.queue)
+    return 0
+
+
 GENERAL = {
     "tokenize": Command(
         help="the token ids and tokens of texts, as a model's tokenizer makes them",
@@ -291,6 +312,12 @@ GENERAL = {
         description="List the tensors (name, type, shape, bytes) and the metadata of a safetensors file, index "
                     "or folder, a GGUF file or a PyTorch .pth, from its header only; long metadata is abbreviated.",
         add_arguments=_add_inspect_arguments, run=_inspect),
+    "serve": Command(
+        help="serve the OpenAI-compatible API over HTTP (/v1/chat/completions, /v1/embeddings, /v1/models)",
+        description="Load the models and serve OpenAI's chat completions (streamed as server-sent events), "
+                    "embeddings and model list for any OpenAI client (docs/api.md). Needs the serve extra "
+                    "(Starlette, uvicorn).",
+        add_arguments=_add_serve_arguments, run=_serve),
     "bench": Command(
         help="time the engine against PyTorch",
         description="Time a model on the engine and on PyTorch in the same run; prints ratios. `bench minilm` "
