@@ -29,9 +29,13 @@ MAX_BODY = 1 << 20
 TASKS = {"/v1/chat/completions": "text-generation", "/v1/embeddings": "sentence-embedding"}
 
 
+def _error_body(message: str, kind: str = "invalid_request_error", code=None) -> dict:
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
 def _error(status: int, message: str, kind: str = "invalid_request_error", code=None):
     from starlette.responses import JSONResponse
-    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": code}}, status)
+    return JSONResponse(_error_body(message, kind, code), status)
 
 
 class _Model:
@@ -168,8 +172,8 @@ class Server:
                     loop.call_soon_threadsafe(lines.put_nowait, f"data: {json.dumps(chunk)}\n\n")
                 loop.call_soon_threadsafe(lines.put_nowait, "data: [DONE]\n\n")
             except Exception as e:                     # after the first chunk: an error event
-                error = {"error": {"message": str(e), "type": "server_error", "param": None, "code": None}}
-                loop.call_soon_threadsafe(lines.put_nowait, f"data: {json.dumps(error)}\n\n")
+                error = json.dumps(_error_body(str(e), "server_error"))
+                loop.call_soon_threadsafe(lines.put_nowait, f"data: {error}\n\n")
             finally:
                 loop.call_soon_threadsafe(lines.put_nowait, None)
                 loop.call_soon_threadsafe(self._done, model)
