@@ -1,12 +1,13 @@
 """`python -m engine serve` (engine/serve.py) with the official `openai` client as the test client,
 on the real SmolLM2 GGUF: models, a greedy chat equal to the pipeline's own, a stream that joins to
 it, OpenAI-style errors with the right status for bad JSON, bad fields, unknown models and absurd
-max_tokens, concurrent clients, a full queue (429) that leaves the request in flight whole, and a
+max_tokens, 20 concurrent clients, memory that does not grow over 200 requests, a full queue (429) that leaves the request in flight whole, and a
 client that disconnects mid-stream, after which the server answers at once."""
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pytest
 
 import engine
 
-from tests.helpers import need_import
+from tests.helpers import need, need_import
 
 openai = need_import("openai", "the official client is the test client (the test extra)")
 need_import("uvicorn", "the server runs on uvicorn (the serve extra)")
@@ -49,8 +50,8 @@ def _start(gguf, queue: int):
 
 @pytest.fixture(scope="module")
 def server(smollm2_gguf):
-    process, port, name = _start(smollm2_gguf, queue=4)
-    yield port, name
+    process, port, name = _start(smollm2_gguf, queue=24)
+    yield port, name, process.pid
     process.terminate()
     process.wait(10)
 
@@ -67,7 +68,7 @@ def _post(port, path, body: bytes):
 
 
 def test_models_chat_and_stream_with_the_openai_client(server, smollm2_gguf):
-    port, name = server
+    port, name, _ = server
     client = _client(port)
     assert [m.id for m in client.models.list().data] == [name]
     want = engine.pipeline("text-generation", weights=str(smollm2_gguf), device="simd").chat(QUESTION, max_new_tokens=16)
@@ -79,7 +80,7 @@ def test_models_chat_and_stream_with_the_openai_client(server, smollm2_gguf):
 
 
 def test_bad_requests_get_openai_error_bodies_with_the_right_status(server):
-    port, name = server
+    port, name, _ = server
     status, body = _post(port, "/v1/chat/completions", b"{not json")
     assert status == 400 and "not valid JSON" in body["error"]["message"]
     client = _client(port)
@@ -96,9 +97,9 @@ def test_bad_requests_get_openai_error_bodies_with_the_right_status(server):
     assert status == 404 and body["error"]["code"] == "not_found"
 
 
-def test_concurrent_clients_each_get_their_answer(server):
-    port, name = server
-    prompts = [[{"role": "user", "content": f"Count to {n}."}] for n in (2, 3, 4)]
+def test_twenty_concurrent_clients_each_get_their_answer(server):
+    port, name, _ = server
+    prompts = [[{"role": "user", "content": f"Count to {n}."}] for n in range(2, 22)]
     answers = [None] * len(prompts)
 
     def ask(i):
@@ -112,6 +113,33 @@ def test_concurrent_clients_each_get_their_answer(server):
     alone = [_client(port).chat.completions.create(model=name, messages=p, temperature=0, max_tokens=8)
              .choices[0].message.content for p in prompts]
     assert answers == alone
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+
+def test_the_servers_memory_does_not_grow_across_200_requests(server):
+    port, name, pid = server
+    need(os.path.exists(f"/proc/{pid}/status"), "the server's resident memory is read from /proc (Linux)")
+    client = _client(port)
+
+    def ask(i):
+        stream = i % 2 == 1
+        reply = client.chat.completions.create(model=name, messages=[{"role": "user", "content": f"Say {i}."}],
+                                               temperature=0.5, seed=i, max_tokens=3, stream=stream)
+        if stream:
+            assert list(reply)
+        else:
+            assert reply.choices[0].finish_reason in ("stop", "length")
+    for i in range(20):                            # warm: the allocator's pools, the captured steps
+        ask(i)
+    before = _rss_kib(pid)
+    for i in range(20, 200):
+        ask(i)
+    grown = _rss_kib(pid) - before
+    assert grown < 16 * 1024, f"the server grew by {grown} KiB over 180 requests"
 
 
 def test_a_full_queue_answers_429_and_a_client_that_leaves_stops_its_generation(smollm2_gguf):
