@@ -140,6 +140,7 @@ class Server:
         future = loop.create_future()
 
         def settle(result, error):
+            self._done(model)                          # the turn passes on before the answer goes
             if not future.done():
                 future.set_exception(error) if error is not None else future.set_result(result)
 
@@ -149,7 +150,6 @@ class Server:
             except Exception as e:                     # handed to the request's coroutine
                 result, error = None, e
             loop.call_soon_threadsafe(settle, result, error)
-            loop.call_soon_threadsafe(self._done, model)
 
         threading.Thread(target=target, name="engine-serve", daemon=True).start()
         try:
@@ -175,8 +175,8 @@ class Server:
                 error = json.dumps(_error_body(str(e), "server_error"))
                 loop.call_soon_threadsafe(lines.put_nowait, f"data: {error}\n\n")
             finally:
-                loop.call_soon_threadsafe(lines.put_nowait, None)
                 loop.call_soon_threadsafe(self._done, model)
+                loop.call_soon_threadsafe(lines.put_nowait, None)
 
         async def events():
             try:

@@ -177,6 +177,8 @@ def test_the_embeddings_route_gives_the_pipelines_vectors(minilm_folder):
     testclient = need_import("starlette.testclient", "Starlette's test client (the serve extra, httpx)")
     pipe = engine.pipeline("sentence-embedding", weights=minilm_folder, device="numpy")
     try:
+        # no `with`: each request runs in an event loop of its own that ends with the answer, so
+        # the model's turn must pass on before the answer goes (CI hung here when it did not)
         client = testclient.TestClient(Server([pipe], queue=2).app())
         texts = ["A cat sits on the mat.", "Stock markets fell today."]
         reply = client.post("/v1/embeddings", json={"model": pipe.entry.name, "input": texts})
