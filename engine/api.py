@@ -20,8 +20,18 @@ Defaults follow OpenAI's (temperature 1, top_p 1); temperature=0 is greedy and g
 task's first model) or a GGUF file or URL (engine.pipeline's `model=`), or a name given to a
 pipeline of your own with `engine.api.serve(pipe, name)`; the pipelines stay loaded per (model,
 device), and a request whose conversation extends the last one reuses its KV cache
-(`usage.prompt_tokens_details.cached_tokens`). Bad requests raise engine.errors.InputError naming the field. Not yet supported, and
-refused naming the field: response_format other than text, tools, logprobs, n > 1, penalties.
+(`usage.prompt_tokens_details.cached_tokens`). Bad requests raise engine.errors.InputError
+naming the field, before any model loads.
+
+Structured output (engine.structured): response_format {"type": "json_object"} or {"type":
+"json_schema", "json_schema": {"name", "schema"}} constrains the answer token by token, so it
+parses (and validates); a schema keyword it cannot keep is refused by name. tools with
+tool_choice "auto", "required", "none" or one function: for a model whose chat template writes
+tool calls (Qwen2.5's), the calls' JSON is constrained to the tools' names and parameters and
+comes back as `tool_calls` (finish_reason "tool_calls"); results go back as role "tool"
+messages. Also: logprobs with top_logprobs (the model's log-softmax, before sampling options),
+n choices (with a seed, choice i draws with seed + i), presence_penalty and frequency_penalty
+(OpenAI's, on the tokens generated).
 """
 from __future__ import annotations
 
@@ -31,7 +41,7 @@ import uuid
 
 from .errors import InputError
 
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "tool")
 FINISH = {"eos": "stop", "stop": "stop", "cancelled": "stop", "length": "length"}
 _pipelines: dict = {}            # (task, model, device) -> the pipeline loaded for such requests
 _served: dict = {}               # (task, name) -> a pipeline handed over with serve()
@@ -90,29 +100,86 @@ def _messages(messages) -> list[dict]:
             role = "system"
         if role not in ROLES:
             raise InputError(f"{where}.role must be one of {', '.join(ROLES)}, got {role!r}")
-        out.append({"role": role, "content": _text(message.get("content"), where)})
+        calls = message.get("tool_calls") if role == "assistant" else None
+        if calls is not None and (not isinstance(calls, list) or not all(
+                isinstance(c, dict) and isinstance(c.get("function"), dict) for c in calls)):
+            raise InputError(f"{where}.tool_calls must be a list of {{'id', 'type', 'function'}}")
+        content = message.get("content")
+        entry = {"role": role, "content": None if content is None and calls else _text(content, where)}
+        if calls:
+            entry["tool_calls"] = calls
+        if role == "tool":
+            entry["tool_call_id"] = message.get("tool_call_id")
+        out.append(entry)
     return out
 
 
+class _Format:
+    """What shapes the answer: response_format's schema, or the tools and tool_choice."""
+
+    def __init__(self, response_format, tools_, tool_choice):
+        from .structured import compile_schema, tools
+        self.json, self.schema, self.functions, self.choice = False, None, None, None
+        if tools_ is not None:
+            self.functions, self.choice = tools.check(tools_, tool_choice)
+            if self.choice != "none":
+                tools.compile_calls(self.functions, self.choice)        # refused by name here
+        elif tool_choice not in (None, "none", "auto"):
+            raise InputError("tool_choice needs tools")
+        self.tools = tools_                      # in the prompt, even for "none" (the cache stays shared)
+        self.calls = tools_ is not None and self.choice != "none"
+        kind = "text" if response_format is None else \
+            response_format.get("type") if isinstance(response_format, dict) else None
+        if kind not in ("text", "json_object", "json_schema"):
+            raise InputError(f"response_format must be {{'type': 'text' | 'json_object' | 'json_schema'}}, "
+                             f"got {response_format!r:.80}")
+        if kind != "text":
+            if self.calls:
+                raise InputError("response_format with tools is not supported: give tool_choice 'none' or one of them")
+            self.json = True
+            if kind == "json_schema":
+                spec = response_format.get("json_schema")
+                if not isinstance(spec, dict) or "schema" not in spec:
+                    raise InputError("response_format.json_schema must be {'name', 'schema'}")
+                self.schema = spec["schema"]
+                compile_schema(self.schema, "response_format.json_schema.schema")
+
+    def grammar(self, pipe):
+        """The Grammar (or Trigger, or Ban) for `pipe`, or None for free text."""
+        from .structured import Ban, Trigger, tools
+        if self.tools is not None and not tools.supports(pipe.template):
+            raise InputError(f"tools: the chat template of {pipe.entry.name} does not write tool calls "
+                             f"(a template with {tools.OPEN} does, e.g. Qwen2.5's)")
+        if self.json:
+            return pipe.grammar(self.schema)
+        if self.tools is None:
+            return None
+        if not self.calls:                       # "none": the tools are in the prompt, the call's tag is not allowed
+            opener = pipe.tokenizer.token_to_id(tools.OPEN)
+            return Ban([opener]) if opener is not None else None
+        schema = tools.call_schema(self.functions, self.choice)
+        if self.choice == "auto":
+            return Trigger(pipe.grammar(schema, after=b"\n" + tools.CLOSE.encode()), tools.OPEN.encode(),
+                           bare=pipe.grammar(schema))
+        return pipe.grammar(schema, before=tools.OPEN.encode(), after=b"\n" + tools.CLOSE.encode())
+
+
 def _options(temperature, top_p, max_tokens, max_completion_tokens, stop, seed, n, presence_penalty,
-             frequency_penalty, response_format, tools, tool_choice, logprobs, top_logprobs, extra) -> dict:
-    """engine.generation.GenerationConfig's options for an OpenAI request; what it cannot honour yet
-    is refused by name."""
+             frequency_penalty, logprobs, top_logprobs, extra) -> dict:
+    """engine.generation.GenerationConfig's options for an OpenAI request."""
     if extra:
         raise InputError(f"unknown request field(s): {', '.join(sorted(extra))}")
-    unsupported = {"n": n not in (None, 1), "presence_penalty": presence_penalty not in (None, 0),
-                   "frequency_penalty": frequency_penalty not in (None, 0),
-                   "response_format": response_format not in (None, {"type": "text"}),
-                   "tools": bool(tools), "tool_choice": tool_choice not in (None, "none", "auto"),
-                   "logprobs": bool(logprobs) or top_logprobs not in (None, 0)}
-    refused = [name for name, bad in unsupported.items() if bad]
-    if refused:
-        raise InputError(f"not supported yet: {', '.join(refused)}")
     if max_tokens is not None and max_completion_tokens is not None and max_tokens != max_completion_tokens:
         raise InputError("max_tokens and max_completion_tokens disagree: give one")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 16):
+        raise InputError(f"n must be an integer in [1, 16], got {n!r}")
+    if top_logprobs is not None and not logprobs:
+        raise InputError("top_logprobs needs logprobs: true")
     limit = max_completion_tokens if max_completion_tokens is not None else max_tokens
     options = {"temperature": 1.0 if temperature is None else temperature,
                "top_p": 1.0 if top_p is None else top_p, "seed": seed,
+               "presence_penalty": presence_penalty or 0.0, "frequency_penalty": frequency_penalty or 0.0,
+               "logprobs": (top_logprobs or 0) if logprobs else None,
                "stop": () if stop is None else ([stop] if isinstance(stop, str) else stop)}
     if limit is not None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -125,21 +192,26 @@ def _options(temperature, top_p, max_tokens, max_completion_tokens, stop, seed, 
     return options
 
 
-def _usage(stats: dict) -> dict:
-    prompt, new = stats.get("prompt_tokens", 0), stats.get("new_tokens", 0)
+def _usage(stats: dict, prompt: int | None = None, new: int | None = None) -> dict:
+    prompt = stats.get("prompt_tokens", 0) if prompt is None else prompt
+    new = stats.get("new_tokens", 0) if new is None else new
     return {"prompt_tokens": prompt, "completion_tokens": new, "total_tokens": prompt + new,
             "prompt_tokens_details": {"cached_tokens": stats.get("reused_tokens", 0)}}
 
 
 class _Request:
-    """One chat completion on a loaded pipeline: the whole answer, or its chunks."""
+    """One chat completion on a loaded pipeline: the whole answer, or its chunks; n of them."""
 
-    def __init__(self, pipe, messages, options, stream_options, cancel=None):
+    def __init__(self, pipe, messages, options, stream_options, cancel=None, fmt=None, n=None):
         capacity = pipe.generator.cache.capacity
         if options.get("max_new_tokens", 0) > capacity:
             raise InputError(f"max_tokens = {options['max_new_tokens']} is more than {pipe.entry.name}'s context "
                              f"holds here ({capacity} tokens, the prompt included)")
-        self.pipe, self.messages, self.options = pipe, messages, dict(options, cancel=cancel)
+        from .structured import tools
+        self.pipe, self.options, self.n = pipe, dict(options, cancel=cancel), n or 1
+        self.fmt = fmt or _Format(None, None, None)
+        self.grammar = self.fmt.grammar(pipe)
+        self.messages = tools.messages_for_template(messages) if self.fmt.tools is not None else messages
         self.include_usage = bool((stream_options or {}).get("include_usage"))
         self.id, self.created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         self.model = pipe.entry.name
@@ -148,33 +220,101 @@ class _Request:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
                 "system_fingerprint": f"engine-{self.pipe.device}"}
 
-    def whole(self) -> dict:
-        content = "".join(self.pipe.stream(self.messages, **self.options))
-        stats = self.pipe.stats
-        return {**self._head("chat.completion"),
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                             "logprobs": None, "finish_reason": FINISH[stats["stop_reason"]]}],
-                "usage": _usage(stats)}
+    def _stream(self, i: int):
+        options = dict(self.options)
+        if i and options.get("seed") is not None:
+            options["seed"] += i                           # n choices, each its own draw
+        return self.pipe.stream(self.messages, grammar=self.grammar, tools=self.fmt.tools, **options)
 
-    def _chunk(self, delta: dict, finish=None) -> dict:
+    def _logprobs(self, entries) -> dict | None:
+        if self.options.get("logprobs") is None:
+            return None
+        return {"content": [dict(_token(self.pipe.tokenizer, e["id"]), logprob=e["logprob"],
+                                 top_logprobs=[dict(_token(self.pipe.tokenizer, i), logprob=lp) for i, lp in e["top"]])
+                            for e in entries], "refusal": None}
+
+    def _message(self, text: str) -> tuple[dict, str]:
+        finish = FINISH[self.pipe.stats["stop_reason"]]
+        if not self.fmt.calls:
+            return {"role": "assistant", "content": text}, finish
+        from .structured import tools
+        content, calls = tools.parse(text, [f["name"] for f in self.fmt.functions])
+        message = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = calls
+        return message, "tool_calls" if calls else finish
+
+    def whole(self) -> dict:
+        choices, new, stats = [], 0, {}
+        for i in range(self.n):
+            text = "".join(self._stream(i))
+            stats = self.pipe.stats
+            new += stats["new_tokens"]
+            message, finish = self._message(text)
+            choices.append({"index": i, "message": message, "logprobs": self._logprobs(self.pipe.generator.logprobs),
+                            "finish_reason": finish})
+        return {**self._head("chat.completion"), "choices": choices, "usage": _usage(stats, new=new)}
+
+    def _chunk(self, i: int, delta: dict, finish=None, logprobs=None) -> dict:
         chunk = {**self._head("chat.completion.chunk"),
-                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+                 "choices": [{"index": i, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
         if self.include_usage:
             chunk["usage"] = None
         return chunk
 
     def chunks(self):
         """An iterator of the chunks; a prompt too long for the context fails here, before any."""
-        return self._chunks(self.pipe.stream(self.messages, **self.options))
+        return self._chunks(self._stream(0))
 
-    def _chunks(self, pieces):
-        yield self._chunk({"role": "assistant", "content": ""})
-        for piece in pieces:
-            yield self._chunk({"content": piece})
-        stats = self.pipe.stats
-        yield self._chunk({}, FINISH[stats["stop_reason"]])
+    def _chunks(self, first):
+        new, stats = 0, {}
+        for i in range(self.n):
+            pieces = first if i == 0 else self._stream(i)
+            yield self._chunk(i, {"role": "assistant", "content": ""})
+            yield from self._pieces(i, pieces)
+            stats = self.pipe.stats
+            new += stats["new_tokens"]
         if self.include_usage:
-            yield {**self._head("chat.completion.chunk"), "choices": [], "usage": _usage(stats)}
+            yield {**self._head("chat.completion.chunk"), "choices": [], "usage": _usage(stats, new=new)}
+
+    def _pieces(self, i: int, pieces):
+        """One choice's content chunks; with tools, what follows a call's opening (or an answer
+        that starts as a bare call's JSON) is held and comes out as tool_calls at the end."""
+        from .structured import tools
+        told, text, given = 0, "", 0
+        for piece in pieces:
+            text += piece
+            entries = self.pipe.generator.logprobs
+            logprobs, told = self._logprobs(entries[told:]), len(entries)
+            if self.fmt.calls:
+                cut = 0 if not text.strip() or text.lstrip().startswith("{") else _held(text, tools.OPEN)
+                piece, given = text[given:cut], max(given, cut)
+            if piece:
+                yield self._chunk(i, {"content": piece}, logprobs=logprobs)
+        message, finish = self._message(text)
+        if self.fmt.calls and text[given:].strip() and not message.get("tool_calls"):
+            yield self._chunk(i, {"content": text[given:]})
+        for k, call in enumerate(message.get("tool_calls", [])):
+            yield self._chunk(i, {"tool_calls": [dict(call, index=k)]})
+        yield self._chunk(i, {}, finish)
+
+
+def _held(text: str, tag: str) -> int:
+    """Where content may be given out to: before `tag`, or before a tail that may start it."""
+    at = text.find(tag)
+    if at >= 0:
+        return at
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:n]):
+            return len(text) - n
+    return len(text)
+
+
+def _token(tokenizer, i: int) -> dict:
+    piece = tokenizer.token_bytes()[i] if i < len(tokenizer.token_bytes()) else None
+    if piece is None:
+        piece = tokenizer.decode([i], skip_special_tokens=False).encode()
+    return {"token": piece.decode("utf-8", "replace"), "bytes": list(piece)}
 
 
 class Completions:
@@ -189,23 +329,25 @@ class Completions:
         it returns True, ends the answer before its next token (finish_reason "stop")."""
         fields = dict(temperature=temperature, top_p=top_p, max_tokens=max_tokens,
                       max_completion_tokens=max_completion_tokens, stop=stop, seed=seed, n=n,
-                      presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                      response_format=response_format, tools=tools, tool_choice=tool_choice, logprobs=logprobs,
+                      presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, logprobs=logprobs,
                       top_logprobs=top_logprobs, extra=extra)
-        options, messages = _options(**fields), _messages(messages)   # a bad request fails before a model loads
-        request = _Request(_pipeline("text-generation", model, device), messages, options, stream_options, cancel)
+        # a bad request fails here, before a model loads
+        options, messages, fmt = _options(**fields), _messages(messages), _Format(response_format, tools, tool_choice)
+        request = _Request(_pipeline("text-generation", model, device), messages, options, stream_options, cancel,
+                           fmt, n)
         return request.chunks() if stream else request.whole()
 
     async def create_async(self, *, messages, model: str | None = None, stream: bool = False, device=None,
                            stream_options=None, cancel=None, **fields):
         """create(), awaited: the model loads without blocking; with stream=True an async iterator."""
+        shape = [fields.pop(name, None) for name in ("response_format", "tools", "tool_choice")]
         fields = {name: fields.pop(name, None) for name in
                   ("temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "n",
-                   "presence_penalty", "frequency_penalty", "response_format", "tools", "tool_choice",
-                   "logprobs", "top_logprobs")} | {"extra": {k: v for k, v in fields.items() if k != "user"}}
-        options, messages = _options(**fields), _messages(messages)
+                   "presence_penalty", "frequency_penalty", "logprobs", "top_logprobs")} | \
+            {"extra": {k: v for k, v in fields.items() if k != "user"}}
+        options, messages, fmt = _options(**fields), _messages(messages), _Format(*shape)
         request = _Request(await _pipeline_async("text-generation", model, device), messages, options,
-                           stream_options, cancel)
+                           stream_options, cancel, fmt, fields["n"])
         if not stream:
             return request.whole()
         return _aiter(request.chunks())

@@ -3,7 +3,7 @@
 The task modules (engine/tasks/) bring their own subcommands: `digit IMAGE...`, `classify
 IMAGE...`, `embed TEXT...`, `similarity QUERY CANDIDATE...`, `generate PROMPT`, `chat`, and
 whatever a new task module adds. This module adds the commands that are no task's: `tokenize
---model NAME TEXT...`, `tasks`, `bench mnist|effnet|minilm|gemm|ops|qlinear|llm|whisper|yolo`, `inspect FILE`.
+--model NAME TEXT...`, `tasks`, `bench mnist|effnet|minilm|gemm|ops|qlinear|llm|whisper|yolo|structured`, `inspect FILE`.
 
 `python -m engine --threads N COMMAND ...` runs the C kernels on N threads (engine.set_num_threads).
 
@@ -65,8 +65,10 @@ def _add_inspect_arguments(i: argparse.ArgumentParser) -> None:
 
 def _add_bench_arguments(b: argparse.ArgumentParser) -> None:
     from .device import known
-    b.add_argument("model", choices=["mnist", "effnet", "minilm", "gemm", "ops", "qlinear", "llm", "whisper", "yolo"])
-    b.add_argument("--new-tokens", type=int, default=128, help="llm: tokens generated per run (default 128)")
+    b.add_argument("model", choices=["mnist", "effnet", "minilm", "gemm", "ops", "qlinear", "llm", "whisper", "yolo",
+                                    "structured"])
+    b.add_argument("--new-tokens", type=int, default=None, help="llm: tokens generated per run (default 128); "
+                                                                "structured: at most, per answer (default 48)")
     b.add_argument("--repeat", type=int, default=None, help="timed runs per case, the median reported (default "
                                                           "20; llm: 1 after a warm-up run)")
     b.add_argument("--json", action="store_true", help="print the results as one JSON object (with --threads: one "
@@ -129,6 +131,8 @@ def _bench_once(args) -> int:
         return _bench_whisper(args)
     if args.model == "yolo":
         return _bench_yolo(args)
+    if args.model == "structured":
+        return _bench_structured(args)
     if args.sizes is not None or args.rounds is not None or args.reference_python is not None:
         raise EngineError(f"--sizes, --rounds and --reference-python are options of bench yolo, not of bench {args.model}")
     if args.audio is not None or args.models is not None or args.no_reference:
@@ -166,10 +170,23 @@ def _bench_llm(args) -> int:
     if any(v is not None for v in (args.types, args.shapes, args.rows, args.min_time)) or args.quick or args.profile:
         raise EngineError("bench llm takes --device, --weights, --repeat, --new-tokens and --json")
     devices = available() if not args.device or args.device == ["all"] else args.device
+    args.new_tokens = 128 if args.new_tokens is None else args.new_tokens
     if args.new_tokens < 2 or (args.repeat is not None and args.repeat < 1):
         raise EngineError("bench llm needs --new-tokens >= 2 and --repeat >= 1")
     result = bench_llm(devices, weights=args.weights, new_tokens=args.new_tokens, repeat=args.repeat or 1)
     print(json.dumps(result) if args.json else format_llm(result))
+    return 0
+
+
+def _bench_structured(args) -> int:
+    from .bench.structured import MODELS, bench_structured, format_structured
+    if any(v is not None for v in (args.types, args.shapes, args.rows, args.min_time, args.weights, args.audio,
+                                   args.sizes)) or args.quick or args.profile or (args.device and len(args.device) > 1):
+        raise EngineError("bench structured takes --models, one --device, --new-tokens, --repeat (rounds) and --json")
+    models = tuple(args.models.split(",")) if args.models else MODELS
+    result = bench_structured(models, args.device[0] if args.device else None,
+                              new_tokens=args.new_tokens or 48, rounds=args.repeat or 2)
+    print(json.dumps(result) if args.json else format_structured(result))
     return 0
 
 

@@ -43,8 +43,11 @@ class GenerationConfig:
     top_k: int = 0                    # 0: no limit
     top_p: float = 1.0                # 1: no limit
     repetition_penalty: float = 1.0   # 1: none
+    presence_penalty: float = 0.0     # OpenAI's: subtracted from the logit of a token already generated
+    frequency_penalty: float = 0.0    # OpenAI's: times the number of times it was generated
     seed: int | None = None
     stop: tuple[str, ...] = ()        # stop strings
+    logprobs: int | None = None       # None: off; k: each token's log-probability and the k likeliest
 
     @classmethod
     def of(cls, options: dict) -> "GenerationConfig":
@@ -65,7 +68,8 @@ class GenerationConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 bad(name, "must be an integer >= 0")
-        for name, lo, hi in (("temperature", 0.0, 100.0), ("top_p", 0.0, 1.0), ("repetition_penalty", 0.0, 100.0)):
+        for name, lo, hi in (("temperature", 0.0, 100.0), ("top_p", 0.0, 1.0), ("repetition_penalty", 0.0, 100.0),
+                             ("presence_penalty", -2.0, 2.0), ("frequency_penalty", -2.0, 2.0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
                 bad(name, f"must be a number in [{lo}, {hi}]")
@@ -75,16 +79,23 @@ class GenerationConfig:
             bad("seed", "must be an integer >= 0 or None")
         if not all(isinstance(s, str) and s for s in self.stop):
             bad("stop", "must be non-empty strings")
+        if self.logprobs is not None and (isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int)
+                                          or not 0 <= self.logprobs <= 20):
+            bad("logprobs", "must be None or an integer in [0, 20] (the likeliest tokens given beside each)")
 
 
-def process(logits: np.ndarray, history, config: GenerationConfig) -> np.ndarray:
-    """One position's logits (V,) after the repetition penalty, temperature, top-k and top-p, in
-    float64; tokens top-k/top-p exclude are -inf. (Greedy needs only the penalty.)"""
+def process(logits: np.ndarray, history, config: GenerationConfig, new=()) -> np.ndarray:
+    """One position's logits (V,) after the repetition penalty, the presence and frequency
+    penalties (on the `new` ids, those generated so far), temperature, top-k and top-p, in
+    float64; tokens top-k/top-p exclude are -inf. (Greedy needs only the penalties.)"""
     logits = np.asarray(logits, np.float64).copy()
     if config.repetition_penalty != 1.0 and len(history):
         seen = np.unique(np.asarray(history, np.int64))
         values = logits[seen]
         logits[seen] = np.where(values > 0, values / config.repetition_penalty, values * config.repetition_penalty)
+    if (config.presence_penalty or config.frequency_penalty) and len(new):
+        ids, counts = np.unique(np.asarray(new, np.int64), return_counts=True)
+        logits[ids] -= config.presence_penalty + config.frequency_penalty * counts
     if config.temperature == 0.0:
         return logits
     logits /= config.temperature
@@ -100,14 +111,25 @@ def process(logits: np.ndarray, history, config: GenerationConfig) -> np.ndarray
     return logits
 
 
-def sample(logits: np.ndarray, history, config: GenerationConfig, rng: np.random.Generator) -> int:
-    """The next token id from one position's logits (V,), given the ids seen so far."""
-    logits = process(logits, history, config)
+def sample(logits: np.ndarray, history, config: GenerationConfig, rng: np.random.Generator, new=()) -> int:
+    """The next token id from one position's logits (V,), given the ids seen so far (`new`: those
+    generated)."""
+    logits = process(logits, history, config, new)
     if config.temperature == 0.0:
         return int(np.argmax(logits))
     probs = np.exp(logits - logits.max())
     probs /= probs.sum()
     return int(rng.choice(probs.size, p=probs))
+
+
+def log_probs(logits: np.ndarray, token: int, top: int) -> dict:
+    """The model's log-probability of `token` and of its `top` likeliest tokens (log-softmax of
+    the raw logits, before any sampling option), as {"id", "logprob", "top": [(id, logprob)]}."""
+    logits = np.asarray(logits, np.float64)
+    shifted = logits - logits.max()
+    logp = shifted - np.log(np.exp(shifted).sum())
+    best = np.argsort(-logp, kind="stable")[:top] if top else []
+    return {"id": int(token), "logprob": float(logp[token]), "top": [(int(i), float(logp[i])) for i in best]}
 
 
 class StopStrings:
@@ -209,8 +231,10 @@ class Generator:
             logits = self._forward(prompt[start:start + self.prefill_chunk])
         return logits
 
-    def tokens(self, prompt_ids, config: GenerationConfig | None = None, cancel=None):
-        """Generated ids, one at a time (an end-of-sequence id ends it and is not given out)."""
+    def tokens(self, prompt_ids, config: GenerationConfig | None = None, cancel=None, grammar=None):
+        """Generated ids, one at a time (an end-of-sequence id ends it and is not given out).
+        grammar: an engine.structured Grammar the answer must follow (constrained decoding).
+        With config.logprobs set, `self.logprobs` gets one entry per token (log_probs)."""
         config = config or GenerationConfig()
         prompt = [int(i) for i in prompt_ids]
         if not prompt:
@@ -219,21 +243,36 @@ class Generator:
         if room < 1:
             raise InputError(f"the prompt has {len(prompt)} tokens; the context holds {self.cache.capacity}")
         budget = min(config.max_new_tokens, room)
+        constraint = grammar.start(budget, self.eos_ids) if grammar is not None else None   # engine.structured
         rng = np.random.default_rng(config.seed)
         self._cancelled = False
         self.stats = {"prompt_tokens": len(prompt), "new_tokens": 0, "stop_reason": "length"}
+        self.logprobs = []
         began = time.perf_counter()
         logits = self._prefill(prompt)
         prefilled = time.perf_counter()
         fed = len(prompt) - self.stats["reused_tokens"]
         self.stats.update(prefill_s=prefilled - began, prefill_tok_s=fed / max(prefilled - began, 1e-9))
         history, first = list(prompt), None
+        penalized = bool(config.presence_penalty or config.frequency_penalty)
+        constrained_s = 0.0
+
+        def pick(logits):
+            return sample(logits, history, config, rng, history[len(prompt):] if penalized else ())
         try:
             for n in range(budget):
                 if self._cancelled or (cancel is not None and cancel()):
                     self.stats["stop_reason"] = "cancelled"
                     return
-                token = sample(logits, history, config, rng)
+                if constraint is None:
+                    token = pick(logits)
+                else:
+                    began_step = time.perf_counter()
+                    token = constraint.choose(logits, pick)
+                    constraint.advance(token)
+                    constrained_s += time.perf_counter() - began_step
+                if config.logprobs is not None:
+                    self.logprobs.append(log_probs(logits, token, config.logprobs))
                 if n == 0:
                     first = time.perf_counter()
                     self.stats["ttft_s"] = first - began
@@ -250,13 +289,16 @@ class Generator:
             steps = max(self.stats["new_tokens"] - 1, 0)
             self.stats.update(total_s=done - began, decode_s=done - first if first else 0.0,
                               decode_tok_s=steps / (done - first) if first and steps else 0.0)
+            if constraint is not None:
+                self.stats.update(masked_steps=constraint.masked, forced_tokens=constraint.forced,
+                                  complete=constraint.complete, constraint_s=constrained_s)
 
-    def stream(self, prompt_ids, config: GenerationConfig | None = None, cancel=None):
+    def stream(self, prompt_ids, config: GenerationConfig | None = None, cancel=None, grammar=None):
         """Text pieces as the ids come (UTF-8 safe, special tokens skipped, cut at stop strings)."""
         config = config or GenerationConfig()
         decoder = self.tokenizer.decode_stream(skip_special_tokens=True)
         stops = StopStrings(config.stop)
-        ids = self.tokens(prompt_ids, config, cancel)
+        ids = self.tokens(prompt_ids, config, cancel, grammar)
         for token in ids:
             piece = stops.feed(decoder.step(token))
             if piece:

@@ -61,6 +61,7 @@ class TextGeneration(Pipeline):
             eos.add(turn_end_id(self.tokenizer, self.template))
         GenerationConfig.of(defaults)                     # bad defaults fail here, not at the first call
         self.defaults = defaults
+        self._grammars: dict = {}
         self.generator = Generator(self.model, self.tokenizer, self._checked(capacity),
                                    {i for i in eos if isinstance(i, int)})
 
@@ -85,20 +86,37 @@ class TextGeneration(Pipeline):
         from ..generation import GenerationConfig
         return GenerationConfig.of({**self.defaults, **options})
 
-    def prompt_ids(self, messages) -> list[int]:
-        """The token ids of a conversation rendered by the chat template, ready for the answer."""
+    def prompt_ids(self, messages, tools=None) -> list[int]:
+        """The token ids of a conversation rendered by the chat template, ready for the answer
+        (`tools`: the functions' JSON schemas, for a template that writes them)."""
         if self.template is None:
             raise InputError(f"{self.entry.name} is a base model: its file has no chat template "
                              "(tokenizer.chat_template), so it does not chat; use plain completion instead: "
                              "pipe(prompt) or pipe.stream_text(prompt)")
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
-        text = self.template.render(messages, add_generation_prompt=True)
+        text = self.template.render(messages, add_generation_prompt=True, tools=tools)
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
-    def stream(self, messages, cancel=None, **options):
-        """The answer to a conversation, as text pieces while it is generated."""
-        return self.generator.stream(self.prompt_ids(messages), self._config(options), cancel)
+    def stream(self, messages, cancel=None, grammar=None, tools=None, **options):
+        """The answer to a conversation, as text pieces while it is generated; `grammar` (from
+        self.grammar) constrains it, `tools` go to the chat template."""
+        return self.generator.stream(self.prompt_ids(messages, tools), self._config(options), cancel, grammar)
+
+    def grammar(self, schema=None, before: bytes = b"", after: bytes = b"", node=None):
+        """The answers that are JSON texts of `schema` (a JSON Schema; None: any JSON object), or
+        of a compiled `node`, with exact text around them, on this model's vocabulary
+        (engine.structured); kept for the next request with the same schema."""
+        from ..structured import Grammar, any_object, compile_schema
+        key = (json.dumps(schema, sort_keys=True) if node is None else id(node), before, after)
+        grammar = self._grammars.get(key)
+        if grammar is None:
+            if node is None:
+                node = any_object() if schema is None else compile_schema(schema, "response_format.json_schema.schema")
+            if len(self._grammars) >= 16:
+                self._grammars.pop(next(iter(self._grammars)))
+            grammar = self._grammars[key] = Grammar(node, self.tokenizer, self.model.config.vocab_size, before, after)
+        return grammar
 
     def chat(self, messages, callback=None, cancel=None, **options) -> str:
         """The whole answer; callback(piece) is called with each piece as it comes."""
@@ -298,14 +316,20 @@ async def complete_text(prompt, options=None, on_piece=None) -> str:
     return await _to_page(lambda pipe, **options: pipe.stream_text(prompt, **options), options, on_piece)
 
 
-async def _to_page(stream, options, on_piece) -> str:
+def page_cancel():
+    """A new answer in the page: the `cancel` that chat_stop sets from now on."""
     _stop["requested"] = False
+    return lambda: _stop["requested"]
+
+
+async def _to_page(stream, options, on_piece) -> str:
+    cancel = page_cancel()
     pipe = state.loaded(TASK)
     options = dict(state.from_json(options) or {})
     pieces = []
     async with state.lock:
         memory = state.heap_bytes()
-        for piece in stream(pipe, cancel=lambda: _stop["requested"], **options):
+        for piece in stream(pipe, cancel=cancel, **options):
             pieces.append(piece)
             if on_piece is not None:
                 on_piece(piece)

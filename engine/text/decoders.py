@@ -199,3 +199,21 @@ class Strip(_Decoder):
         while len(token) - end < self.stop and end > begin and token[end - 1] == c:
             end -= 1
         return token[begin:end]
+
+
+def token_bytes(decoder, token: str) -> bytes:
+    """The bytes one token adds to generated text, on its own: byte-level tokens' bytes, byte
+    fallback tokens' byte, the rest after Replace steps (SentencePiece's "\u2581" as a space);
+    Fuse and Strip, which act on a whole text, do nothing to one token in the middle of it."""
+    if isinstance(decoder, ByteLevel):
+        return byte_level_bytes([token])
+    if isinstance(decoder, Sequence):
+        for step in decoder.steps:
+            if isinstance(step, ByteLevel):
+                return byte_level_bytes([token])
+            if isinstance(step, ByteFallback) and fallback_byte(token) is not None:
+                return bytes((fallback_byte(token),))
+            if isinstance(step, Replace):
+                token = step.decode_chain([token])[0]
+        return token.encode("utf-8")
+    return (decoder.decode([token]) if decoder is not None else token).encode("utf-8")

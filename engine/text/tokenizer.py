@@ -69,6 +69,7 @@ class Tokenizer:
         self.chat_template_origin = {"file": None, "field": "chat_template"}    # for its errors
         self.special_tokens: dict[str, str] = {}
         self._chat = None
+        self._token_bytes = None
         # what encode_batch_arrays pads with, even while padding is off
         pad_token = padding.pad_token if padding else "[PAD]"
         pad_id = self.token_to_id(pad_token)
@@ -319,6 +320,20 @@ class Tokenizer:
             if token is not None and not (skip_special_tokens and token in self.added.special):
                 tokens.append(token)
         return self.decoder.decode(tokens) if self.decoder is not None else " ".join(tokens)
+
+    def token_bytes(self) -> list[bytes | None]:
+        """Each id's bytes as generated text (decoders.token_bytes), None for a special token or an
+        id without a token: the vocabulary constrained decoding walks (engine.structured). Cached."""
+        if self._token_bytes is None:
+            from .decoders import token_bytes
+            size = max([self.model.get_vocab_size()] + [t.id + 1 for t in self.added.by_content.values()])
+            out: list[bytes | None] = [None] * size
+            for i in range(size):
+                token = self.id_to_token(i)
+                if token is not None and token not in self.added.special:
+                    out[i] = token_bytes(self.decoder, token)
+            self._token_bytes = out
+        return self._token_bytes
 
     def decode_batch(self, sequences, skip_special_tokens: bool = True) -> list[str]:
         return [self.decode(ids, skip_special_tokens) for ids in sequences]

@@ -191,3 +191,88 @@ def test_the_embeddings_route_gives_the_pipelines_vectors(minilm_folder):
         assert client.get("/v1/models").json()["data"][0]["id"] == pipe.entry.name
     finally:
         api._served.clear()
+
+
+def test_structured_output_with_the_openai_clients_parse(server):
+    """json_schema from a pydantic model (the client's strict schema: titles, additionalProperties
+    false), parsed back by the client itself; and json_object"""
+    pydantic = need_import("pydantic", "the openai client's parse() takes a pydantic model")
+    jsonschema = need_import("jsonschema", "the judge of structured output (the test extra)")
+    port, name, _ = server
+
+    class City(pydantic.BaseModel):
+        name: str
+        country: str
+        population: int
+        capital: bool
+
+    client = _client(port)
+    ask = [{"role": "user", "content": "Describe Paris as JSON with name, country, population and capital."}]
+    parsed = client.chat.completions.parse(model=name, messages=ask, temperature=0, max_tokens=60, response_format=City)
+    city = parsed.choices[0].message.parsed
+    assert isinstance(city, City) and city.name
+    reply = client.chat.completions.create(model=name, messages=ask, temperature=0, max_tokens=40,
+                                           response_format={"type": "json_object"})
+    assert isinstance(json.loads(reply.choices[0].message.content), dict)
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 9}}, "required": ["n"]}
+    stream = client.chat.completions.create(model=name, messages=[{"role": "user", "content": "Pick a digit."}],
+                                            temperature=0, max_tokens=20, stream=True, response_format={
+                                                "type": "json_schema", "json_schema": {"name": "d", "schema": schema}})
+    jsonschema.validate(json.loads("".join(c.choices[0].delta.content or "" for c in stream if c.choices)), schema)
+    with pytest.raises(openai.BadRequestError, match="pattern"):
+        client.chat.completions.create(model=name, messages=ask, response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a+"}}})
+
+
+TOOLS = [{"type": "function", "function": {
+             "name": "add", "description": "Add two numbers",
+             "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                            "required": ["a", "b"]}}},
+         {"type": "function", "function": {
+             "name": "get_time", "description": "The current time in a time zone",
+             "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}}]
+
+
+@pytest.fixture(scope="module")
+def qwen_server(qwen05_gguf):
+    process, port, name = _start(qwen05_gguf, queue=4)
+    yield port, name
+    process.terminate()
+    process.wait(10)
+
+
+def test_tool_calls_with_the_openai_client(qwen_server):
+    """Qwen2.5's template writes the tools; each tool_choice gives calls whose arguments are the
+    tool's parameters, the tool's result goes back as role "tool" reusing the cached prompt, and
+    a stream gives the call as tool_calls deltas"""
+    jsonschema = need_import("jsonschema", "the judge of structured output (the test extra)")
+    port, name = qwen_server
+    client = _client(port)
+    ask = [{"role": "user", "content": "What is 12.5 plus 30?"}]
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    for choice, want in (("required", None), ({"type": "function", "function": {"name": "get_time"}}, "get_time"),
+                         ("auto", None)):
+        reply = client.chat.completions.create(model=name, messages=ask, temperature=0, max_tokens=60, tools=TOOLS,
+                                               tool_choice=choice)
+        message = reply.choices[0].message
+        assert reply.choices[0].finish_reason == "tool_calls" and message.tool_calls, (choice, message)
+        call = message.tool_calls[0]
+        assert want in (None, call.function.name) and call.id.startswith("call_")
+        jsonschema.validate(json.loads(call.function.arguments), schemas[call.function.name])
+    none = client.chat.completions.create(model=name, messages=ask, temperature=0, max_tokens=30, tools=TOOLS,
+                                          tool_choice="none")
+    assert none.choices[0].message.tool_calls is None and none.choices[0].message.content
+    call = client.chat.completions.create(model=name, messages=ask, temperature=0, max_tokens=60, tools=TOOLS,
+                                          tool_choice="required")
+    first = call.usage.prompt_tokens
+    follow = ask + [call.choices[0].message.model_dump(exclude_none=True),
+                    {"role": "tool", "tool_call_id": call.choices[0].message.tool_calls[0].id, "content": "42.5"}]
+    reply = client.chat.completions.create(model=name, messages=follow, temperature=0, max_tokens=30, tools=TOOLS,
+                                           tool_choice="none")
+    assert reply.usage.prompt_tokens > first and reply.usage.prompt_tokens_details.cached_tokens >= first - 1
+    stream = client.chat.completions.create(model=name, messages=ask, temperature=0, max_tokens=60, tools=TOOLS,
+                                            tool_choice="required", stream=True)
+    chunks = [c for c in stream if c.choices]
+    calls = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+    assert len(calls) == 1 and calls[0].function.name in schemas and chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert not "".join(c.choices[0].delta.content or "" for c in chunks).strip()

@@ -1,12 +1,13 @@
 """engine.chat.completions and engine.embeddings (engine/api.py): OpenAI's request and response
 shapes over the pipelines, on the real SmolLM2 GGUF and MiniLM checkpoint. Greedy answers equal
 the pipeline's own chat(), streamed chunks join to the whole answer, usage counts the tokens,
-a follow-up turn reuses the cache, and bad or not-yet-supported requests are refused by field
-before any model loads."""
+a follow-up turn reuses the cache, logprobs, n and the penalties, JSON output, and bad or
+unsupported requests are refused by field before any model loads."""
 from __future__ import annotations
 
 import asyncio
 import base64
+import re
 
 import numpy as np
 import pytest
@@ -90,14 +91,27 @@ def test_the_awaitable_form(chat):
     ({"temperature": 7000}, "temperature"),
     ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ({"frobnicate": 1}, "frobnicate"),
-    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
-    ({"n": 2}, "n"),
-    ({"logprobs": True}, "logprobs"),
+    ({"tools": [{"type": "function", "function": {"name": "no spaces"}}]}, "tools[0].function.name"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string", "pattern": "x"}}}]},
+     "tools.f.parameters: JSON Schema keyword(s) not supported for constrained output: pattern"),
+    ({"tool_choice": "required"}, "tool_choice needs tools"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {
+        "type": "function", "function": {"name": "g"}}}, "tool_choice names 'g'"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}], "response_format": {"type": "json_object"}},
+     "response_format with tools"),
+    ({"response_format": {"type": "yaml"}}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"d": {"type": "string", "format": "date"}}}}}},
+     "response_format.json_schema.schema/properties/d: JSON Schema keyword(s) not supported for constrained "
+     "output: format"),
+    ({"n": 0}, "n must be"),
+    ({"top_logprobs": 3}, "top_logprobs needs logprobs"),
+    ({"logprobs": True, "top_logprobs": 21}, "logprobs"),
+    ({"presence_penalty": 3}, "presence_penalty"),
 ])
 def test_bad_or_unsupported_requests_are_refused_by_field_before_a_model_loads(fields, named):
     request = {"model": "not-a-model-anywhere", "messages": QUESTION, **fields}
-    with pytest.raises(InputError, match=named.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(InputError, match=re.escape(named)):
         engine.chat.completions.create(**request)
 
 
@@ -119,4 +133,53 @@ def test_embeddings_have_openais_shape_and_the_pipelines_vectors(minilm_folder):
             with pytest.raises(InputError, match=named):
                 engine.embeddings.create(model="minilm", **bad)
     finally:
-        api._served.clear()
+        api._served.pop(("sentence-embedding", "minilm"))
+
+
+def test_logprobs_n_and_penalties(chat):
+    reply = engine.chat.completions.create(model="smol", messages=QUESTION, temperature=0, max_tokens=8,
+                                           logprobs=True, top_logprobs=3, n=2)
+    first, second = reply["choices"]
+    assert first["message"] == second["message"] and [first["index"], second["index"]] == [0, 1]
+    entries = first["logprobs"]["content"]
+    assert "".join(e["token"] for e in entries) == first["message"]["content"]
+    assert reply["usage"]["completion_tokens"] == 2 * len(entries)
+    for e in entries:                                  # greedy: the chosen token is the likeliest
+        top = [t["logprob"] for t in e["top_logprobs"]]
+        assert len(top) == 3 and top == sorted(top, reverse=True) and e["logprob"] == top[0] <= 0
+        assert sum(np.exp(top)) <= 1 + 1e-9 and bytes(e["bytes"]).decode() == e["token"]
+    sampled = engine.chat.completions.create(model="smol", messages=QUESTION, temperature=1.5, max_tokens=12,
+                                             n=3, seed=5)
+    texts = [c["message"]["content"] for c in sampled["choices"]]
+    assert len(set(texts)) > 1                          # each choice its own draw (seed + i)
+    again = engine.chat.completions.create(model="smol", messages=QUESTION, temperature=1.5, max_tokens=12,
+                                           n=3, seed=5)
+    assert [c["message"]["content"] for c in again["choices"]] == texts
+    echo = [{"role": "user", "content": "Repeat the word hello 2000 times."}]
+    free = engine.chat.completions.create(model="smol", messages=echo, temperature=0, max_tokens=30)
+    penalised = engine.chat.completions.create(model="smol", messages=echo, temperature=0, max_tokens=30,
+                                               frequency_penalty=2.0, presence_penalty=1.0)
+    count = lambda r: r["choices"][0]["message"]["content"].lower().count("hello")    # noqa: E731
+    assert count(penalised) < count(free) / 2, (free, penalised)
+
+
+def test_json_output_streams_and_parses_and_tools_need_a_template_that_writes_them(chat):
+    import json
+    schema = {"type": "object", "properties": {"capital": {"type": "string", "maxLength": 20},
+                                               "population": {"type": "integer", "minimum": 0}},
+              "required": ["capital", "population"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "city", "schema": schema}}
+    whole = engine.chat.completions.create(model="smol", messages=QUESTION, temperature=0, max_tokens=40,
+                                           response_format=fmt)
+    value = json.loads(whole["choices"][0]["message"]["content"])
+    assert set(value) >= {"capital", "population"} and len(value["capital"]) <= 20 and value["population"] >= 0
+    chunks = engine.chat.completions.create(model="smol", messages=QUESTION, temperature=0, max_tokens=40,
+                                            response_format=fmt, stream=True)
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == \
+        whole["choices"][0]["message"]["content"]
+    anything = engine.chat.completions.create(model="smol", messages=QUESTION, temperature=0, max_tokens=30,
+                                              response_format={"type": "json_object"})
+    assert isinstance(json.loads(anything["choices"][0]["message"]["content"]), dict)
+    with pytest.raises(InputError, match="does not write tool calls"):
+        engine.chat.completions.create(model="smol", messages=QUESTION, tools=[
+            {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])

@@ -223,6 +223,20 @@ def test_processors_match_transformers(options):
     np.testing.assert_allclose(ours[finite], theirs[finite], rtol=1e-12)
 
 
+def test_presence_and_frequency_penalties_are_openais():
+    """OpenAI's formula (their API reference): mu[j] -= c[j] * frequency + (c[j] > 0) * presence,
+    c counting the generated tokens only (not the prompt's)."""
+    rng = np.random.default_rng(8)
+    logits = (rng.standard_normal(50) * 3).astype(np.float32)
+    prompt, new = list(rng.integers(0, 50, 20)), list(rng.integers(0, 50, 15))
+    config = GenerationConfig.of({"presence_penalty": 0.7, "frequency_penalty": -0.4})
+    want = logits.astype(np.float64).copy()
+    counts = np.bincount(np.array(new), minlength=50)
+    want -= counts * -0.4 + (counts > 0) * 0.7
+    np.testing.assert_allclose(process(logits, prompt + new, config, new), want, rtol=1e-12)
+    np.testing.assert_array_equal(process(logits, prompt + new, config, ()), logits.astype(np.float64))
+
+
 def test_sampling_follows_the_distribution_and_the_seed():
     logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
     config = GenerationConfig(temperature=1.0, seed=3)

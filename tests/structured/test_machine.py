@@ -1,0 +1,136 @@
+"""engine.structured's schema compiler and byte machine, against the `jsonschema` package as the
+judge: every text the machine lets a walk write, finished by its shortest completion, parses and
+validates; a mutated text it takes validates too; pretty-printed valid JSON is taken; what is
+not supported is refused by name; numbers' bounds are kept exactly (brute force)."""
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import pytest
+
+from engine.errors import InputError
+from engine.structured import compile_schema, machine, numeric
+from tests.helpers import need_import
+from engine.bench.structured import SCHEMAS
+
+jsonschema = need_import("jsonschema", "the judge of structured output (the test extra)")
+
+ALPHABET = [*b' \n\t\x1f"{}[],:-.0123456789eEtrufalsn\\abcxyz_AZ', *"é😀".encode()]
+
+
+def validator(schema):
+    return jsonschema.Draft202012Validator(schema)
+
+
+def takes(node, text: bytes) -> bool:
+    state = machine.initial(node)
+    for b in text:
+        state = machine.step(state, b)
+        if state is None:
+            return False
+    return machine.ends(state)
+
+
+@pytest.mark.parametrize("name", SCHEMAS)
+def test_shortest_text_validates(name):
+    node = compile_schema(SCHEMAS[name])
+    validator(SCHEMAS[name]).validate(json.loads(node.shortest))
+    assert takes(node, node.shortest)
+
+
+@pytest.mark.parametrize("name", SCHEMAS)
+def test_random_walks_finish_as_valid_json(name):
+    """Random bytes the machine allows, then machine.rest: always a whole, valid answer."""
+    node, check, rng = compile_schema(SCHEMAS[name]), validator(SCHEMAS[name]), random.Random(name)
+    for walk in range(60):
+        state, text = machine.initial(node), b""
+        for _ in range(rng.randrange(120)):
+            choices = [(b, s) for b in ALPHABET if (s := machine.step(state, b)) is not None]
+            if not choices:
+                break
+            b, state = rng.choice(choices)
+            text += bytes((b,))
+        rest = machine.rest(state)
+        whole = text + rest
+        assert takes(node, whole), (text, rest)
+        value = json.loads(whole)
+        check.validate(value)
+        if walk % 10 == 0:                       # a mutated byte: taken only when still valid
+            for _ in range(20):
+                at = rng.randrange(len(whole))
+                bad = whole[:at] + bytes((rng.choice(ALPHABET),)) + whole[at + 1:]
+                if takes(node, bad):
+                    check.validate(json.loads(bad))
+
+
+@pytest.mark.parametrize("name", SCHEMAS)
+def test_pretty_printed_answers_are_taken(name):
+    node = compile_schema(SCHEMAS[name])
+    value = json.loads(node.shortest)
+    for indent in (None, 2):
+        assert takes(node, json.dumps(value, indent=indent, ensure_ascii=False).encode())
+
+
+def test_whitespace_runs_are_bounded_and_strings_are_utf8():
+    node = compile_schema({"type": "object"})
+    assert not takes(node, b"{" + b" " * (machine.WS_RUN + 1) + b"}")
+    assert takes(node, b"{" + b" " * machine.WS_RUN + b"}")
+    assert takes(node, '{"é":"😀\\u00e9\\n"}'.encode())
+    for bad in (b'{"a":"\xff"}', b'{"a":"\xc3"}', b'{"a":"\xed\xa0\x80"}', b'{"a":"\x01"}', b'{"a":"\x1f"}', b'{"a":"\t"}', b'{"a":"\\x"}'):
+        assert not takes(node, bad), bad
+
+
+@pytest.mark.parametrize("schema, named", [
+    ({"type": "string", "pattern": "a+"}, "pattern"),
+    ({"type": "string", "format": "email"}, "format"),
+    ({"oneOf": [{"type": "string"}]}, "oneOf"),
+    ({"type": "integer", "multipleOf": 3}, "multipleOf"),
+    ({"type": "array", "uniqueItems": True}, "uniqueItems"),
+    ({"not": {"type": "string"}}, "not"),
+    ({"type": "object", "properties": {"a": {"type": "string", "pattern": "x"}}}, "properties/a"),
+    ({"$ref": "http://example.com/s.json"}, "$ref"),
+    ({"$ref": "#/$defs/missing"}, "points at nothing"),
+    ({"type": "object", "properties": {"a": {}}, "required": ["b"]}, "required"),
+    ({"type": "integer", "minimum": 5, "maximum": 4}, "no number"),
+    ({"type": "integer", "exclusiveMinimum": 1, "exclusiveMaximum": 2}, "no integer"),
+    ({"type": "string", "minLength": 5, "maxLength": 2}, "maxLength"),
+    ({"type": "thing"}, "type"),
+    ({"$defs": {"a": {"type": "object", "properties": {"a": {"$ref": "#/$defs/a"}}, "required": ["a"]}},
+      "$ref": "#/$defs/a"}, "never ends"),
+])
+def test_what_is_not_supported_is_refused_by_name(schema, named):
+    with pytest.raises(InputError, match=named.replace("$", r"\$")):
+        compile_schema(schema)
+
+
+BOUNDS = [dict(minimum=0, maximum=130), dict(minimum=-90, maximum=60), dict(exclusiveMinimum=0, exclusiveMaximum=1000),
+          dict(minimum=10, maximum=20), dict(minimum=0.25, maximum=0.5), dict(exclusiveMinimum=0),
+          dict(minimum=-5.5), dict(maximum=-3), dict(minimum=1000, maximum=1001)]
+UNIVERSE = [b"".join(p) for n in range(1, 5) for p in itertools.product([b"-", b"0", b"1", b"2", b"5", b"9", b"."],
+                                                                          repeat=n)]
+
+
+@pytest.mark.parametrize("kind", ["integer", "number"])
+@pytest.mark.parametrize("bounds", BOUNDS, ids=lambda b: ",".join(f"{k}={v}" for k, v in b.items()))
+def test_number_bounds_are_kept_exactly(kind, bounds):
+    try:
+        node = compile_schema({"type": kind, **bounds})
+    except InputError:
+        return
+    check = validator({"type": kind, **bounds})
+    for text in UNIVERSE:
+        feasible = numeric.feasible(text, node)
+        if numeric.complete(text, node):
+            assert feasible and check.is_valid(json.loads(text)), text
+        if not feasible:                          # no extension of up to 3 more bytes is a number of the node
+            assert not any(numeric.complete(text + b"".join(more), node)
+                           for n in range(4) for more in itertools.product([b"0", b"1", b"5", b"9", b"."], repeat=n))
+            continue
+        rest = numeric.completion(text, node)
+        assert rest is not None and numeric.complete(text + rest, node), text
+        assert check.is_valid(json.loads(text + rest))
+        shorter = [text + b"".join(more) for n in range(len(rest))
+                   for more in itertools.product([b"0", b"1", b"2", b"5", b"9", b"."], repeat=n)]
+        assert not any(numeric.complete(s, node) for s in shorter), (text, rest)
