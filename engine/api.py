@@ -36,6 +36,7 @@ n choices (with a seed, choice i draws with seed + i), presence_penalty and freq
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 
@@ -51,6 +52,22 @@ def serve(pipe, name: str | None = None) -> None:
     """Answer requests for `name` (default the pipeline's model name; also requests naming no
     model, for its task) with this loaded pipeline, e.g. one built from weights of your own."""
     _served[(pipe.task, name or pipe.entry.name)] = pipe
+
+
+@contextlib.contextmanager
+def serving(pipe, name: str | None = None):
+    """serve(pipe, name) for the length of a with block only: the page's worker answers with the
+    pipeline it has loaded, and never keeps one alive after the page drops it."""
+    key = (pipe.task, name or pipe.entry.name)
+    before = _served.get(key)
+    _served[key] = pipe
+    try:
+        yield pipe
+    finally:
+        if before is None:
+            _served.pop(key, None)
+        else:
+            _served[key] = before
 
 
 def _known(task: str, model, device):

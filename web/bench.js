@@ -13,6 +13,8 @@
 // `python build.py --peers`) the same case on llama.cpp in WebAssembly in this page, for the ratios.
 // ?speech=1 (or ?speech=simd,webgpu) adds Whisper's real-time factor on the 28 s speech sample (benchSpeech).
 // ?yolo=1 adds YOLO detection and pose against ONNX Runtime Web, and a live-camera loop (bench-yolo.js).
+// ?structured=1 (or =NAME,...) adds decoding with a JSON Schema against free decoding on SmolLM2 and
+// Qwen2.5-0.5B (benchStructured, engine/bench/structured.py).
 // ?startup=N (1: 3 rounds) compares the site's start with a bare Pyodide start (bare-start.js) in this
 // page, N rounds alternating which goes first (benchStartup). ?threads=1,2 times EfficientNet b1 and
 // MiniLM 1x128/8x128 on simd at each kernel thread count (the scaling curve); ?ort=1 runs ONNX Runtime
@@ -145,6 +147,9 @@ async function main() {
   if (threadSection) await section("threads", () => benchThreads(client, results));
   if (llmModel) await section("llm", () => benchLlmText(client, results, llmModel));
   else if (params.has("llm") && params.get("llm") !== "0") await section("llm", () => benchLlm(client, results));
+  if (params.has("structured") && params.get("structured") !== "0") {
+    await section("structured", () => benchStructured(client, results));
+  }
   if (params.has("speech") && params.get("speech") !== "0") await section("speech", () => benchSpeech(client, results));
   if (params.has("yolo") && params.get("yolo") !== "0") await section("yolo", () => benchYolo(client, results, params, info));
   return results;
@@ -457,6 +462,35 @@ async function benchLlm(client, results) {
   lines.push(`${row("llama.cpp", peer)}    ${peer.source}`);
   document.getElementById("llm-table").textContent = lines.join("\n");
   cardStatus.textContent = "done";
+}
+
+// The structured-output section: each model loaded in turn on simd, then engine.bench.structured's
+// measure (decoding with a JSON Schema against free decoding, interleaved) in the worker.
+async function benchStructured(client, results) {
+  const listed = (params.get("structured") || "").split(",").filter((v) => v && v !== "1");
+  const models = listed.length ? listed : ["SmolLM2-135M-Instruct", "Qwen2.5-Coder-0.5B-Instruct"];
+  const tokens = Number(params.get("tokens")) || 48;
+  const status = document.getElementById("structured-status");
+  document.getElementById("structured-card").hidden = false;
+  await client.setBackend("simd");
+  results.structured = {};
+  for (const model of models) {
+    status.textContent = `loading ${model}`;
+    await client.loadTask("text-generation", model);
+    status.textContent = `running ${model}`;
+    results.structured[model] = await client.python("bench_structured", tokens, 2);
+  }
+  const lines = [`greedy, up to ${tokens} tokens, six schema cases interleaved (decode tokens/s)`,
+                 `${"model".padEnd(30)} ${"free".padStart(8)} ${"schema".padStart(8)} ${"ratio".padStart(7)} ` +
+                 `${"ms/step".padStart(8)} ${"masked".padStart(7)}`];
+  for (const model of models) {
+    const r = results.structured[model];
+    lines.push(`${model.padEnd(30)} ${r.free_tok_s.toFixed(1).padStart(8)} ${r.schema_tok_s.toFixed(1).padStart(8)} ` +
+               `${r.ratio.toFixed(3).padStart(7)} ${r.constraint_ms_per_step.toFixed(3).padStart(8)} ` +
+               `${(100 * r.masked_share).toFixed(1).padStart(6)}%`);
+  }
+  document.getElementById("structured-table").textContent = lines.join("\n");
+  status.textContent = "done";
 }
 
 // The peer on the same case in this page: llama.cpp in WebAssembly (npm @wllama/wllama, built into

@@ -10,6 +10,11 @@ class EngineClient {
   constructor(workerUrl = new URL("worker.js", import.meta.url).href, started = null) {
     this.workerUrl = workerUrl;
     this.listeners = new Set();
+    // OpenAI's shape, as WebLLM offers it: client.chat.completions.create({messages, stream, ...});
+    // client.chat(messages, options, onPiece) stays the card's own call
+    const chat = (messages, options, onPiece) => this.call("chat", { messages, options }, [], onPiece);
+    chat.completions = { create: (request) => this.createCompletion(request) };
+    this.chat = chat;
     this.start(started);
   }
 
@@ -138,10 +143,47 @@ class EngineClient {
     return this.call("complete_text", { args: [prompt, JSON.stringify(options || {})], stream: true }, [], onPiece);
   }
 
-  // Answer a conversation [{role, content}, ...]: onPiece(text) with each piece as it comes; the
-  // promise gives {text, stats, device, heap_bytes}. stopChat() ends it before its next token.
-  chat(messages, options, onPiece) { return this.call("chat", { messages, options }, [], onPiece); }
+  // chat(messages, options, onPiece) (set in the constructor): answer a conversation [{role,
+  // content}, ...], onPiece(text) with each piece as it comes; the promise gives {text, stats,
+  // device, heap_bytes}. stopChat() ends it before its next token.
   stopChat() { return this.python("chat_stop"); }
+
+  // chat.completions.create(request): OpenAI's request (messages, temperature, max_tokens, stop,
+  // seed, response_format, tools, tool_choice, logprobs, n, ...) answered in the worker by
+  // engine.chat.completions.create, the same Python as natively. `model`: a registry model or a
+  // GGUF's URL, loaded first (none: the one loaded). Without stream, the promise gives the
+  // completion; with stream: true, an async iterator of its chunks (leaving the loop early stops
+  // the answer), whose `engine` holds the run's stats once it ends.
+  async createCompletion(request) {
+    await this.loadTask("text-generation", request.model || null);
+    const body = JSON.stringify({ ...request, model: undefined });
+    if (!request.stream) return this.call("chat_completion", { args: [body] });
+    const queue = [];
+    let wake = null, finished = false, failure = null;
+    const stream = { engine: null };
+    const reply = this.call("chat_completion", { args: [body], stream: true }, [], (text) => {
+      queue.push(JSON.parse(text));
+      if (wake) wake();
+    });
+    reply.then((result) => { stream.engine = result.engine; }, (error) => { failure = error; })
+      .finally(() => { finished = true; if (wake) wake(); });
+    const client = this;
+    stream[Symbol.asyncIterator] = async function* chunks() {
+      let done = false;
+      try {
+        for (;;) {
+          if (queue.length) { yield queue.shift(); continue; }
+          if (failure) throw failure;
+          if (finished) { done = true; return; }
+          await new Promise((resolve) => { wake = resolve; });
+          wake = null;
+        }
+      } finally {
+        if (!done && !finished) await client.stopChat();       // the loop was left early
+      }
+    };
+    return stream;
+  }
 
   setBackend(backend) { return this.python("set_device", backend); }
   run(source) { return this.python("run", source); }

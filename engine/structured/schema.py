@@ -129,21 +129,19 @@ class _Compiler:
             if not isinstance(props, dict) or not isinstance(required, list) or \
                     not all(isinstance(r, str) for r in required):
                 raise InputError(f"{where}: properties must be an object and required a list of names")
-            missing = [r for r in required if r not in props] if props or "additionalProperties" in schema else []
-            extra = schema.get("additionalProperties", not props)
-            if missing and extra is False:
-                raise InputError(f"{where}: required names {missing} that properties does not define")
-            if props and extra not in (False, None) and extra != {} and extra is not True:
+            named, extra = "properties" in schema, schema.get("additionalProperties")
+            if named and extra not in (None, False):
                 raise InputError(f"{where}: additionalProperties beside properties is not supported "
                                  "(objects with properties are closed)")
-            if props and extra is True:
-                raise InputError(f"{where}: additionalProperties: true beside properties is not supported "
-                                 "(objects with properties are closed)")
+            closed = named or extra is False
+            missing = [r for r in required if r not in props]
+            if closed and missing:
+                raise InputError(f"{where}: required names {missing} that properties does not define")
+            if not closed and required:
+                raise InputError(f"{where}: required without properties is not supported (name them in properties)")
             names = {name: self.node(s, f"{where}/properties/{name}", depth + 1) for name, s in props.items()}
-            other = None
-            if not props and extra is not False:
-                other = self.node(True if extra in (None, True) else extra, f"{where}/additionalProperties",
-                                  depth + 1)
+            other = None if closed else self.node(True if extra in (None, True) else extra,
+                                                  f"{where}/additionalProperties", depth + 1)
             return self.add(Node("object", where, props=names, keys={dumps(n)[1:-1]: n for n in names},
                                  required=frozenset(required), other=other))
         if kind == "array":

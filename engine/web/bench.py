@@ -125,6 +125,16 @@ async def bench_llm_text(prompt: str = "", new_tokens: int = 128, repeat: int = 
                        "device": state.current["device"]})
 
 
+async def bench_structured(new_tokens: int = 48, rounds: int = 2) -> str:
+    """`python -m engine bench structured` on the loaded text-generation model (its current
+    device): decoding with a JSON Schema against free decoding (engine.bench.structured)."""
+    from ..bench.structured import bench_model
+    pipe = state.loaded("text-generation")
+    async with state.lock:
+        result = bench_model(pipe, new_tokens=int(new_tokens), rounds=int(rounds))
+    return json.dumps({**result, "heap_bytes": state.heap_bytes()})
+
+
 async def bench_llm_profile(prompt: str = "") -> str:
     """Where the loaded text-generation model spends a prefill chunk and an eager decode step on the
     plain-text case, per kernel (engine.bench.llm.profile_text), at the current thread count:
@@ -267,4 +277,5 @@ async def bench_yolo_cases(pixels, width: int, height: int, sizes=(640, 320)) ->
 
 
 ENTRY_POINTS = (bench_digit, bench_image, bench_text, bench_threads, bench_peer_cases, bench_gemm, bench_ops, bench_qlinear, bench_llm,
+                bench_structured,
                 bench_llm_text, bench_llm_profile, bench_speech, bench_yolo, bench_yolo_cases)

@@ -140,6 +140,39 @@ async def run(source: str) -> str:
     return json.dumps(value, default=_jsonable)
 
 
+async def chat_completion(request: str, on_chunk=None) -> str:
+    """engine.chat.completions.create in the page (engine-client.js chat.completions.create): the
+    request as JSON, answered by the text-generation model loaded here (the client loads the one
+    it names first). With "stream": each chunk goes to on_chunk as JSON, between tokens the
+    worker takes its next message (chat_stop ends the answer), and the reply is {"engine": ...};
+    else the completion. "engine" (not OpenAI's): the run's stats, backend and heap."""
+    import asyncio
+
+    from engine import api
+    from engine.tasks import text_generation
+    request = json.loads(request)
+    if not isinstance(request, dict):
+        raise EngineError("the request must be a JSON object")
+    pipe = state.loaded("text-generation")
+    request.update(model=pipe.entry.name, cancel=text_generation.page_cancel())
+    request.pop("device", None)
+    async with _lock:
+        with api.serving(pipe):
+            memory = state.heap_bytes()
+            if request.get("stream"):
+                reply = {}
+                for chunk in api.chat.completions.create(**request):
+                    if on_chunk is not None:
+                        on_chunk(json.dumps(chunk))
+                    await asyncio.sleep(0)          # chat_stop's message gets its turn
+                    memory = max(memory, state.heap_bytes())
+            else:
+                reply = api.chat.completions.create(**request)
+    stats = {k: round(v, 4) if isinstance(v, float) else v for k, v in pipe.stats.items()}
+    return json.dumps({**reply, "engine": {"stats": stats, "device": _state["device"], "heap_bytes": memory,
+                                           **state.notice(pipe)}})
+
+
 def _jsonable(value):
     from engine import Tensor
     if isinstance(value, Tensor):
@@ -153,7 +186,7 @@ def _jsonable(value):
 
 def _entry_points() -> dict:
     """name -> function: this module's own, the bench page's, then every task module's."""
-    table = {fn.__name__: fn for fn in (devices, tasks, set_device, inspect_model, run)}
+    table = {fn.__name__: fn for fn in (devices, tasks, set_device, inspect_model, run, chat_completion)}
     for fn in (*bench.ENTRY_POINTS, *_tasks.worker_entry_points().values()):
         if fn.__name__ in table:
             raise EngineError(f"two worker entry points are named {fn.__name__!r}")

@@ -73,6 +73,18 @@ def test_pretty_printed_answers_are_taken(name):
         assert takes(node, json.dumps(value, indent=indent, ensure_ascii=False).encode())
 
 
+def test_objects_that_name_their_properties_are_closed():
+    empty = compile_schema({"type": "object", "properties": {}})
+    assert takes(empty, b"{}") and takes(empty, b"{ }") and not takes(empty, b'{"type":"object"}')
+    named = compile_schema({"type": "object", "properties": {"a": {"type": "integer"}}})
+    assert takes(named, b'{"a":1}') and takes(named, b"{}") and not takes(named, b'{"a":1,"b":2}')
+    assert not takes(named, b'{"a":1,"a":2}')                     # each name once
+    ints = compile_schema({"type": "object", "additionalProperties": {"type": "integer"}})
+    assert takes(ints, b'{"x":1,"y":-2}') and not takes(ints, b'{"x":"1"}')
+    closed = compile_schema({"type": "object", "additionalProperties": False})
+    assert takes(closed, b"{}") and not takes(closed, b'{"x":1}')
+
+
 def test_whitespace_runs_are_bounded_and_strings_are_utf8():
     node = compile_schema({"type": "object"})
     assert not takes(node, b"{" + b" " * (machine.WS_RUN + 1) + b"}")
@@ -93,6 +105,8 @@ def test_whitespace_runs_are_bounded_and_strings_are_utf8():
     ({"$ref": "http://example.com/s.json"}, "$ref"),
     ({"$ref": "#/$defs/missing"}, "points at nothing"),
     ({"type": "object", "properties": {"a": {}}, "required": ["b"]}, "required"),
+    ({"type": "object", "required": ["b"]}, "required without properties"),
+    ({"type": "object", "properties": {"a": {}}, "additionalProperties": {"type": "string"}}, "additionalProperties"),
     ({"type": "integer", "minimum": 5, "maximum": 4}, "no number"),
     ({"type": "integer", "exclusiveMinimum": 1, "exclusiveMaximum": 2}, "no integer"),
     ({"type": "string", "minLength": 5, "maxLength": 2}, "maxLength"),

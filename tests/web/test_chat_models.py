@@ -2,7 +2,8 @@
 when chosen (dropping the one before in the worker) and answers as the engine does natively;
 a base model (no chat template) turns the card into a completion box; a GGUF opened by URL from
 another origin is described from its header, then loads by Range; one the model code cannot
-run is refused from its header, before its weights download, and the page keeps working.
+run is refused from its header, before its weights download, and the page keeps working; with
+Qwen2.5 the card's tool demo runs the calculator the model calls.
 (The 1.5B model is never loaded here: too large for a test.)"""
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def native_gemma(gemma270_gguf) -> str:
 
 
 def set_max_tokens(page, n: int) -> None:
-    page.click(".chat-settings summary")
+    page.evaluate("document.querySelector('.chat-settings').open = true")
     page.fill("[data-testid=chat-max-tokens]", str(n))
 
 
@@ -86,6 +87,18 @@ def test_pick_a_chat_model_and_a_base_model(dev_server, session_factory, native_
     assert "tokens/s" in page.eval_on_selector(PICKER, "(el) => el.selectedOptions[0].text")
     assert int(page.get_attribute("[data-testid=chat-log]", "data-heap-bytes")) > 500e6
     assert pipelines(s) == [["text-generation"], 1]                  # SmolLM2's pipeline is gone
+
+    # the card's tool demo: the model calls the calculator, the page runs it, its result goes back
+    page.click("[data-testid=chat-new]")                              # a fresh conversation
+    page.wait_for_function("document.querySelectorAll('[data-testid=chat-assistant]').length === 0")
+    page.check("[data-testid=chat-tools]")
+    set_max_tokens(page, 60)
+    ask(page, "What is 12.5 plus 30?")
+    calls, results = page.locator("[data-testid=chat-tool-call]"), page.locator("[data-testid=chat-tool]")
+    assert calls.count() >= 1 and calls.first.text_content().startswith("calculator("), calls.all_text_contents()
+    assert results.count() == calls.count() and results.first.text_content() == "42.5"
+    page.uncheck("[data-testid=chat-tools]")
+    set_max_tokens(page, TOKENS)
 
     choose(page, GEMMA)
     assert page.is_visible("[data-testid=chat-mode]") and page.is_visible("[data-testid=chat-completion]")

@@ -13,8 +13,15 @@ into a completion box: the prompt in, its continuation streamed out (engine-clie
 
 Interruptions: Stop ends the answer before its next token (pressed while the model downloads, no
 answer is generated); New chat drops the conversation, and an answer still arriving for the old
-one is not added to the new one."""
+one is not added to the new one.
+
+JSON and Tools (chat models): the answer goes through OpenAI's chat.completions in the worker
+(engine.api, engine-client.js chat.completions), streamed. JSON constrains it to the schema in
+the box (empty: any JSON object); Tools offers a calculator and the clock: each call the model
+makes shows as its own bubble, runs here in the page, its result shows as a bubble and goes back
+to the model (role "tool") for the answer, two rounds of calls at most."""
 import asyncio
+import json
 
 import js
 from bridge import by_id, error_text, to_js, to_py, without_prefix
@@ -23,6 +30,30 @@ from pyscript.ffi import create_proxy
 
 def size_text(n):
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "calculator", "description": "Compute a op b for two numbers a and b",
+        "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "op": {"enum": ["+", "-", "*", "/"]},
+                                                        "b": {"type": "number"}}, "required": ["a", "op", "b"]}}},
+    {"type": "function", "function": {
+        "name": "current_time", "description": "The current date and time on this computer",
+        "parameters": {"type": "object", "properties": {}}}},
+]
+
+
+def run_tool(name, arguments):
+    """A tool call of the demo, run in the page: its result as text."""
+    args = json.loads(arguments)
+    if name == "calculator":
+        a, op, b = args["a"], args["op"], args["b"]
+        if op == "/":
+            return "error: division by zero" if b == 0 else str(a / b)
+        return str(a + b if op == "+" else a - b if op == "-" else a * b)
+    if name == "current_time":
+        return str(js.Date().toString())
+    return "error: no tool named " + name
 
 
 def start(card):
@@ -49,6 +80,68 @@ def start(card):
         by_id("chat-stop").disabled = not busy
         picker.disabled = busy
         by_id("chat-url-open").disabled = busy
+
+    def shape():
+        """response_format and tools from the JSON and Tools toggles ({}: plain chat); a schema box
+        that is not JSON raises ValueError."""
+        request = {}
+        if by_id("chat-json").checked:
+            text = by_id("chat-schema").value.strip()
+            request["response_format"] = ({"type": "json_schema", "json_schema": {"name": "answer",
+                                                                                 "schema": json.loads(text)}}
+                                          if text else {"type": "json_object"})
+        if by_id("chat-tools").checked:
+            request["tools"] = TOOLS
+        return request
+
+    async def completion(messages, request, on_piece):
+        """One answer through chat.completions in the worker, streamed (content to on_piece):
+        (the tool calls it made, the run's {"stats", "device", "heap_bytes"})."""
+        calls = []
+
+        def on_chunk(text):
+            for choice in json.loads(text).get("choices", []):
+                delta = choice.get("delta", {})
+                if delta.get("content"):
+                    on_piece(delta["content"])
+                for call in delta.get("tool_calls") or []:
+                    calls.append({"id": call["id"], "type": "function", "function": call["function"]})
+        body = {"messages": messages, "stream": True}
+        for key in request:
+            body[key] = request[key]
+        limits = options()
+        body["temperature"], body["max_tokens"] = limits["temperature"], limits["max_new_tokens"]
+        proxy = create_proxy(on_chunk)
+        try:
+            reply = to_py(await client.call("chat_completion", to_js({"args": [json.dumps(body)], "stream": True}),
+                                            to_js([]), proxy))
+        finally:
+            if hasattr(proxy, "destroy"):
+                proxy.destroy()
+        return calls, reply["engine"]
+
+    async def answer_with_tools(messages, request, target, on_piece):
+        """The answer, with the tool calls the model makes run here in between; (its text, the
+        run's info, the turns the calls and results added)."""
+        turns = []
+        for round_ in range(3):
+            calls, info = await completion(messages + turns, request, on_piece)
+            if not calls:
+                return target["el"].textContent, info, turns
+            said = target["el"].textContent
+            if not said:
+                target["el"].remove()
+            turns.append({"role": "assistant", "content": said or None, "tool_calls": calls})
+            for call in calls:
+                function = call["function"]
+                bubble("tool-call", f"{function['name']}({function['arguments']})")
+                result = run_tool(function["name"], function["arguments"])
+                bubble("tool", result)
+                turns.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+            request["tool_choice"] = "none" if round_ >= 1 else "auto"
+            target["el"] = bubble("assistant")
+            target["el"].classList.add("streaming")
+        return target["el"].textContent, info, turns
 
     def options():
         def number(name, kind, lo, hi, default):
@@ -247,6 +340,12 @@ def start(card):
         card.error(None)
         set_busy(True)
         conversation, state["stopped"] = state["conversation"], False
+        try:
+            request = shape() if state["chat"] else {}
+        except ValueError as e:
+            card.error(f"The schema is not JSON: {e}")
+            set_busy(False)
+            return
         box.value = ""
         if state["chat"]:
             bubble("user", text)
@@ -257,12 +356,13 @@ def start(card):
             answer.textContent = ""
         answer.classList.add("streaming")
         got = {"first": None, "started": js.performance.now()}
+        target, turns = {"el": answer}, []
 
         def on_piece(piece):
             if got["first"] is None:
                 got["first"] = js.performance.now()
                 by_id("chat-ttft").textContent = f"{got['first'] - got['started']:.0f}"
-            answer.textContent += piece
+            target["el"].textContent += piece
             log.scrollTop = log.scrollHeight
 
         piece_proxy = create_proxy(on_piece)
@@ -277,17 +377,23 @@ def start(card):
                 system = by_id("chat-system").value.strip()
                 turn = {"role": "user", "content": text}
                 messages = ([{"role": "system", "content": system}] if system else []) + state["history"] + [turn]
-                result = to_py(await client.chat(to_js(messages), to_js(options()), piece_proxy))
+                if request:
+                    said, info, turns = await answer_with_tools(messages, request, target, on_piece)
+                    result = dict(info)              # MicroPython: no {**info}
+                    result["text"] = said
+                else:
+                    result = to_py(await client.chat(to_js(messages), to_js(options()), piece_proxy))
         except Exception as e:                   # the worker's error text; the turn is not kept
             if state["chat"]:
-                answer.remove()
+                target["el"].remove()
             card.error(without_prefix(error_text(e), "engine.errors."))
             return
         finally:
             if hasattr(piece_proxy, "destroy"):     # Pyodide's proxies are freed by hand
                 piece_proxy.destroy()
-            answer.classList.remove("streaming")
+            target["el"].classList.remove("streaming")
             set_busy(False)
+        answer = target["el"]
         if conversation != state["conversation"]:
             return                                   # New chat meanwhile: this answer's conversation is gone
         stats = result["stats"]
@@ -295,7 +401,7 @@ def start(card):
         if stats.get("stop_reason") == "cancelled":
             answer.classList.add("stopped")
         if state["chat"]:
-            state["history"] += [turn, {"role": "assistant", "content": result["text"]}]
+            state["history"] += [turn] + turns + [{"role": "assistant", "content": result["text"]}]
         if "ttft_s" in stats:
             by_id("chat-ttft").textContent = f"{stats['ttft_s'] * 1e3:.0f}"
         by_id("chat-tps").textContent = f"{stats.get('decode_tok_s', 0):.1f}"
@@ -362,3 +468,7 @@ def start(card):
     by_id("chat-stop").addEventListener("click", create_proxy(lambda e: _run(stop())))
     by_id("chat-new").addEventListener("click", create_proxy(lambda e: _run(new_chat())))
     by_id("chat-context").addEventListener("change", create_proxy(lambda e: _run(set_context())))
+
+    def show_schema(event=None):
+        by_id("chat-schema").hidden = not by_id("chat-json").checked
+    by_id("chat-json").addEventListener("change", create_proxy(show_schema))
