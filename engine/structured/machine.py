@@ -16,7 +16,8 @@ Stacks are linked tuples (frame, parent), None when the value is complete. The f
     ("T", text, pos)                    exact text (around tool calls), no whitespace
 
 Whitespace goes only where JSON allows it, at most WS_RUN bytes in a row (so a model cannot
-pad forever); strings are valid UTF-8 (RFC 3629's ranges) without control characters.
+pad forever); strings are valid UTF-8 (RFC 3629's ranges) without control characters; objects
+and arrays nest at most MAX_NESTING deep (a recursive schema, or any JSON, included).
 States are hashable, so transitions and the rest of the way are cached by the caller.
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .schema import Node
 
 WS = frozenset(b" \t\n\r")
 WS_RUN = 24
+MAX_NESTING = 64              # objects and arrays within each other (the stack's depth bounds every state)
 _ESCAPES = frozenset(b'"\\/bfnrt')
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 
@@ -139,9 +141,9 @@ def _start(node: Node, b: int, parent) -> list:
             out.update(dict.fromkeys(_start(option, b, parent)))
         return list(out)
     if kind == "object":
-        return [(("O", node, frozenset(), "open", None), parent)] if b == 123 else []
+        return [(("O", node, frozenset(), "open", None), parent)] if b == 123 and _depth(parent) < MAX_NESTING else []
     if kind == "array":
-        return [(("A", node, 0, "open"), parent)] if b == 91 else []
+        return [(("A", node, 0, "open"), parent)] if b == 91 and _depth(parent) < MAX_NESTING else []
     if kind == "string":
         return [(("S", node, 0, 0, 0), parent)] if b == 34 else []
     if kind in ("integer", "number"):
@@ -151,6 +153,13 @@ def _start(node: Node, b: int, parent) -> list:
         going = tuple(t for t in node.texts if t[0] == b)
         return [(("L", going, 1), parent)] if going else []
     raise AssertionError(kind)
+
+
+def _depth(stack) -> int:
+    depth = 0
+    while stack is not None:
+        depth, stack = depth + 1, stack[1]
+    return depth
 
 
 def _open_names(node, seen) -> bool:

@@ -32,11 +32,15 @@ KEYWORDS = {"type", "properties", "required", "additionalProperties", "items", "
             "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "enum",
             "const", "anyOf", "allOf", "$ref"}
 MAX_DEPTH = 64                # nesting of the schema itself
+MAX_SHORTEST = 1 << 16        # bytes of the shortest answer a schema may ask for (minLength, minItems)
 
 
-def dumps(value) -> bytes:
-    """JSON as the machine writes literals: compact, UTF-8."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+def dumps(value, where: str = "enum") -> bytes:
+    """JSON as the machine writes literals: compact, UTF-8 (NaN and infinities are not JSON)."""
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    except (ValueError, TypeError, RecursionError) as e:
+        raise InputError(f"{where}: a value that is not JSON ({e})") from None
 
 
 class Node:
@@ -57,6 +61,8 @@ class _Compiler:
         self.root, self.by_pointer, self.nodes = root, {}, []
 
     def ref(self, pointer: str, where: str, depth: int) -> Node:
+        if not isinstance(pointer, str):
+            raise InputError(f"{where}: $ref must be a string, got {pointer!r:.60}")
         if pointer in self.by_pointer:
             return self.by_pointer[pointer]
         if pointer != "#" and not pointer.startswith(("#/$defs/", "#/definitions/")):
@@ -93,7 +99,20 @@ class _Compiler:
             values = [schema["const"]] if "const" in schema else schema["enum"]
             if not isinstance(values, list) or not values:
                 raise InputError(f"{where}: enum must be a non-empty list")
-            return self.add(Node("literal", where, texts=tuple(dict.fromkeys(dumps(v) for v in values))))
+            others = sorted(set(schema) - ANNOTATIONS - {"const", "enum", "type"})
+            if others:
+                raise InputError(f"{where}: enum or const beside {', '.join(others)} is not supported")
+            if "const" in schema and "enum" in schema:
+                values = [v for v in values if any(_same(v, e) for e in schema["enum"])] \
+                    if isinstance(schema["enum"], list) else values
+            if "type" in schema:
+                kinds = [schema["type"]] if isinstance(schema["type"], str) else schema["type"]
+                if not isinstance(kinds, list) or any(k not in TYPES for k in kinds):
+                    raise InputError(f"{where}: type must be one of {', '.join(TYPES)} or a list of them")
+                values = [v for v in values if any(_of_type(v, k) for k in kinds)]
+            if not values:
+                raise InputError(f"{where}: no value of its enum or const is allowed by the rest of it")
+            return self.add(Node("literal", where, texts=tuple(dict.fromkeys(dumps(v, where) for v in values))))
         if "allOf" in schema:
             parts = schema["allOf"]
             if not isinstance(parts, list) or len(parts) != 1 or set(schema) - ANNOTATIONS - {"allOf"}:
@@ -167,6 +186,22 @@ class _Compiler:
         return node
 
 
+def _of_type(value, kind: str) -> bool:
+    """Whether a JSON value is of a JSON Schema type (2.0 is an integer, true is not a number)."""
+    if isinstance(value, bool):
+        return kind == "boolean"
+    if isinstance(value, int):
+        return kind in ("integer", "number")
+    if isinstance(value, float):
+        return kind == "number" or (kind == "integer" and value.is_integer())
+    return {"string": str, "object": dict, "array": list, "null": type(None)}.get(kind) is type(value)
+
+
+def _same(a, b) -> bool:
+    """JSON equality (1 == 1.0, but true != 1)."""
+    return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b
+
+
 def _bound(schema: dict, name: str, where: str, default):
     value = schema.get(name, default)
     if value is not default and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
@@ -202,6 +237,7 @@ def compile_schema(schema, where: str = "schema") -> Node:
     """The root node of `schema` (a JSON Schema as a dict, or True for any JSON value)."""
     compiler = _Compiler(schema)
     root = compiler.node(schema, where)
+    _no_empty_loops(compiler.nodes)
     _shortest(compiler.nodes)
     if root.shortest is None:
         raise InputError(f"{where}: no finite JSON value satisfies it (a required recursion never ends)")
@@ -211,6 +247,25 @@ def compile_schema(schema, where: str = "schema") -> Node:
 def any_object(where: str = "response_format json_object") -> Node:
     """Any JSON object (OpenAI's json_object mode)."""
     return compile_schema({"type": "object"}, where)
+
+
+def _no_empty_loops(nodes) -> None:
+    """Refuse an anyOf that reaches itself through anyOfs alone ({"anyOf": [{"$ref": "#"}]}): its
+    value would never begin."""
+    done: set = set()
+
+    def visit(node, path):
+        if node.kind != "anyof" or id(node) in done:
+            return
+        if id(node) in path:
+            raise InputError(f"{node.where}: an anyOf that refers to itself before any value begins")
+        path.add(id(node))
+        for option in node.options:
+            visit(option, path)
+        path.discard(id(node))
+        done.add(id(node))
+    for node in nodes:
+        visit(node, set())
 
 
 def _shortest(nodes) -> None:
@@ -235,16 +290,20 @@ def _shortest_of(node: Node) -> bytes | None:
         texts = [o.shortest for o in node.options if o.shortest is not None]
         return min(texts, key=len) if texts else None
     if kind == "string":
+        _fits(node, node.low + 2)
         return b'"' + b"a" * node.low + b'"'
     if kind in ("integer", "number"):
-        from .numeric import completion
+        from .numeric import DIGITS, completion
         rest = completion(b"", node)
+        if rest is None:
+            raise InputError(f"{node.where}: its bounds need numbers of more than {DIGITS} digits")
         return rest
     if kind == "array":
         if node.low == 0:
             return b"[]"
         if node.items.shortest is None:
             return None
+        _fits(node, (len(node.items.shortest) + 1) * node.low + 1)
         return b"[" + b",".join([node.items.shortest] * node.low) + b"]"
     if kind == "object":
         parts = []
@@ -253,5 +312,13 @@ def _shortest_of(node: Node) -> bytes | None:
             if value is None:
                 return None
             parts.append(dumps(name) + b":" + value)
+        _fits(node, sum(map(len, parts)) + len(parts) + 1)
         return b"{" + b",".join(parts) + b"}"
     return None
+
+
+def _fits(node: Node, size: int) -> None:
+    """Refuse a schema whose shortest answer is absurd (before any allocation of that size)."""
+    if size > MAX_SHORTEST:
+        raise InputError(f"{node.where}: its shortest answer takes {size} bytes, more than the "
+                         f"{MAX_SHORTEST} a constrained answer may need")

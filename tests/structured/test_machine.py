@@ -85,6 +85,19 @@ def test_objects_that_name_their_properties_are_closed():
     assert takes(closed, b"{}") and not takes(closed, b'{"x":1}')
 
 
+def test_nesting_is_bounded():
+    node = compile_schema({"type": "object"})
+    deep = b'{"a":' + b"[" * (machine.MAX_NESTING - 1)
+    assert takes(node, deep + b"]" * (machine.MAX_NESTING - 1) + b"}")
+    assert not takes(node, deep + b"[" + b"]" * machine.MAX_NESTING + b"}")
+    tree = compile_schema(SCHEMAS["tree"])
+    text = b'{"label":"a","children":[' * 40
+    state = machine.initial(tree)
+    for b in text:
+        state = machine.step(state, b) if state is not None else None
+    assert state is None                                   # 80 deep: refused on the way
+
+
 def test_whitespace_runs_are_bounded_and_strings_are_utf8():
     node = compile_schema({"type": "object"})
     assert not takes(node, b"{" + b" " * (machine.WS_RUN + 1) + b"}")
@@ -111,6 +124,14 @@ def test_whitespace_runs_are_bounded_and_strings_are_utf8():
     ({"type": "integer", "exclusiveMinimum": 1, "exclusiveMaximum": 2}, "no integer"),
     ({"type": "string", "minLength": 5, "maxLength": 2}, "maxLength"),
     ({"type": "thing"}, "type"),
+    ({"type": "string", "minLength": 10**9}, "shortest answer takes 1000000002 bytes"),
+    ({"type": "array", "items": {"type": "string", "minLength": 1000}, "minItems": 1000}, "shortest answer"),
+    ({"type": "integer", "minimum": 1e30}, "more than 18 digits"),
+    ({"anyOf": [{"type": "string"}, {"$ref": "#"}]}, "refers to itself before any value begins"),
+    ({"type": "string", "enum": ["a"], "maxLength": 3}, "enum or const beside maxLength"),
+    ({"type": "integer", "enum": ["a", True]}, "no value of its enum"),
+    ({"enum": [float("nan")]}, "not JSON"),
+    ({"$ref": {"a": 1}}, "$ref must be a string"),
     ({"$defs": {"a": {"type": "object", "properties": {"a": {"$ref": "#/$defs/a"}}, "required": ["a"]}},
       "$ref": "#/$defs/a"}, "never ends"),
 ])
@@ -148,3 +169,61 @@ def test_number_bounds_are_kept_exactly(kind, bounds):
         shorter = [text + b"".join(more) for n in range(len(rest))
                    for more in itertools.product([b"0", b"1", b"2", b"5", b"9", b"."], repeat=n)]
         assert not any(numeric.complete(s, node) for s in shorter), (text, rest)
+
+
+ODD = [None, True, False, 0, -1, 2**63, 1e308, -0.5, "", "string", "#/$defs/x", [], [1, "a"], {}, {"type": 3},
+       {"$ref": "#"}, {"enum": []}, {"minimum": "x"}, [{"type": "string"}] * 3, {"anyOf": "x"}, float("nan")]
+
+
+def _mutate(rng, value, depth=0):
+    if isinstance(value, dict) and value and rng.random() < 0.7:
+        key = rng.choice(sorted(value))
+        out = dict(value)
+        roll = rng.random()
+        if roll < 0.3:
+            out[key] = rng.choice(ODD)
+        elif roll < 0.45:
+            del out[key]
+        elif roll < 0.6:
+            out[rng.choice(["minLength", "maxItems", "exclusiveMaximum", "required", "items", "$ref",
+                            "additionalProperties", "const", "type", "allOf"])] = rng.choice(ODD)
+        else:
+            out[key] = _mutate(rng, value[key], depth + 1)
+        return out
+    if isinstance(value, list) and value and rng.random() < 0.7:
+        out = list(value)
+        at = rng.randrange(len(out))
+        out[at] = _mutate(rng, out[at], depth + 1) if rng.random() < 0.6 else rng.choice(ODD)
+        return out
+    return rng.choice(ODD) if rng.random() < 0.3 else value
+
+
+def test_mangled_schemas_are_refused_with_input_errors_or_kept():
+    """600 random edits of the 20 schemas: compile_schema raises only InputError; a schema it
+    takes (and jsonschema deems a schema) still gives only valid answers."""
+    rng = random.Random(36)
+    names = sorted(SCHEMAS)
+    kept = checked = 0
+    for i in range(600):
+        schema = _mutate(rng, SCHEMAS[names[i % len(names)]])
+        try:
+            node = compile_schema(schema)
+        except InputError:
+            continue
+        kept += 1
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except jsonschema.SchemaError:
+            continue
+        state, text = machine.initial(node), b""
+        for _ in range(rng.randrange(40)):
+            choices = [(b, s) for b in ALPHABET if (s := machine.step(state, b)) is not None]
+            if not choices:
+                break
+            b, state = rng.choice(choices)
+            text += bytes((b,))
+        whole = text + machine.rest(state)
+        assert takes(node, whole), (schema, whole)
+        validator(schema).validate(json.loads(whole))
+        checked += 1
+    assert kept > 100 and checked > 50, (kept, checked)
