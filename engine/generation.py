@@ -18,6 +18,12 @@ negative), temperature, top-k, top-p (Holtzman et al. 2019: the smallest set of 
 tokens whose probability reaches p, the most likely always kept); temperature 0 is greedy
 (argmax, the first of equal maxima). A seed makes sampling repeatable.
 
+OpenAI's presence and frequency penalties apply to the tokens generated so far (before
+temperature). A `grammar` (engine.structured: a JSON Schema, a tool call) constrains the answer:
+the sampled token is checked against it, and only when it does not fit are the logits masked to
+the tokens that do (the constraint's choose/advance); `logprobs` records each token's
+log-probability and the likeliest alternatives.
+
 Stops: an end-of-sequence id (not given out), a stop string (the text before it is given out;
 text that may be the start of a stop string is held back until it is not), max_new_tokens,
 or `cancel()` / a `cancel` callable returning True, checked before each token.
@@ -175,6 +181,7 @@ class Generator:
         self.eos_ids = {int(i) for i in eos_ids}
         self.steps = graph.StepGraphs(use_graphs)   # window -> the captured decode step
         self.stats: dict = {}
+        self.logprobs: list = []                    # with GenerationConfig.logprobs: one entry per token
         self._cancelled = False
         self.bind(model, capacity)
 
