@@ -425,7 +425,7 @@ def test_registry_drives_the_model_build():
     assert list(convert.models()) == ["mnist_cnn", "efficientnet_lite0", "yolo11n_pose", "yolov10n",
                                       "all-MiniLM-L6-v2", "SmolLM2-135M-Instruct", "Qwen2.5-Coder-0.5B-Instruct",
                                       "Qwen2.5-Coder-1.5B-Instruct", "gemma-3-270m",
-                                      "whisper-base", "whisper-tiny.en"]     # yolo, llama and whisper declare several
+                                      "whisper-base", "whisper-tiny.en", "silero_vad"]   # yolo, llama, whisper: several
 
 
 def test_registry_json_lists_every_model_and_task(dist):

@@ -1,0 +1,105 @@
+"""Silero VAD (models/silero_vad.py) against the `silero-vad` package itself (PyPI 6.2.3, its
+TorchScript model's audio_forward): the speech probability of every 32 ms chunk within 1e-4, on
+espeak-ng speech, the same speech with silences inserted, noise and silence, on each backend;
+and a stream fed chunk by chunk gives what the whole recording gives.
+
+The package's safetensors (what the site serves) hold other weights than its TorchScript and
+ONNX files (a correlation of 0.90: another training), so the reference is the package's
+TorchScript with the safetensors' tensors loaded into it by name; and ours, given the
+TorchScript's own tensors, equals its stock output too."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine
+from tests.helpers import need_import
+
+torch = need_import("torch", "the reference runs on torch")
+silero = need_import("silero_vad", "the reference (PyPI silero-vad, the test extra)")
+
+
+@pytest.fixture(scope="module")
+def weights():
+    from importlib import resources
+    from engine import registry
+    import models.silero_vad  # noqa: F401  (its entry)
+    member = registry.model("silero_vad").source("weights").files["weights"]
+    return str(resources.files("silero_vad").joinpath(member.split("/", 1)[1]))
+
+
+# the TorchScript's names for the safetensors' (models/silero_vad.py's)
+NAMES = {"stft.forward_basis_buffer": "stft_conv.weight", "decoder.decoder.2.weight": "final_conv.weight",
+         "decoder.decoder.2.bias": "final_conv.bias",
+         **{f"decoder.rnn.{p}": f"lstm_cell.{p}" for p in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")},
+         **{f"encoder.{i}.reparam_conv.{p}": f"conv{i + 1}.{p}" for i in range(4) for p in ("weight", "bias")}}
+
+
+@pytest.fixture(scope="module")
+def stock():
+    """The package's TorchScript model as it ships."""
+    return silero.load_silero_vad()
+
+
+@pytest.fixture(scope="module")
+def reference(weights):
+    """The package's TorchScript model with the safetensors' tensors."""
+    from safetensors.numpy import load_file
+    model = silero.load_silero_vad()
+    tensors = load_file(weights)
+    assert sorted(NAMES.values()) == sorted(tensors)
+    model._model.load_state_dict({ours: torch.from_numpy(tensors[name]) for ours, name in NAMES.items()})
+    return model
+
+
+def recordings() -> dict[str, np.ndarray]:
+    from pathlib import Path
+    from engine.audio import load_audio
+    root = Path(__file__).resolve().parents[2] / "samples" / "speech"
+    speech = load_audio(str(root / "gettysburg-en.wav"))[: 16000 * 12]
+    rng = np.random.default_rng(4)
+    gap = np.zeros(16000 * 2, np.float32)
+    paused = np.concatenate([speech[:16000 * 4], gap, speech[16000 * 4:16000 * 8], gap[:8000]])
+    return {"speech": speech, "paused": paused, "noise": (rng.standard_normal(16000 * 3) * 0.05).astype(np.float32),
+            "silence": np.zeros(16000 * 2 + 100, np.float32)}
+
+
+def theirs(reference, samples: np.ndarray) -> np.ndarray:
+    reference.reset_states()
+    with torch.no_grad():
+        return reference.audio_forward(torch.from_numpy(samples)[None], 16000)[0].numpy()
+
+
+@pytest.mark.parametrize("device", engine.available_devices())
+def test_probabilities_equal_the_reference(weights, reference, device):
+    from models.silero_vad import load, speech_probabilities
+    model = load(weights, device)
+    for name, samples in recordings().items():
+        want, got = theirs(reference, samples), speech_probabilities(model, samples)
+        assert got.shape == want.shape == (-(-len(samples) // 512),), name
+        np.testing.assert_allclose(got, want, atol=1e-4, err_msg=f"{name} on {device}")
+        if name == "speech":
+            assert (want > 0.5).mean() > 0.5          # the case is speech, mostly
+        if name == "silence":
+            assert want.max() < 0.1
+
+
+def test_with_the_torchscripts_own_tensors_ours_equals_its_stock_output(stock):
+    from models.silero_vad import load, speech_probabilities
+    tensors = {name: engine.tensor(stock._model.state_dict()[ours].numpy()) for ours, name in NAMES.items()}
+    model = load(tensors, "numpy")
+    for name, samples in recordings().items():
+        np.testing.assert_allclose(speech_probabilities(model, samples), theirs(stock, samples), atol=1e-4,
+                                   err_msg=name)
+
+
+def test_a_stream_gives_what_the_whole_recording_gives(weights):
+    from models.silero_vad import load, speech_probabilities
+    model = load(weights, "numpy")
+    samples = recordings()["paused"]
+    whole = speech_probabilities(model, samples)
+    state, streamed = model.initial_state(), []
+    for start in range(0, len(samples) - 511, 512):
+        p, state = model.step(samples[None, start:start + 512], state)
+        streamed.append(p[0])
+    np.testing.assert_array_equal(np.array(streamed, np.float32), whole[:len(streamed)])
