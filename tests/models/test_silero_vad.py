@@ -103,3 +103,44 @@ def test_a_stream_gives_what_the_whole_recording_gives(weights):
         p, state = model.step(samples[None, start:start + 512], state)
         streamed.append(p[0])
     np.testing.assert_array_equal(np.array(streamed, np.float32), whole[:len(streamed)])
+
+
+def test_segments_equal_the_packages_rules():
+    """engine.audio.vad.speech_segments against silero-vad's get_speech_timestamps_from_probs on
+    the same probabilities: its defaults, a limit on a segment's length, other thresholds; on
+    random walks of probabilities (speech, pauses, flicker) as well as real ones."""
+    from engine.audio.vad import speech_segments
+    rng = np.random.default_rng(37)
+    cases = []
+    for _ in range(300):
+        n = int(rng.integers(1, 400))
+        level = rng.random()
+        probs = np.clip(level + np.cumsum(rng.normal(0, 0.15, n)), 0, 1)
+        if rng.random() < 0.3:
+            probs = rng.random(n)
+        samples = n * 512 - int(rng.integers(0, 512))
+        cases.append((probs.astype(np.float32).tolist(), samples))
+    options = [{}, {"max_speech_duration_s": 3.0}, {"max_speech_duration_s": 1.0, "speech_pad_ms": 0},
+               {"threshold": 0.3, "min_silence_duration_ms": 300, "min_speech_duration_ms": 100},
+               {"threshold": 0.1, "max_speech_duration_s": 2.0}]
+    ours_names = {"threshold": "threshold", "max_speech_duration_s": "max_speech_s", "speech_pad_ms": "speech_pad_ms",
+                  "min_silence_duration_ms": "min_silence_ms", "min_speech_duration_ms": "min_speech_ms"}
+    for probs, samples in cases:
+        for option in options:
+            want = silero.get_speech_timestamps_from_probs(probs, audio_length_samples=samples, **option)
+            got = speech_segments(probs, samples, **{ours_names[k]: v for k, v in option.items()})
+            assert got == want, (option, probs, samples)
+
+
+def test_segments_of_real_speech_with_pauses_equal_the_packages(weights, reference):
+    """End to end: the model's probabilities, then the segments, against get_speech_timestamps
+    on the same audio with the same weights; the inserted 2 s silence separates two segments."""
+    from engine.audio.vad import speech_segments
+    from models.silero_vad import load, speech_probabilities
+    model = load(weights, "numpy")
+    samples = recordings()["paused"]
+    reference.reset_states()
+    want = silero.get_speech_timestamps(torch.from_numpy(samples), reference)
+    got = speech_segments(speech_probabilities(model, samples), len(samples))
+    assert got == want
+    assert any(a["end"] <= 16000 * 4 + 1000 and b["start"] >= 16000 * 6 - 1000 for a, b in zip(got, got[1:])), got
