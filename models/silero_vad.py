@@ -13,8 +13,8 @@ by its own names. The network, as that package's tinygrad twin writes it:
     -> an LSTM cell (128), its state carried from chunk to chunk
     -> ReLU, a 1x1 convolution and a sigmoid: the speech probability of the chunk
 
-`speech_probabilities(samples)` runs a whole recording chunk by chunk (the last one zero-padded),
-as the reference's `audio_forward` does; `SileroVAD.step` is one chunk, for a stream.
+`SileroVAD.step` is one chunk and the state carried; engine/tasks/voice_activity.py runs a whole
+recording chunk by chunk (the last one zero-padded), as the reference's `audio_forward` does.
 """
 from __future__ import annotations
 
@@ -98,18 +98,6 @@ class SileroVAD(nn.Module):
         return p.numpy(), (x[:, -self.config.context:], h, c)
 
 
-def speech_probabilities(model: SileroVAD, samples: np.ndarray) -> np.ndarray:
-    """One probability per 512 samples of a 16 kHz recording (the last chunk zero-padded)."""
-    samples = np.asarray(samples, np.float32).reshape(-1)
-    chunk = model.config.chunk
-    padded = np.pad(samples, (0, -len(samples) % chunk))
-    state, out = model.initial_state(), []
-    for start in range(0, len(padded), chunk):
-        p, state = model.step(padded[None, start:start + chunk], state)
-        out.append(p[0])
-    return np.array(out, np.float32)
-
-
 def load(weights, device: str | None = None, config: Config = Config()) -> SileroVAD:
     """SileroVAD with `weights`: a mapping by checkpoint name, or a safetensors file or URL."""
     import os
@@ -121,11 +109,11 @@ def load(weights, device: str | None = None, config: Config = Config()) -> Siler
 
 ENTRY = registry.Model(
     name="silero_vad",
-    tasks=(),                    # its weights are served; the voice-activity task comes next (issue 37)
-    pipeline=None,
+    tasks=("voice-activity",),
+    pipeline="voice-activity",
     title="Voice activity · Silero VAD v6",
     license="MIT",
-    load=None,
+    load=load,
     sources=(registry.Source("pypi", "silero-vad", "6.2.3", {
         "weights": "silero_vad/data/silero_vad_16k.safetensors",
     }, why="Silero VAD v6, 16 kHz: 15 float32 tensors, 1.2 MB"),),

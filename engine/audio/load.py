@@ -53,6 +53,18 @@ def load_audio(source, sr: int = SAMPLE_RATE, *, orig_sr: int | None = None, nam
     return _decode_other(data, source, sr, name)
 
 
+def audio_input(audio, sampling_rate: int = SAMPLE_RATE) -> np.ndarray:
+    """A pipeline's audio argument as float32 mono samples at 16 kHz: a path, the bytes of a
+    file, or an array (or list) of samples at `sampling_rate`."""
+    if isinstance(audio, (list, tuple)):
+        audio = np.asarray(audio, np.float32)
+    if isinstance(audio, np.ndarray):
+        return load_audio(audio, orig_sr=sampling_rate, name="audio")
+    if isinstance(audio, (str, bytes, bytearray, memoryview)) or hasattr(audio, "__fspath__"):
+        return load_audio(audio)
+    raise InputError(f"audio must be a path, the bytes of a file or an array of samples, got {type(audio).__name__}")
+
+
 def _from_array(samples: np.ndarray, sr: int, orig_sr, name) -> np.ndarray:
     if orig_sr is None:
         raise InputError("an array of samples needs its rate: load_audio(array, orig_sr=...)")

@@ -86,6 +86,21 @@ class SpeechModel(Model, Protocol):
     def cross_attention(self, features, out=None): ...
 
 
+class VADConfig(Protocol):
+    sample_rate: int
+    chunk: int                             # samples per probability
+
+
+class VoiceActivityModel(Model, Protocol):
+    """A voice activity detector for engine/tasks/voice_activity.py: initial_state(batch) and
+    step(chunk (B, chunk) float32, state) -> (speech probabilities (B,), the next state)."""
+    config: VADConfig
+
+    def initial_state(self, batch=1): ...
+
+    def step(self, chunk, state): ...
+
+
 def members(contract: type) -> dict[str, object]:
     """name -> what it must be: a Protocol (checked in turn), a type (an attribute), or None (a
     method), over `contract` and the Protocols it extends."""

@@ -78,15 +78,8 @@ class SpeechRecognition(Pipeline):
     def load(self, audio, sampling_rate: int = SAMPLE_RATE) -> np.ndarray:
         """float32 mono samples at 16 kHz of a path, the bytes of a file, or an array of samples
         at `sampling_rate`."""
-        from ..audio import load_audio
-        if isinstance(audio, (list, tuple)):
-            audio = np.asarray(audio, np.float32)
-        if isinstance(audio, np.ndarray):
-            return load_audio(audio, orig_sr=sampling_rate, name="audio")
-        if isinstance(audio, (str, bytes, bytearray, memoryview)) or hasattr(audio, "__fspath__"):
-            return load_audio(audio)
-        raise InputError(f"audio must be a path, the bytes of a file or an array of samples, "
-                         f"got {type(audio).__name__}")
+        from ..audio import audio_input
+        return audio_input(audio, sampling_rate)
 
     def language_code(self, language):
         """A language code ("fr") from a code or a name ("French"); None stays None (detect)."""

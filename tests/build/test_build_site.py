@@ -438,7 +438,8 @@ def test_registry_json_lists_every_model_and_task(dist):
     assert tasks == {"digit-classification": "mnist_cnn", "image-classification": "efficientnet_lite0",
                      "sentence-embedding": "all-MiniLM-L6-v2", "feature-extraction": "all-MiniLM-L6-v2",
                      "text-generation": "SmolLM2-135M-Instruct", "speech-recognition": "whisper-base",
-                     "pose-estimation": "yolo11n_pose", "object-detection": "yolov10n"}
+                     "pose-estimation": "yolo11n_pose", "object-detection": "yolov10n",
+                     "voice-activity": "silero_vad"}
     for m in listing:
         assert (dist / m["folder"] / "manifest.json").is_file()
 

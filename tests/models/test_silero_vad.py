@@ -23,7 +23,6 @@ silero = need_import("silero_vad", "the reference (PyPI silero-vad, the test ext
 def weights():
     from importlib import resources
     from engine import registry
-    import models.silero_vad  # noqa: F401  (its entry)
     member = registry.model("silero_vad").source("weights").files["weights"]
     return str(resources.files("silero_vad").joinpath(member.split("/", 1)[1]))
 
@@ -72,7 +71,8 @@ def theirs(reference, samples: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("device", engine.available_devices())
 def test_probabilities_equal_the_reference(weights, reference, device):
-    from models.silero_vad import load, speech_probabilities
+    from engine.tasks.voice_activity import speech_probabilities
+    from models.silero_vad import load
     model = load(weights, device)
     for name, samples in recordings().items():
         want, got = theirs(reference, samples), speech_probabilities(model, samples)
@@ -85,7 +85,8 @@ def test_probabilities_equal_the_reference(weights, reference, device):
 
 
 def test_with_the_torchscripts_own_tensors_ours_equals_its_stock_output(stock):
-    from models.silero_vad import load, speech_probabilities
+    from engine.tasks.voice_activity import speech_probabilities
+    from models.silero_vad import load
     tensors = {name: engine.tensor(stock._model.state_dict()[ours].numpy()) for ours, name in NAMES.items()}
     model = load(tensors, "numpy")
     for name, samples in recordings().items():
@@ -94,7 +95,8 @@ def test_with_the_torchscripts_own_tensors_ours_equals_its_stock_output(stock):
 
 
 def test_a_stream_gives_what_the_whole_recording_gives(weights):
-    from models.silero_vad import load, speech_probabilities
+    from engine.tasks.voice_activity import speech_probabilities
+    from models.silero_vad import load
     model = load(weights, "numpy")
     samples = recordings()["paused"]
     whole = speech_probabilities(model, samples)
@@ -109,7 +111,7 @@ def test_segments_equal_the_packages_rules():
     """engine.audio.vad.speech_segments against silero-vad's get_speech_timestamps_from_probs on
     the same probabilities: its defaults, a limit on a segment's length, other thresholds; on
     random walks of probabilities (speech, pauses, flicker) as well as real ones."""
-    from engine.audio.vad import speech_segments
+    from engine.audio.vad import Segmenter, speech_segments
     rng = np.random.default_rng(37)
     cases = []
     for _ in range(300):
@@ -128,15 +130,24 @@ def test_segments_equal_the_packages_rules():
     for probs, samples in cases:
         for option in options:
             want = silero.get_speech_timestamps_from_probs(probs, audio_length_samples=samples, **option)
-            got = speech_segments(probs, samples, **{ours_names[k]: v for k, v in option.items()})
+            ours = {ours_names[k]: v for k, v in option.items()}
+            got = speech_segments(probs, samples, **ours)
             assert got == want, (option, probs, samples)
+            segmenter, streamed = Segmenter(**ours), []      # as they come: each once final, the same
+            for i, p in enumerate(probs):
+                for segment in segmenter.push(p):
+                    assert segment["end"] <= 512 * (i + 1)        # never past the audio come so far
+                    streamed.append((segment, i))
+            streamed += [(segment, len(probs)) for segment in segmenter.finish(samples)]
+            assert [segment for segment, _ in streamed] == want
 
 
 def test_segments_of_real_speech_with_pauses_equal_the_packages(weights, reference):
     """End to end: the model's probabilities, then the segments, against get_speech_timestamps
     on the same audio with the same weights; the inserted 2 s silence separates two segments."""
     from engine.audio.vad import speech_segments
-    from models.silero_vad import load, speech_probabilities
+    from engine.tasks.voice_activity import speech_probabilities
+    from models.silero_vad import load
     model = load(weights, "numpy")
     samples = recordings()["paused"]
     reference.reset_states()

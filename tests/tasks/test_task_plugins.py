@@ -230,7 +230,7 @@ def test_the_worker_exports_every_command_of_the_page_and_imports_no_task_s_heav
     assert PAGE_COMMANDS <= set(out["exports"]) and len(out["exports"]) == len(set(out["exports"]))
     assert out["callable"]
     assert out["tasks"] == ["digit_classification", "image_classification", "object_detection", "pose_estimation",
-                            "sentence_embedding", "speech_recognition", "text_generation"]
+                            "sentence_embedding", "speech_recognition", "text_generation", "voice_activity"]
     assert out["loaded"] == [], out["loaded"]
 
 
