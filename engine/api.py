@@ -181,6 +181,18 @@ class _Format:
         return pipe.grammar(schema, before=tools.OPEN.encode(), after=b"\n" + tools.CLOSE.encode())
 
 
+OPTION_FIELDS = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "n",
+                 "presence_penalty", "frequency_penalty", "logprobs", "top_logprobs")
+
+
+def _parts(messages, response_format=None, tools=None, tool_choice=None, user=None, **fields):
+    """(generation options, messages, _Format) of a request's fields: a bad one fails here, before
+    a model loads; a field OpenAI does not define is refused by name."""
+    extra = {name: value for name, value in fields.items() if name not in OPTION_FIELDS}
+    options = _options(**{name: fields.get(name) for name in OPTION_FIELDS}, extra=extra)
+    return options, _messages(messages), _Format(response_format, tools, tool_choice)
+
+
 def _options(temperature, top_p, max_tokens, max_completion_tokens, stop, seed, n, presence_penalty,
              frequency_penalty, logprobs, top_logprobs, extra) -> dict:
     """engine.generation.GenerationConfig's options for an OpenAI request."""
@@ -209,9 +221,9 @@ def _options(temperature, top_p, max_tokens, max_completion_tokens, stop, seed, 
     return options
 
 
-def _usage(stats: dict, prompt: int | None = None, new: int | None = None) -> dict:
-    prompt = stats.get("prompt_tokens", 0) if prompt is None else prompt
-    new = stats.get("new_tokens", 0) if new is None else new
+def _usage(stats: dict, new: int) -> dict:
+    """OpenAI's usage: the prompt's tokens from the last run's stats, `new` over all the choices."""
+    prompt = stats.get("prompt_tokens", 0)
     return {"prompt_tokens": prompt, "completion_tokens": new, "total_tokens": prompt + new,
             "prompt_tokens_details": {"cached_tokens": stats.get("reused_tokens", 0)}}
 
@@ -270,7 +282,7 @@ class _Request:
             message, finish = self._message(text)
             choices.append({"index": i, "message": message, "logprobs": self._logprobs(self.pipe.generator.logprobs),
                             "finish_reason": finish})
-        return {**self._head("chat.completion"), "choices": choices, "usage": _usage(stats, new=new)}
+        return {**self._head("chat.completion"), "choices": choices, "usage": _usage(stats, new)}
 
     def _chunk(self, i: int, delta: dict, finish=None, logprobs=None) -> dict:
         chunk = {**self._head("chat.completion.chunk"),
@@ -292,7 +304,7 @@ class _Request:
             stats = self.pipe.stats
             new += stats["new_tokens"]
         if self.include_usage:
-            yield {**self._head("chat.completion.chunk"), "choices": [], "usage": _usage(stats, new=new)}
+            yield {**self._head("chat.completion.chunk"), "choices": [], "usage": _usage(stats, new)}
 
     def _pieces(self, i: int, pieces):
         """One choice's content chunks; with tools, what follows a call's opening (or an answer
@@ -344,12 +356,11 @@ class Completions:
         """A chat completion (a dict), or with stream=True an iterator of its chunks. Extensions of
         the request: `device` picks the engine's backend (default the best one); `cancel()`, when
         it returns True, ends the answer before its next token (finish_reason "stop")."""
-        fields = dict(temperature=temperature, top_p=top_p, max_tokens=max_tokens,
-                      max_completion_tokens=max_completion_tokens, stop=stop, seed=seed, n=n,
-                      presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, logprobs=logprobs,
-                      top_logprobs=top_logprobs, extra=extra)
-        # a bad request fails here, before a model loads
-        options, messages, fmt = _options(**fields), _messages(messages), _Format(response_format, tools, tool_choice)
+        options, messages, fmt = _parts(
+            messages, response_format, tools, tool_choice, temperature=temperature, top_p=top_p,
+            max_tokens=max_tokens, max_completion_tokens=max_completion_tokens, stop=stop, seed=seed, n=n,
+            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, logprobs=logprobs,
+            top_logprobs=top_logprobs, **extra)
         request = _Request(_pipeline("text-generation", model, device), messages, options, stream_options, cancel,
                            fmt, n)
         return request.chunks() if stream else request.whole()
@@ -357,14 +368,9 @@ class Completions:
     async def create_async(self, *, messages, model: str | None = None, stream: bool = False, device=None,
                            stream_options=None, cancel=None, **fields):
         """create(), awaited: the model loads without blocking; with stream=True an async iterator."""
-        shape = [fields.pop(name, None) for name in ("response_format", "tools", "tool_choice")]
-        fields = {name: fields.pop(name, None) for name in
-                  ("temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "n",
-                   "presence_penalty", "frequency_penalty", "logprobs", "top_logprobs")} | \
-            {"extra": {k: v for k, v in fields.items() if k != "user"}}
-        options, messages, fmt = _options(**fields), _messages(messages), _Format(*shape)
+        options, messages, fmt = _parts(messages, **fields)
         request = _Request(await _pipeline_async("text-generation", model, device), messages, options,
-                           stream_options, cancel, fmt, fields["n"])
+                           stream_options, cancel, fmt, fields.get("n"))
         if not stream:
             return request.whole()
         return _aiter(request.chunks())

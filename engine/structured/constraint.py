@@ -15,9 +15,10 @@ all the tokens under it; inside a free string, the tokens of plain string bytes 
 backslash or control byte, UTF-8 that continues what is pending) are allowed as one
 precomputed array, and only the others are walked.
 
-The budget: a token fits only when the shortest completion after it (machine.rest) still fits
-the tokens left (every byte is one token at worst), so an answer cut by max_tokens is still
-whole JSON; where nothing sampled fits, the next byte of the shortest completion is forced.
+The budget: a token fits only when the shortest completion after it (machine.rest), spelt with
+the longest tokens that start what is left, still fits the tokens left, so an answer cut by
+max_tokens is still whole JSON; where nothing sampled fits, the longest token that starts the
+shortest completion is forced.
 """
 from __future__ import annotations
 
@@ -60,6 +61,10 @@ class Vocabulary:
         self.plain = plain
         self.other_keys = [p for p, _ in other]
         self.other_ids = np.array([i for _, i in other], np.int64)
+
+    def piece(self, token: int) -> bytes | None:
+        """A token's bytes; None for a special token or an id past the vocabulary."""
+        return self.pieces[token] if 0 <= token < self.size else None
 
     def longest_prefix(self, text: bytes) -> int | None:
         """The id of the longest token that `text` starts with."""
@@ -120,7 +125,6 @@ class Grammar:
         self.moves: dict = {}
         self.masks: dict = {}
         self.rests: dict = {}
-        self.walks = self.misses = 0
 
     def move(self, state, b: int):
         key = (state, b)
@@ -162,7 +166,6 @@ class Grammar:
         packed = self.masks.get(state)
         if packed is not None:
             return np.unpackbits(packed, count=self.vocab.size).view(bool)
-        self.misses += 1
         vocab = self.vocab
         mask = np.zeros(vocab.size, bool)
         string = _free_string(state)
@@ -189,7 +192,6 @@ class Grammar:
             found.append(lo)
             lo += 1
         while lo < hi:
-            self.walks += 1
             b = keys[lo][depth]
             end = hi if b == 255 else bisect_left(keys, keys[lo][:depth] + bytes((b + 1,)), lo, hi)
             after = self.move(state, b)
@@ -239,7 +241,7 @@ class Constraint:
         """Whether `token` may come next (its bytes walk, and what must follow still fits)."""
         if token in self.eos_ids:
             return self.complete
-        piece = self.grammar.vocab.pieces[token] if 0 <= token < self.grammar.vocab.size else None
+        piece = self.grammar.vocab.piece(token)
         if not piece:
             return False
         after = self.grammar.walk(self.state, piece)
@@ -298,8 +300,7 @@ class Triggered:
             token = pick(logits)
             if not (self.fresh and self.bare is not None):
                 return token
-            piece = self.grammar.vocab.pieces[token] if token < self.grammar.vocab.size else None
-            if not (piece or b"").lstrip().startswith(b"{"):
+            if not (self.grammar.vocab.piece(token) or b"").lstrip().startswith(b"{"):
                 return token
             self.inner = Constraint(self.bare, self.left, self.eos_ids)
         return self.inner.choose(logits, pick)
@@ -314,8 +315,7 @@ class Triggered:
                 self.forced += self.inner.forced
                 self.inner, self.tail = None, b""
             return
-        piece = self.grammar.vocab.pieces[token] if token < self.grammar.vocab.size else None
-        self.tail = (self.tail + (piece or b""))[-len(self.trigger):]
+        self.tail = (self.tail + (self.grammar.vocab.piece(token) or b""))[-len(self.trigger):]
         if self.tail == self.trigger:
             self.inner = Constraint(self.grammar, max(self.left, 0), self.eos_ids)
 

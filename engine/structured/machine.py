@@ -23,7 +23,7 @@ States are hashable, so transitions and the rest of the way are cached by the ca
 from __future__ import annotations
 
 from . import numeric
-from .schema import Node
+from .schema import Node, dumps
 
 WS = frozenset(b" \t\n\r")
 WS_RUN = 24
@@ -263,14 +263,12 @@ def _rest(stack) -> bytes:
 
 
 def _members(node, seen) -> list[bytes]:
-    from .schema import dumps
     return [dumps(n) + b":" + (node.props[n].shortest if n in node.props else node.other.shortest)
             for n in sorted(node.required - seen)]
 
 
 def _one_member(node, seen) -> bytes:
     """The cheapest member that may still be written (after a comma one must be)."""
-    from .schema import dumps
     if node.other is not None:
         return b'"":' + node.other.shortest
     return min((dumps(n) + b":" + v.shortest for n, v in node.props.items() if n not in seen), key=len)

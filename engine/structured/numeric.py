@@ -9,6 +9,7 @@ on in one number.
 """
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 DIGITS = 18
@@ -164,7 +165,6 @@ def _candidates(text: bytes, node):
 
 def _near(point: Fraction, node, integer: bool, step: int):
     """Values within the bounds at or next to `point`: the point, or the bounds' nearest insides."""
-    import math
     base = Fraction(math.ceil(point) + step) if integer else point
     out = [base]
     if node.lo is not None:

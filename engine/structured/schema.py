@@ -24,6 +24,7 @@ import math
 from fractions import Fraction
 
 from ..errors import InputError
+from .numeric import DIGITS, completion
 
 ANNOTATIONS = {"title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
                "readOnly", "writeOnly", "$defs", "definitions", "strict", "additionalItems"}
@@ -293,7 +294,6 @@ def _shortest_of(node: Node) -> bytes | None:
         _fits(node, node.low + 2)
         return b'"' + b"a" * node.low + b'"'
     if kind in ("integer", "number"):
-        from .numeric import DIGITS, completion
         rest = completion(b"", node)
         if rest is None:
             raise InputError(f"{node.where}: its bounds need numbers of more than {DIGITS} digits")

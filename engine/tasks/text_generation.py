@@ -103,16 +103,15 @@ class TextGeneration(Pipeline):
         self.grammar) constrains it, `tools` go to the chat template."""
         return self.generator.stream(self.prompt_ids(messages, tools), self._config(options), cancel, grammar)
 
-    def grammar(self, schema=None, before: bytes = b"", after: bytes = b"", node=None):
-        """The answers that are JSON texts of `schema` (a JSON Schema; None: any JSON object), or
-        of a compiled `node`, with exact text around them, on this model's vocabulary
-        (engine.structured); the last 8 are kept for the next request with the same schema."""
+    def grammar(self, schema=None, before: bytes = b"", after: bytes = b""):
+        """The answers that are JSON texts of `schema` (a JSON Schema; None: any JSON object),
+        with exact text around them, on this model's vocabulary (engine.structured); the last 8
+        are kept for the next request with the same schema."""
         from ..structured import Grammar, any_object, compile_schema
-        key = (json.dumps(schema, sort_keys=True) if node is None else id(node), before, after)
+        key = (json.dumps(schema, sort_keys=True), before, after)
         grammar = self._grammars.get(key)
         if grammar is None:
-            if node is None:
-                node = any_object() if schema is None else compile_schema(schema, "response_format.json_schema.schema")
+            node = any_object() if schema is None else compile_schema(schema, "response_format.json_schema.schema")
             if len(self._grammars) >= 8:
                 self._grammars.pop(next(iter(self._grammars)))
             grammar = self._grammars[key] = Grammar(node, self.tokenizer, self.model.config.vocab_size, before, after)

@@ -12,6 +12,14 @@ from engine.bench.structured import PROMPTS, SCHEMAS, messages
 MAX_TOKENS = 48
 
 
+def served(gguf, name: str):
+    """A fixture's body: the GGUF's pipeline (simd) answering engine.chat.completions under `name`."""
+    from engine import api
+    pipe = engine.pipeline("text-generation", weights=str(gguf), device="simd", capacity=1024)
+    with api.serving(pipe, name):
+        yield pipe
+
+
 def answer_all(model: str, name: str) -> list[dict]:
     """The ten prompts' answers for schema `name`: the first five greedy, the rest sampled."""
     jsonschema = need_import("jsonschema", "the judge of structured output (the test extra)")

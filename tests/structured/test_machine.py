@@ -24,6 +24,18 @@ def validator(schema):
     return jsonschema.Draft202012Validator(schema)
 
 
+def walk(node, rng, steps: int):
+    """(state, text) after up to `steps` random bytes of ALPHABET that the machine allows."""
+    state, text = machine.initial(node), b""
+    for _ in range(steps):
+        choices = [(b, s) for b in ALPHABET if (s := machine.step(state, b)) is not None]
+        if not choices:
+            break
+        b, state = rng.choice(choices)
+        text += bytes((b,))
+    return state, text
+
+
 def takes(node, text: bytes) -> bool:
     state = machine.initial(node)
     for b in text:
@@ -44,20 +56,14 @@ def test_shortest_text_validates(name):
 def test_random_walks_finish_as_valid_json(name):
     """Random bytes the machine allows, then machine.rest: always a whole, valid answer."""
     node, check, rng = compile_schema(SCHEMAS[name]), validator(SCHEMAS[name]), random.Random(name)
-    for walk in range(60):
-        state, text = machine.initial(node), b""
-        for _ in range(rng.randrange(120)):
-            choices = [(b, s) for b in ALPHABET if (s := machine.step(state, b)) is not None]
-            if not choices:
-                break
-            b, state = rng.choice(choices)
-            text += bytes((b,))
+    for n in range(60):
+        state, text = walk(node, rng, rng.randrange(120))
         rest = machine.rest(state)
         whole = text + rest
         assert takes(node, whole), (text, rest)
         value = json.loads(whole)
         check.validate(value)
-        if walk % 10 == 0:                       # a mutated byte: taken only when still valid
+        if n % 10 == 0:                          # a mutated byte: taken only when still valid
             for _ in range(20):
                 at = rng.randrange(len(whole))
                 bad = whole[:at] + bytes((rng.choice(ALPHABET),)) + whole[at + 1:]
@@ -215,13 +221,7 @@ def test_mangled_schemas_are_refused_with_input_errors_or_kept():
             jsonschema.Draft202012Validator.check_schema(schema)
         except jsonschema.SchemaError:
             continue
-        state, text = machine.initial(node), b""
-        for _ in range(rng.randrange(40)):
-            choices = [(b, s) for b in ALPHABET if (s := machine.step(state, b)) is not None]
-            if not choices:
-                break
-            b, state = rng.choice(choices)
-            text += bytes((b,))
+        state, text = walk(node, rng, rng.randrange(40))
         whole = text + machine.rest(state)
         assert takes(node, whole), (schema, whole)
         validator(schema).validate(json.loads(whole))

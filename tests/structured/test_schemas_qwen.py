@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from engine import api
-from tests.structured.real_models import answer_all
 from engine.bench.structured import SCHEMAS
+from tests.structured.real_models import answer_all, served
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def qwen(qwen05_gguf):
-    import engine
-    pipe = engine.pipeline("text-generation", weights=str(qwen05_gguf), device="simd", capacity=1024)
-    api.serve(pipe, "qwen")
-    yield pipe
-    api._served.clear()
+    yield from served(qwen05_gguf, "qwen")
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))

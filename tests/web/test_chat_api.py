@@ -108,12 +108,10 @@ def test_the_chat_cards_json_toggle(dev_server, session_factory, native):
 
 
 def test_the_bench_pages_structured_section(dev_server, session_factory):
+    from tests.web.test_bench_peers import run_bench
     s = session_factory(dev_server.url)
-    page = s.open("bench.html?repeat=1&gemm=0&ops=0&qlinear=0&effnet=0&minilm=0&structured=SmolLM2-135M-Instruct"
-                  "&tokens=24", ready=False)
-    page.wait_for_function("document.body.dataset.done === 'true'", timeout=300_000)
-    results = json.loads(page.text_content("[data-testid=bench-results]"))
-    assert "error" not in results, results
+    results = run_bench(s, "structured=SmolLM2-135M-Instruct&tokens=24", timeout_ms=300_000)
+    page = s.page
     r = results["structured"]["SmolLM2-135M-Instruct"]
     assert r["device"] == "simd" and r["steps"] > 0 and r["free_tok_s"] > 0 and r["schema_tok_s"] > 0
     assert "SmolLM2-135M-Instruct" in page.text_content("[data-testid=structured-table]")

@@ -236,12 +236,10 @@ def test_without_a_camera_the_card_says_why(dev_server, session_factory):
 def test_the_bench_page_times_yolo_beside_onnx_runtime_web_and_a_live_loop(dev_server, session_factory, site):
     """It runs, reports and compares (timings belong to docs/benchmarks.md): ours and the peer on
     the same inputs, the peer's output equal to ours, a live loop's frames/s."""
+    from tests.web.test_bench_peers import run_bench
     s = session_factory(dev_server.url)
-    page = s.open("bench.html?repeat=1&gemm=0&ops=0&qlinear=0&effnet=0&minilm=0&yolo=simd&yolo_sizes=320"
-                  "&yolo_rounds=1&yolo_repeat=1&yolo_frames=3", ready=False)
-    page.wait_for_function("document.body.dataset.done === 'true'", timeout=600_000)
-    results = json.loads(page.text_content("[data-testid=bench-results]"))
-    assert "error" not in results, results
+    results = run_bench(s, "yolo=simd&yolo_sizes=320&yolo_rounds=1&yolo_repeat=1&yolo_frames=3", timeout_ms=600_000)
+    page = s.page
     yolo = results["yolo"]
     cases = {"yolov10n_320", "yolo11n_pose_320"}
     (ours,) = yolo["ours"]
