@@ -13,8 +13,9 @@ by its own names. The network, as that package's tinygrad twin writes it:
     -> an LSTM cell (128), its state carried from chunk to chunk
     -> ReLU, a 1x1 convolution and a sigmoid: the speech probability of the chunk
 
-`SileroVAD.step` is one chunk and the state carried; engine/tasks/voice_activity.py runs a whole
-recording chunk by chunk (the last one zero-padded), as the reference's `audio_forward` does.
+`SileroVAD.step` is one chunk and the state carried; `SileroVAD.run` is many chunks of one stream
+at once, as engine/tasks/voice_activity.py runs a whole recording (the last chunk zero-padded, as
+the reference's `audio_forward` does) or a stream as its audio comes.
 """
 from __future__ import annotations
 
@@ -57,6 +58,8 @@ class LSTMCell(nn.Module):
 
 
 class SileroVAD(nn.Module):
+    block = 1024                # chunks whose convolutions run at once in run() (33 s, ~7 MB)
+
     def __init__(self, config: Config = Config()):
         super().__init__()
         self.config = config
@@ -71,17 +74,55 @@ class SileroVAD(nn.Module):
 
     def forward(self, x, h, c):
         """x: (B, context + chunk) samples; h, c: (B, hidden) -> (probability (B,), h, c)."""
-        bins = self.config.n_fft // 2 + 1
-        x = F.pad(x, (0, self.config.context), mode="reflect").unsqueeze(1)          # (B, 1, 640)
-        x = self.stft_conv(x)                                                        # (B, 258, 4)
-        x = engine.sqrt(x[:, :bins] ** 2 + x[:, bins:] ** 2)                         # (B, 129, 4)
-        x = engine.relu(self.conv1(x))                                               # (B, 128, 4)
-        x = engine.relu(self.conv2(x))                                               # (B, 64, 2)
-        x = engine.relu(self.conv3(x))                                               # (B, 64, 1)
-        x = engine.relu(self.conv4(x)).squeeze(-1)                                   # (B, 128)
+        x = self.features(x)                                                         # (B, 128)
         h, c = self.lstm_cell(x, h, c)                                               # (B, 128) each
         p = engine.sigmoid(self.final_conv(engine.relu(h).unsqueeze(-1)))            # (B, 1, 1)
         return p.reshape(-1), h, c
+
+    def features(self, x):
+        """x: (N, context + chunk) samples -> the LSTM's inputs (N, hidden), every chunk at once."""
+        bins = self.config.n_fft // 2 + 1
+        x = F.pad(x, (0, self.config.context), mode="reflect").unsqueeze(1)          # (N, 1, 640)
+        x = self.stft_conv(x)                                                        # (N, 258, 4)
+        x = engine.sqrt(x[:, :bins] ** 2 + x[:, bins:] ** 2)                         # (N, 129, 4)
+        x = engine.relu(self.conv1(x))                                               # (N, 128, 4)
+        x = engine.relu(self.conv2(x))                                               # (N, 64, 2)
+        x = engine.relu(self.conv3(x))                                               # (N, 64, 1)
+        return engine.relu(self.conv4(x)).squeeze(-1)                                # (N, 128)
+
+    def run(self, samples: np.ndarray, state):
+        """N consecutive chunks of one stream, samples (N * chunk,) float32, and the state before
+        them -> (probabilities (N,), the state after): the same as N calls of step(). The
+        convolutions see every chunk at once; only the LSTM's recurrence goes chunk by chunk, in
+        NumPy (a 128-wide cell: a step costs microseconds, an engine call each would cost more)."""
+        cfg = self.config
+        context, h, c = state
+        chunks = np.asarray(samples, np.float32).reshape(-1, cfg.chunk)              # (N, 512)
+        n = chunks.shape[0]
+        if n == 0:
+            return np.zeros(0, np.float32), state
+        before = np.concatenate([context[:1], chunks[:-1, -cfg.context:]])           # (N, 64)
+        x = np.concatenate([before, chunks], axis=1)                                 # (N, 576)
+        device = self.stft_conv.weight.device
+        inputs = np.concatenate([self.features(engine.tensor(x[at:at + self.block], device=device)).numpy()
+                                 for at in range(0, n, self.block)])                 # (N, 128)
+        cell = self.lstm_cell
+        gates_in = (inputs @ cell.weight_ih.numpy().T + cell.bias_ih.numpy()
+                    + cell.bias_hh.numpy())                                          # (N, 4H)
+        w_hh = np.ascontiguousarray(cell.weight_hh.numpy().T)                        # (H, 4H)
+        hs = np.empty((n, cfg.hidden), np.float32)
+        hn, cn = h.numpy()[0], c.numpy()[0]                                          # (H,) each
+        sigmoid = lambda v: 0.5 + 0.5 * np.tanh(0.5 * v)                             # noqa: E731
+        for t in range(n):
+            i, f, g, o = np.split(gates_in[t] + hn @ w_hh, 4)                        # (H,) each
+            cn = sigmoid(f) * cn + sigmoid(i) * np.tanh(g)
+            hn = sigmoid(o) * np.tanh(cn)
+            hs[t] = hn
+        w, b = self.final_conv.weight.numpy()[0, :, 0], self.final_conv.bias.numpy()  # (H,), (1,)
+        p = sigmoid(np.maximum(hs, 0) @ w + b).astype(np.float32)                    # (N,)
+        state = (chunks[-1:, -cfg.context:].copy(), engine.tensor(hn[None].astype(np.float32), device=device),
+                 engine.tensor(cn[None].astype(np.float32), device=device))
+        return p, state
 
     def initial_state(self, batch: int = 1):
         """(samples of context, h, c) before the first chunk: zeros."""

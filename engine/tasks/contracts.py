@@ -92,13 +92,17 @@ class VADConfig(Protocol):
 
 
 class VoiceActivityModel(Model, Protocol):
-    """A voice activity detector for engine/tasks/voice_activity.py: initial_state(batch) and
-    step(chunk (B, chunk) float32, state) -> (speech probabilities (B,), the next state)."""
+    """A voice activity detector for engine/tasks/voice_activity.py: initial_state(batch),
+    step(chunk (B, chunk) float32, state) -> (speech probabilities (B,), the next state), and
+    run(samples (N * chunk,), state of one stream) -> (probabilities (N,), the next state), the
+    same as N steps."""
     config: VADConfig
 
     def initial_state(self, batch=1): ...
 
     def step(self, chunk, state): ...
+
+    def run(self, samples, state): ...
 
 
 def members(contract: type) -> dict[str, object]:

@@ -95,36 +95,30 @@ class VoiceStream:
         samples = np.asarray(samples, np.float32).reshape(-1)
         self.samples += samples.size
         self.held = np.concatenate([self.held, samples])
-        out = []
-        while self.held.size >= self.chunk:
-            out += self._chunk(self.held[:self.chunk])
-            self.held = self.held[self.chunk:]
+        whole = self.held.size - self.held.size % self.chunk
+        out = self._chunks(self.held[:whole])
+        self.held = self.held[whole:]
         return out
 
     def finish(self) -> list[dict]:
         """The audio ended: its last partial chunk (zero-padded) and the segments still open."""
         out = []
         if self.held.size:
-            out += self._chunk(np.pad(self.held, (0, self.chunk - self.held.size)))
+            out += self._chunks(np.pad(self.held, (0, self.chunk - self.held.size)))
             self.held = np.zeros(0, np.float32)
         self.finished = True
         return out + [_seconds(s) for s in self.segmenter.finish(self.samples)]
 
-    def _chunk(self, chunk: np.ndarray) -> list[dict]:
-        p, self.state = self.pipe.model.step(chunk[None], self.state)
-        return [_seconds(s) for s in self.segmenter.push(float(p[0]))]
+    def _chunks(self, samples: np.ndarray) -> list[dict]:
+        probs, self.state = self.pipe.model.run(samples, self.state)
+        return [_seconds(s) for p in probs for s in self.segmenter.push(float(p))]
 
 
 def speech_probabilities(model, samples: np.ndarray) -> np.ndarray:
     """A VoiceActivityModel's probability for each of its chunks of `samples` (16 kHz float32), the
     last one zero-padded."""
-    chunk = model.config.chunk
-    padded = np.pad(samples, (0, -samples.size % chunk))
-    state, out = model.initial_state(), []
-    for start in range(0, padded.size, chunk):
-        p, state = model.step(padded[None, start:start + chunk], state)
-        out.append(p[0])
-    return np.array(out, np.float32)
+    padded = np.pad(samples, (0, -samples.size % model.config.chunk))
+    return model.run(padded, model.initial_state())[0]
 
 
 def _seconds(segment: dict) -> dict:

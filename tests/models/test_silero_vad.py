@@ -95,16 +95,26 @@ def test_with_the_torchscripts_own_tensors_ours_equals_its_stock_output(stock):
 
 
 def test_a_stream_gives_what_the_whole_recording_gives(weights):
+    """run() over a whole recording, over the same audio cut in random pieces, and step() chunk by
+    chunk: the same probabilities (run's batched convolutions sum in another order than one
+    chunk's: within 1e-5 of step's)."""
     from engine.tasks.voice_activity import speech_probabilities
     from models.silero_vad import load
     model = load(weights, "numpy")
     samples = recordings()["paused"]
     whole = speech_probabilities(model, samples)
-    state, streamed = model.initial_state(), []
+    state, stepped = model.initial_state(), []
     for start in range(0, len(samples) - 511, 512):
         p, state = model.step(samples[None, start:start + 512], state)
-        streamed.append(p[0])
-    np.testing.assert_array_equal(np.array(streamed, np.float32), whole[:len(streamed)])
+        stepped.append(p[0])
+    np.testing.assert_allclose(np.array(stepped, np.float32), whole[:len(stepped)], atol=1e-5, rtol=0)
+    rng = np.random.default_rng(5)
+    cuts = np.sort(rng.integers(1, len(samples) // 512, 12)) * 512
+    state, pieces = model.initial_state(), []
+    for piece in np.split(samples[:len(samples) // 512 * 512], cuts):
+        p, state = model.run(piece, state)
+        pieces.append(p)
+    np.testing.assert_allclose(np.concatenate(pieces), whole[:len(samples) // 512], atol=1e-6, rtol=0)
 
 
 def test_segments_equal_the_packages_rules():
