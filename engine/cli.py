@@ -85,6 +85,8 @@ def _add_bench_arguments(b: argparse.ArgumentParser) -> None:
     w.add_argument("--audio", default=None, help="the audio file to transcribe (default: samples/speech/gettysburg-en.wav)")
     w.add_argument("--models", default=None, help="speech models, comma-separated (default whisper-tiny.en,whisper-base)")
     w.add_argument("--no-reference", action="store_true", help="skip openai-whisper on torch")
+    w.add_argument("--vad", action="store_true", help="a 5-minute recording with 45%% pauses (the sample's sentences), "
+                                                      "transcribed with and without vad=True: speed and word error rates")
     y = b.add_argument_group("yolo")
     y.add_argument("--sizes", default=None, help="input sizes, comma-separated (default 640,320)")
     y.add_argument("--rounds", type=int, default=None, help="interleaved rounds, the median reported (default 3)")
@@ -135,8 +137,9 @@ def _bench_once(args) -> int:
         return _bench_structured(args)
     if args.sizes is not None or args.rounds is not None or args.reference_python is not None:
         raise EngineError(f"--sizes, --rounds and --reference-python are options of bench yolo, not of bench {args.model}")
-    if args.audio is not None or args.models is not None or args.no_reference:
-        raise EngineError(f"--audio, --models and --no-reference are options of bench whisper, not of bench {args.model}")
+    if args.audio is not None or args.models is not None or args.no_reference or args.vad:
+        raise EngineError(f"--audio, --models, --no-reference and --vad are options of bench whisper, "
+                          f"not of bench {args.model}")
     args.repeat = args.repeat or 20
     if args.model == "qlinear":
         return _bench_qlinear(args)
@@ -195,10 +198,17 @@ def _bench_whisper(args) -> int:
     from .device import available
     if any(v is not None for v in (args.types, args.shapes, args.rows, args.min_time, args.weights)) or \
             args.quick or args.profile:
-        raise EngineError("bench whisper takes --device, --models, --audio, --repeat, --no-reference and --json")
+        raise EngineError("bench whisper takes --device, --models, --audio, --repeat, --no-reference, --vad and --json")
     devices = [d for d in available() if d != "numpy"] if not args.device else \
         available() if args.device == ["all"] else args.device
     models = tuple(args.models.split(",")) if args.models else MODELS
+    if args.vad:
+        from .bench.speech import bench_vad, format_vad
+        if args.audio is not None:
+            raise EngineError("bench whisper --vad makes its recording from the sample: no --audio")
+        result = bench_vad(devices, models, repeat=args.repeat or 1)
+        print(json.dumps(result) if args.json else format_vad(result))
+        return 0
     result = bench_whisper(devices, models, args.audio, repeat=args.repeat or 1, reference=not args.no_reference)
     print(json.dumps(result) if args.json else format_whisper(result))
     return 0

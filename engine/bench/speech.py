@@ -30,6 +30,33 @@ def sample_path(name: str = SAMPLE) -> Path:
     return root / "samples" / "speech" / name
 
 
+def sentences(audio: np.ndarray, min_pause_s: float = 0.2) -> list[np.ndarray]:
+    """The sample's sentences: espeak-ng's audio cut in the middle of its pauses (runs of digital
+    silence of at least min_pause_s)."""
+    silent = np.abs(audio) < 1e-4
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], silent.astype(np.int8), [0]])))
+    cuts = [(a + b) // 2 for a, b in zip(edges[::2], edges[1::2])
+            if b - a >= min_pause_s * 16000 and 0 < a and b < audio.size]
+    return np.split(audio, cuts)
+
+
+def paused_recording(audio: np.ndarray, seconds: float = 300, pauses: float = 0.45,
+                     seed: int = 0) -> tuple[np.ndarray, int]:
+    """A recording of about `seconds` whose share `pauses` is silence: the sample's sentences in
+    order, each followed by a pause of random length (seeded, 0.5-1.5 times the mean that makes
+    that share), through the whole sample as many times as fit. Returns (samples, times through
+    the sample): its text is the sample's that many times."""
+    rng = np.random.default_rng(seed)
+    pieces = sentences(audio)
+    cycles = max(1, round(seconds * (1 - pauses) * 16000 / audio.size))
+    parts = []
+    for _ in range(cycles):
+        for piece in pieces:
+            mean = piece.size * pauses / (1 - pauses)
+            parts += [piece, np.zeros(int(rng.uniform(0.5, 1.5) * mean), np.float32)]
+    return np.concatenate(parts), cycles
+
+
 class _Timed:
     """Counts the seconds a pipeline's model spends in encode() (a device syncs in .numpy()
     later: its time then shows in the decoder's share) and the tokens its decoder is fed."""
@@ -128,6 +155,56 @@ def bench_whisper(devices, models=MODELS, audio_path=None, repeat: int = 1, refe
             row["torch"] = ref
         out["models"][name] = row
     return out
+
+
+def bench_vad(devices, models=MODELS, repeat: int = 1, seconds: float = 300, pauses: float = 0.45) -> dict:
+    """Transcription of a recording of about `seconds` with the share `pauses` of silence (the
+    sample's sentences with pauses between them, paused_recording), with and without vad=True,
+    per model and backend: interleaved rounds after an untimed one of each, the medians; the word
+    error rate of each against the sample's text (as many times as the recording holds it) and
+    of the VAD's transcript against the plain one."""
+    import json
+
+    from ..audio import load_audio
+    from ..speech.metrics import word_error_rate
+    from ..tasks import pipeline
+    sample = load_audio(sample_path())
+    audio, cycles = paused_recording(sample, seconds, pauses)
+    text = json.loads(sample_path("samples.json").read_text())[0]["text"]
+    truth = " ".join([text] * cycles)
+    out = {"audio_s": round(audio.size / 16000, 3), "pauses": round(1 - cycles * sample.size / audio.size, 3),
+           "models": {}}
+    for name in models:
+        row = {}
+        for device in devices:
+            pipe = pipeline("speech-recognition", device=device, model=name)
+            times: dict = {False: [], True: []}
+            texts = {}
+            for round_ in range(repeat + 1):
+                for vad in (False, True):
+                    t0 = time.perf_counter()
+                    texts[vad] = pipe(audio, vad=vad)["text"]
+                    if round_:
+                        times[vad].append(time.perf_counter() - t0)
+            plain, vad = statistics.median(times[False]), statistics.median(times[True])
+            row[device] = {"plain_s": round(plain, 3), "vad_s": round(vad, 3), "speedup": round(plain / vad, 2),
+                           "wer_plain": round(word_error_rate(truth, texts[False]), 4),
+                           "wer_vad": round(word_error_rate(truth, texts[True]), 4),
+                           "wer_vad_vs_plain": round(word_error_rate(texts[False], texts[True]), 4)}
+        out["models"][name] = row
+    return out
+
+
+def format_vad(result: dict) -> str:
+    lines = [f"speech recognition of {result['audio_s']} s with {result['pauses']:.0%} pauses, without and with "
+             f"vad=True; WER against the spoken text",
+             f"{'model':>16} {'backend':>8} {'plain s':>8} {'vad s':>8} {'speedup':>8} {'WER plain':>10} "
+             f"{'WER vad':>8} {'vad vs plain':>12}"]
+    for name, row in result["models"].items():
+        for device, r in row.items():
+            lines.append(f"{name:>16} {device:>8} {r['plain_s']:8.2f} {r['vad_s']:8.2f} {r['speedup']:7.2f}x "
+                         f"{r['wer_plain']:10.3f} {r['wer_vad']:8.3f} {r['wer_vad_vs_plain']:12.3f}")
+    return "\n".join(lines)
 
 
 def profile_model(pipe, audio: np.ndarray) -> list[str]:

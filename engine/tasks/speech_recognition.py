@@ -5,8 +5,11 @@
     result["text"], result["language"]
     result["segments"]        # [{"id", "start", "end", "text", "tokens", "avg_logprob", ...}, ...]
     asr("talk.wav", language="fr", task="translate")            # French speech -> English text
+    asr("meeting.wav", vad=True)          # only the speech (Silero VAD), windows cut at pauses
+    dictation = asr.dictation()           # live: feed(samples) -> each utterance's text as it ends
 
     python -m engine transcribe talk.wav --format srt
+    python -m engine transcribe meeting.wav --vad
     python -m engine transcribe talk.wav --model tiny.en --output-dir subtitles/ --format vtt
 """
 from __future__ import annotations
@@ -25,6 +28,10 @@ from .base import Command, Pipeline, add_device_argument
 TASK = "speech-recognition"
 CARD = 6                     # where its card stands on the page (engine.tasks.card_order)
 SAMPLE_RATE = 16000                 # what the model hears (engine.audio.SAMPLE_RATE)
+# vad=True's voice activity: a pause of half a second ends an utterance (silero-vad's 100 ms
+# would cut between words), 0.4 s kept on each side of the speech (faster-whisper's VAD filter
+# keeps as much), an utterance at most a window
+VAD_OPTIONS = {"min_silence_ms": 500, "speech_pad_ms": 400, "max_speech_s": 30}
 
 
 class SpeechRecognition(Pipeline):
@@ -61,6 +68,7 @@ class SpeechRecognition(Pipeline):
                                                    processor, file=f"{entry.name}/tokenizer.json")
         self.defaults = defaults
         self._session = None
+        self._voice_activity = None
         self.stats: dict = {}
 
     def session(self, model):
@@ -92,18 +100,45 @@ class SpeechRecognition(Pipeline):
         names = {name: code for code, name in LANGUAGES.items()}
         return names.get(value, value)
 
+    def voice_activity(self):
+        """The voice-activity pipeline that vad=True uses (built on first use, on this pipeline's
+        device; a page's worker sets its own)."""
+        if self._voice_activity is None:
+            from . import pipeline
+            self._voice_activity = pipeline("voice-activity", device=self.device)
+        return self._voice_activity
+
+    def speech(self, samples: np.ndarray, vad) -> list[tuple[int, int]]:
+        """The (start, end) sample ranges of the speech in `samples`: vad is True (VAD_OPTIONS) or
+        a dict of voice-activity options over them."""
+        from ..speech.utterances import samples as sample_ranges
+        extra = vad if isinstance(vad, dict) else {}
+        return sample_ranges(self.voice_activity()(samples, **{**VAD_OPTIONS, **extra}))
+
     def __call__(self, audio, language: str | None = None, task: str = "transcribe", *, sampling_rate=SAMPLE_RATE,
-                 on_segment=None, cancel=None, **options) -> dict:
+                 on_segment=None, cancel=None, vad=False, **options) -> dict:
+        """vad: True (or a dict of voice-activity options) transcribes only the speech, in windows
+        of up to 30 s cut at pauses (engine.speech.utterances); the result then has "speech", the
+        segments transcribed."""
         from ..speech import transcribe
+        from ..speech.utterances import transcribe_speech
         options = {**self.defaults, **options}
         samples = self.load(audio, sampling_rate)
         if samples.size == 0:
             raise InputError("audio is empty (no samples)")
         language = self.language_code(language if language is not None else options.pop("language", None))
+        if not isinstance(vad, (bool, dict)):
+            raise InputError(f"vad must be True, False or a dict of voice-activity options, got {vad!r}")
         start = time.perf_counter()
-        result = self.run(lambda model: transcribe(model, self.tokenizer, samples, session=self.session(model),
-                                                   language=language, task=task, on_segment=on_segment,
-                                                   cancel=cancel, **options))
+        if vad is not False:
+            ranges = self.speech(samples, vad)
+            result = self.run(lambda model: transcribe_speech(
+                model, self.tokenizer, samples, ranges, session=self.session(model), language=language, task=task,
+                on_segment=on_segment, cancel=cancel, **options))
+        else:
+            result = self.run(lambda model: transcribe(model, self.tokenizer, samples, session=self.session(model),
+                                                       language=language, task=task, on_segment=on_segment,
+                                                       cancel=cancel, **options))
         seconds = time.perf_counter() - start
         duration = samples.size / SAMPLE_RATE
         self.stats = {"audio_s": duration, "seconds": seconds, "real_time_factor": seconds / duration}
@@ -134,6 +169,8 @@ def _add_arguments(p) -> None:
                    help="write D/<file name>.<format> for each file instead of printing")
     p.add_argument("--temperature", type=float, default=None, metavar="T",
                    help="decode at T only (default: 0, then 0.2 ... 1.0 on repetition or low confidence)")
+    p.add_argument("--vad", action="store_true", help="transcribe only the speech (Silero VAD), in windows cut at "
+                                                      "pauses: faster on recordings with pauses")
     p.add_argument("--weights", default=None, help="the model's safetensors (default: the built dist/models/...)")
     add_device_argument(p)
 
@@ -146,7 +183,7 @@ def _transcribe(args) -> int:
     if args.output_dir is not None:
         Path(args.output_dir).mkdir(parents=True, exist_ok=True)
     for path in args.audio:
-        result = pipe(path, language=args.language, task=args.task, **options)
+        result = pipe(path, language=args.language, task=args.task, vad=args.vad, **options)
         text = write(result, args.format)
         if args.output_dir is not None:
             out = Path(args.output_dir) / f"{Path(path).stem}.{args.format}"
