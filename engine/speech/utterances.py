@@ -33,6 +33,11 @@ from ..errors import InputError
 from .transcribe import transcribe
 
 
+def fits(size: int, length: int, limit: int = N_SAMPLES) -> bool:
+    """Whether a segment of `length` samples joins a pack of `size` (a pack is at most a window)."""
+    return size + length <= limit
+
+
 def pack(segments, limit: int = N_SAMPLES) -> list[list[tuple[int, int]]]:
     """Consecutive (start, end) sample ranges in time order, grouped greedily: a group takes the
     next range while its total length stays <= limit (a longer range is a group alone)."""
@@ -41,7 +46,7 @@ def pack(segments, limit: int = N_SAMPLES) -> list[list[tuple[int, int]]]:
     for start, end in segments:
         if end <= start:
             continue
-        if packs and size + (end - start) <= limit:
+        if packs and fits(size, end - start, limit):
             packs[-1].append((start, end))
             size += end - start
         else:
@@ -91,50 +96,90 @@ def samples(segments) -> list[tuple[int, int]]:
         raise InputError(f"speech segments must be [{{'start', 'end'}}] in seconds: {e}") from None
 
 
-def transcribe_pack(model, tokenizer, audio: np.ndarray, pieces, *, prompt: str | None, first_id: int = 0,
-                    on_segment=None, **options) -> dict:
-    """One pack: its pieces of `audio` end to end, transcribed with `prompt` before it; the result's
-    segments at their times in the recording, numbered from first_id."""
-    clip = np.concatenate([audio[s:e] for s, e in pieces])
-    times = TimeMap(pieces)
-    count = [first_id]
+class Packs:
+    """The transcript of speech segments given in time order, pack by pack: add() each segment's
+    audio, and it gives the result of the pack that the segment closed (None while the pack is
+    open); close() gives the last one's. transcribe_speech and a live dictation both go through
+    it, so they pack and transcribe alike."""
 
-    def forward(segment):
-        segment = {**mapped(segment, times), "id": count[0]}
-        count[0] += 1
-        on_segment(segment)
+    def __init__(self, model, tokenizer, *, session=None, language: str | None = None,
+                 initial_prompt: str | None = None, on_segment=None, **options):
+        if session is None:
+            from .decoder import DecoderSession
+            session = DecoderSession(model)
+        self.model, self.tokenizer, self.session = model, tokenizer, session
+        self.language, self.prompt, self.on_segment, self.options = language, initial_prompt, on_segment, options
+        self.pieces: list[tuple[int, int]] = []        # the open pack's ranges in the recording
+        self.audio: list[np.ndarray] = []              # and their samples
+        self.segments = 0                              # segments given so far (their next id)
 
-    result = transcribe(model, tokenizer, clip, initial_prompt=prompt, on_segment=forward if on_segment else None,
-                        **options)
-    result["segments"] = [{**mapped(s, times), "id": first_id + i} for i, s in enumerate(result["segments"])]
-    return result
+    @property
+    def size(self) -> int:
+        return sum(e - s for s, e in self.pieces)
+
+    def add(self, start: int, end: int, samples: np.ndarray) -> dict | None:
+        """The segment from sample `start` to `end` of the recording, and its samples."""
+        done = self.close() if self.pieces and not fits(self.size, end - start) else None
+        self.pieces.append((int(start), int(end)))
+        self.audio.append(np.asarray(samples, np.float32))
+        return done
+
+    def transcribe(self, pieces, audio, language=None, prompt=None, first_id: int = 0, on_segment=None) -> dict:
+        """`pieces` (ranges in the recording) whose samples are `audio`, end to end: transcribe()'s
+        result, its segments at their times in the recording, numbered from first_id."""
+        times = TimeMap(pieces)
+        count = [first_id]
+
+        def forward(segment):
+            segment = {**mapped(segment, times), "id": count[0]}
+            count[0] += 1
+            on_segment(segment)
+
+        result = transcribe(self.model, self.tokenizer, np.concatenate(audio), session=self.session,
+                            language=language, initial_prompt=prompt,
+                            on_segment=forward if on_segment else None, **self.options)
+        result["segments"] = [{**mapped(s, times), "id": first_id + i} for i, s in enumerate(result["segments"])]
+        return result
+
+    def draft(self) -> dict:
+        """The last segment added, transcribed alone as close() would transcribe it were it the
+        pack's only one (a live dictation shows it at once)."""
+        return self.transcribe(self.pieces[-1:], self.audio[-1:], self.language, self.prompt)
+
+    def close(self, alone: dict | None = None) -> dict | None:
+        """Transcribe the open pack (None when there is none); later packs keep its language.
+        alone: the pack's draft() when the pack holds that one segment: its result, renumbered."""
+        if not self.pieces:
+            return None
+        if alone is not None and len(self.pieces) == 1:
+            result = {**alone, "segments": [{**s, "id": self.segments + i} for i, s in enumerate(alone["segments"])]}
+            for segment in result["segments"] if self.on_segment else ():
+                self.on_segment(segment)
+        else:
+            result = self.transcribe(self.pieces, self.audio, self.language, self.prompt, self.segments,
+                                     self.on_segment)
+        self.language = result["language"]
+        self.segments += len(result["segments"])
+        self.pieces, self.audio = [], []
+        return result
 
 
-def transcribe_speech(model, tokenizer, audio: np.ndarray, segments, *, session=None, language: str | None = None,
-                      initial_prompt: str | None = None, condition_on_previous_text: bool = True,
-                      on_segment=None, cancel=None, **options) -> dict:
+def transcribe_speech(model, tokenizer, audio: np.ndarray, segments, *, cancel=None, **options) -> dict:
     """The transcript of the speech in `audio` (float32 at 16 kHz): `segments` are its (start, end)
     sample ranges in time order. Options as engine.speech.transcribe's. The result is
     transcribe()'s ({"text", "segments", "language"}, "cancelled" when stopped) with "speech",
     the ranges transcribed in seconds."""
     audio = np.asarray(audio, np.float32)
-    if session is None:
-        from .decoder import DecoderSession
-        session = DecoderSession(model)
     ranges = [(max(int(s), 0), min(int(e), audio.size)) for s, e in segments]
-    out = {"text": "", "segments": [], "language": language, "speech": seconds(ranges)}
-    text = ""
-    for pieces in pack(ranges):
-        result = transcribe_pack(model, tokenizer, audio, pieces, prompt=initial_prompt, first_id=len(out["segments"]),
-                                 on_segment=on_segment, session=session, language=out["language"],
-                                 condition_on_previous_text=condition_on_previous_text, cancel=cancel, **options)
-        out["language"] = result["language"]
-        out["segments"] += result["segments"]
-        text += result["text"]
-        if result.get("cancelled"):
-            out["cancelled"] = True
-            break
-    out["text"] = text
-    if out["language"] is None:            # no speech at all: nothing was detected
-        out["language"] = "en" if not tokenizer.specials.multilingual else None
+    packs = Packs(model, tokenizer, cancel=cancel, **options)
+    out = {"text": "", "segments": [], "language": packs.language, "speech": seconds(ranges)}
+    for s, e in [*ranges, (None, None)]:
+        result = packs.close() if s is None else packs.add(s, e, audio[s:e]) if e > s else None
+        if result is not None:
+            out["segments"] += result["segments"]
+            out["text"] += result["text"]
+            if result.get("cancelled"):
+                out["cancelled"] = True
+                break
+    out["language"] = packs.language or ("en" if not tokenizer.specials.multilingual else None)
     return out

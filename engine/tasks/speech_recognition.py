@@ -115,6 +115,19 @@ class SpeechRecognition(Pipeline):
         extra = vad if isinstance(vad, dict) else {}
         return sample_ranges(self.voice_activity()(samples, **{**VAD_OPTIONS, **extra}))
 
+    def dictation(self, language: str | None = None, task: str = "transcribe", vad: dict | None = None, **options):
+        """Live dictation (engine.speech.dictation): feed(16 kHz samples) -> events, each utterance's
+        text once a pause ends it; finish(), then result() is what vad=True gives for the whole
+        recording. vad: voice-activity options over VAD_OPTIONS."""
+        from ..speech.dictation import Dictation
+        from ..speech.utterances import Packs
+        options = {**self.defaults, **options}
+        language = self.language_code(language if language is not None else options.pop("language", None))
+        vad = {**VAD_OPTIONS, **(vad or {})}
+        packs = Packs(self.model, self.tokenizer, session=self.session(self.model), language=language, task=task,
+                      **options)
+        return Dictation(packs, self.voice_activity().stream(**vad), pad_s=vad["speech_pad_ms"] / 1000)
+
     def __call__(self, audio, language: str | None = None, task: str = "transcribe", *, sampling_rate=SAMPLE_RATE,
                  on_segment=None, cancel=None, vad=False, **options) -> dict:
         """vad: True (or a dict of voice-activity options) transcribes only the speech, in windows

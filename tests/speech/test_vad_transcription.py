@@ -141,3 +141,33 @@ def test_silence_and_bad_options(asr):
         asr(silent, vad={"threshold": 2})
     with pytest.raises(InputError, match="vad must be"):
         asr(silent, vad="yes")
+
+
+@pytest.mark.slow
+def test_a_dictation_fed_as_it_comes_ends_as_the_file(asr, recording):
+    """The recording fed in pieces of random lengths: an utterance event per speech segment, each
+    before the audio after it has all come; then the final transcript equals vad=True's on the
+    whole recording (text, tokens and times)."""
+    audio, spans = recording
+    whole = asr(audio, vad=True)
+    dictation = asr.dictation()
+    rng = np.random.default_rng(3)
+    events, fed = [], 0
+    while fed < audio.size:
+        n = int(rng.integers(200, 6000))
+        for event in dictation.feed(audio[fed:fed + n]):
+            events.append((fed + n, event))
+        fed += n
+    events += [(fed, e) for e in dictation.finish()]
+    utterances = [e for _, e in events if e["type"] == "utterance"]
+    assert [(u["start"], u["end"]) for u in utterances] == [(s["start"], s["end"]) for s in whole["speech"]]
+    for at, event in events[:-1]:                    # all but the last: told while the audio still came
+        if event["type"] == "utterance":
+            assert at / SAMPLE_RATE <= event["end"] + 1.2     # a 0.5 s pause closes it, plus a piece
+            assert event["speech_end"] == pytest.approx(max(event["end"] - 0.4, event["start"]), abs=1e-3)
+    result = dictation.result()
+    assert result["text"] == whole["text"] and result["speech"] == whole["speech"]
+    assert [(s["tokens"], s["start"], s["end"]) for s in result["segments"]] == \
+        [(s["tokens"], s["start"], s["end"]) for s in whole["segments"]]
+    packs = [e for _, e in events if e["type"] == "pack"]
+    assert "".join(p["text"] for p in packs) == whole["text"]
