@@ -10,6 +10,8 @@
 
 const DECODE_RATE = 48000;                 // decodeAudioData resamples to its context's rate: a common native one
 const CHUNK_FRAMES = 4096;                 // the worklet posts this many frames at a time (~85 ms at 48 kHz)
+const DICTATION_RATE = 16000;              // live dictation records at Whisper's rate: the browser resamples
+const DICTATION_CHUNK = 1024;              // 64 ms at 16 kHz: an utterance's end reaches the worker soon
 const MAX_SECONDS = 60 * 60;               // a recording stops by itself after an hour (~700 MB of float32 at 48 kHz)
 
 // "RIFF" or "RF64" ... "WAVE": the engine reads it (and says precisely what is wrong with a bad one)
@@ -48,10 +50,11 @@ async function readFile(file, name = file.name || "the file") {
   return { kind: "pcm", samples: mono(decoded), rate: decoded.sampleRate, name };
 }
 
-// The worklet that hands the microphone's samples (downmixed to mono) to the page in chunks.
-const WORKLET = `
+// The worklet that hands the microphone's samples (downmixed to mono) to the page in chunks of
+// `frames`.
+const WORKLET = (frames) => `
 class Capture extends AudioWorkletProcessor {
-  constructor() { super(); this.chunk = new Float32Array(${CHUNK_FRAMES}); this.filled = 0; }
+  constructor() { super(); this.chunk = new Float32Array(${frames}); this.filled = 0; }
   process(inputs) {
     const channels = inputs[0];
     if (!channels || !channels.length) return true;
@@ -62,7 +65,7 @@ class Capture extends AudioWorkletProcessor {
       this.chunk[this.filled++] = sum / channels.length;
       if (this.filled === this.chunk.length) {
         this.port.postMessage(this.chunk, [this.chunk.buffer]);
-        this.chunk = new Float32Array(${CHUNK_FRAMES});
+        this.chunk = new Float32Array(${frames});
         this.filled = 0;
       }
     }
@@ -74,10 +77,15 @@ registerProcessor("speech-capture", Capture);
 
 // The microphone, recording until stop(). `meter`: a <meter> (0-1) showing the level, with the
 // highest level so far in its data-peak; `clock`: an element showing the seconds recorded.
+// `rate`: the sample rate to record at (the AudioContext's; default the device's own);
+// `onChunk(samples)`: called with each chunk as it comes.
 class Recorder {
-  constructor(meter, clock) {
+  constructor(meter, clock, { rate = null, frames = CHUNK_FRAMES, onChunk = null } = {}) {
     this.meter = meter;
     this.clock = clock;
+    this.wantedRate = rate;
+    this.framesPerChunk = frames;
+    this.onChunk = onChunk;
     this.chunks = [];
     this.frames = 0;
     this.peak = 0;
@@ -97,11 +105,11 @@ class Recorder {
         : err && err.name === "NotFoundError" ? "no microphone was found" : (err && err.message) || String(err);
       throw new Error(`the microphone could not be opened: ${why}`);
     }
-    this.context = new AudioContext();
+    this.context = this.wantedRate ? new AudioContext({ sampleRate: this.wantedRate }) : new AudioContext();
     await this.context.resume();
     this.rate = this.context.sampleRate;
     const source = this.context.createMediaStreamSource(this.stream);
-    const url = URL.createObjectURL(new Blob([WORKLET], { type: "text/javascript" }));
+    const url = URL.createObjectURL(new Blob([WORKLET(this.framesPerChunk)], { type: "text/javascript" }));
     try {
       await this.context.audioWorklet.addModule(url);
     } finally {
@@ -129,6 +137,7 @@ class Recorder {
       this.meter.dataset.peak = this.peak.toFixed(3);
     }
     if (this.clock) this.clock.textContent = `${(this.frames / this.rate).toFixed(1)} s`;
+    if (this.onChunk) this.onChunk(chunk);
     if (this.frames >= MAX_SECONDS * this.rate) this.stop();
   }
 
@@ -176,7 +185,7 @@ function duration(audio) {
 
 // Transcribe in the worker: onSegment(json) for each segment as it is decoded; the promise gives
 // the worker's {text, language, segments, seconds, duration, rtf, device, ...}. `options`: a JSON
-// string ({task, language}); the audio's name goes with it, for the worker's errors. The audio is
+// string ({task, language, vad}); the audio's name goes with it, for the worker's errors. The audio is
 // copied, not transferred, so it can be transcribed again.
 function transcribe(client, audio, options, onSegment) {
   const withName = JSON.stringify({ ...JSON.parse(options || "{}"), name: audio.name });
@@ -184,5 +193,75 @@ function transcribe(client, audio, options, onSegment) {
   return client.call("transcribe_audio", { args, stream: true }, [], onSegment);
 }
 
-window.audioCapture = { readFile, record, duration, transcribe, isWav };
-export { readFile, record, duration, transcribe, isWav, Recorder };
+function concat(chunks) {
+  const out = new Float32Array(chunks.reduce((n, c) => n + c.length, 0));
+  let at = 0;
+  for (const chunk of chunks) { out.set(chunk, at); at += chunk.length; }
+  return out;
+}
+
+// Live dictation (engine/tasks/speech_recognition.py, dictation_*): the microphone at 16 kHz, its
+// samples fed to the worker as they come, one call in flight and the samples that come meanwhile
+// gathered for the next. onEvents(reply, recordedSeconds) gets each reply's events (an utterance's
+// text as soon as a pause ends it, a pack's final text) and how much had been recorded when it came.
+class Dictation {
+  constructor(client, onEvents) {
+    this.client = client;
+    this.onEvents = onEvents;
+    this.pending = [];
+    this.busy = null;
+    this.error = null;
+  }
+
+  async start(meter, clock, options) {
+    await this.client.call("dictation_start", { args: [options] });
+    this.recorder = new Recorder(meter, clock, {
+      rate: DICTATION_RATE, frames: DICTATION_CHUNK, onChunk: (chunk) => { this.pending.push(chunk); this.pump(); },
+    });
+    try {
+      await this.recorder.start();
+    } catch (err) {
+      await this.recorder.stop().catch(() => {});
+      throw err;
+    }
+    if (this.recorder.rate !== DICTATION_RATE) {
+      await this.recorder.stop();
+      throw new Error(`this browser records at ${this.recorder.rate} Hz, not ${DICTATION_RATE} Hz`);
+    }
+    return this;
+  }
+
+  pump() {
+    if (this.busy || !this.pending.length || this.error) return;
+    const samples = concat(this.pending);
+    this.pending = [];
+    this.busy = this.client.call("dictation_feed", { args: [samples] })
+      .then((reply) => this.onEvents(reply, this.recorder.seconds))
+      .catch((err) => { this.error = err; })
+      .finally(() => { this.busy = null; this.pump(); });
+  }
+
+  get seconds() { return this.recorder ? this.recorder.seconds : 0; }
+
+  // Stop recording, feed what is left, and end: the worker's final transcript ({text, segments,
+  // language, speech, events}) and the recording ({kind: "pcm", samples, rate: 16000, name}).
+  async finish() {
+    const audio = await this.recorder.stop();
+    while (this.busy || (this.pending.length && !this.error)) {
+      this.pump();
+      await this.busy;
+    }
+    if (this.error) throw this.error;
+    const reply = await this.client.call("dictation_finish", { args: [] });
+    this.onEvents(reply, this.recorder.seconds);
+    window.audioCapture.lastRecording = audio;        // what the final transcript is of
+    return { reply, audio };
+  }
+}
+
+async function dictate(client, meter, clock, options, onEvents) {
+  return new Dictation(client, onEvents).start(meter, clock, options);
+}
+
+window.audioCapture = { readFile, record, duration, transcribe, isWav, dictate };
+export { readFile, record, duration, transcribe, isWav, Recorder, dictate };

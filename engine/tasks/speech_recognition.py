@@ -28,10 +28,10 @@ from .base import Command, Pipeline, add_device_argument
 TASK = "speech-recognition"
 CARD = 6                     # where its card stands on the page (engine.tasks.card_order)
 SAMPLE_RATE = 16000                 # what the model hears (engine.audio.SAMPLE_RATE)
-# vad=True's voice activity: a pause of half a second ends an utterance (silero-vad's 100 ms
-# would cut between words), 0.4 s kept on each side of the speech (faster-whisper's VAD filter
-# keeps as much), an utterance at most a window
-VAD_OPTIONS = {"min_silence_ms": 500, "speech_pad_ms": 400, "max_speech_s": 30}
+# vad=True's voice activity: a pause of 0.3 s ends an utterance (silero-vad's 100 ms cuts between
+# words; a longer one delays a dictation's text by as much), 0.3 s kept on each side of the speech
+# (an utterance is final once its padding has come), an utterance at most a window
+VAD_OPTIONS = {"min_silence_ms": 300, "speech_pad_ms": 300, "max_speech_s": 30}
 
 
 class SpeechRecognition(Pipeline):
@@ -288,9 +288,11 @@ async def transcribe_audio(audio, rate=None, options=None, on_segment=None) -> s
     call = _stop["calls"]
     pipe = state.loaded(TASK)
     options = dict(state.from_json(options) or {})
-    unknown = set(options) - {"task", "language", "name"}
+    unknown = set(options) - {"task", "language", "name", "vad"}
     if unknown:
-        raise InputError(f"unknown transcription options {sorted(unknown)}: task, language and name are known")
+        raise InputError(f"unknown transcription options {sorted(unknown)}: task, language, name and vad are known")
+    if options.get("vad"):
+        await _voice_activity(pipe)
 
     def segment(s):
         if on_segment is not None:
@@ -301,7 +303,8 @@ async def transcribe_audio(audio, rate=None, options=None, on_segment=None) -> s
         started = time.perf_counter()
         samples = _page_audio(audio, rate, str(options.get("name") or "the audio"))
         result = pipe(samples, language=options.get("language") or None, task=options.get("task") or "transcribe",
-                      on_segment=segment, cancel=_cancel_check(call))     # samples at 16 kHz: as natively
+                      on_segment=segment, cancel=_cancel_check(call),
+                      vad=bool(options.get("vad")))                       # samples at 16 kHz: as natively
         _last["result"] = result
         seconds = time.perf_counter() - started
         memory = max(memory, state.heap_bytes())
@@ -312,6 +315,82 @@ async def transcribe_audio(audio, rate=None, options=None, on_segment=None) -> s
                        "cancelled": bool(result.get("cancelled")), "seconds": round(seconds, 4),
                        "duration": round(duration, 4), "rtf": round(seconds / duration, 4) if duration else 0.0,
                        "device": state.current["device"], "model": pipe.entry.name, "heap_bytes": memory, **notice})
+
+
+async def _voice_activity(pipe) -> None:
+    """The page's voice-activity pipeline for vad and dictation: Silero VAD's weights (1.2 MB)
+    from the site, cache-first, the first time."""
+    from .. import registry
+    from ..site.browser import load_checkpoint
+    from . import pipeline, state
+    vad = state.current["pipelines"].get("voice-activity")
+    if vad is None:
+        entry = next(e for e in registry.models().values() if "voice-activity" in e.tasks)
+        checkpoint = await load_checkpoint(entry)
+        vad = pipeline("voice-activity", device=state.current["device"], weights=checkpoint, model=entry.name)
+        state.current["pipelines"]["voice-activity"] = vad
+    pipe._voice_activity = vad
+
+
+_live: dict = {"dictation": None}     # the page's live dictation, while the microphone records
+
+
+def _events(events) -> list[dict]:
+    def segments(items):
+        return [_segment(s) for s in items]
+    return [{**{k: v for k, v in e.items() if k != "segments"}, "segments": segments(e["segments"])} for e in events]
+
+
+async def dictation_start(options=None) -> str:
+    """Start live dictation (engine.speech.dictation): options (JSON or a dict) "task" and
+    "language", as transcribe_audio's. dictation_feed then takes the microphone's samples."""
+    from . import state
+    pipe = state.loaded(TASK)
+    options = dict(state.from_json(options) or {})
+    unknown = set(options) - {"task", "language"}
+    if unknown:
+        raise InputError(f"unknown dictation options {sorted(unknown)}: task and language are known")
+    await _voice_activity(pipe)
+    async with state.lock:
+        if not pipe.session(pipe.model).captured:        # the decode steps captured before the first utterance
+            pipe(np.zeros(SAMPLE_RATE, np.float32), temperature=0.0)
+        _live["dictation"] = pipe.dictation(language=options.get("language") or None,
+                                            task=options.get("task") or "transcribe")
+    return json.dumps({"model": pipe.entry.name, "vad": pipe._voice_activity.entry.name})
+
+
+def _dictation():
+    if _live["dictation"] is None:
+        raise InputError("no dictation is running: dictation_start first")
+    return _live["dictation"]
+
+
+async def dictation_feed(samples) -> str:
+    """The next float32 samples at 16 kHz of the recording: {"events": [...]} (engine.speech.dictation's
+    events, times in seconds, segments as transcribe_audio gives them, and "seconds": the time
+    their transcription took)."""
+    from . import state
+    dictation = _dictation()
+    data = np.asarray(state.py(samples), np.float32).reshape(-1)
+    async with state.lock:
+        started = time.perf_counter()
+        events = dictation.feed(data)
+        seconds = time.perf_counter() - started
+    return json.dumps({"events": _events(events), "seconds": round(seconds, 4)})
+
+
+async def dictation_finish() -> str:
+    """The recording ended: the last events, and the transcript ({"text", "language", "segments",
+    "speech"}), equal to the recording's with vad=True."""
+    from . import state
+    dictation = _dictation()
+    async with state.lock:
+        events = dictation.finish()
+        result = dictation.result()
+        _live["dictation"] = None
+        _last["result"] = result
+    return json.dumps({"events": _events(events), "text": result["text"], "language": result["language"],
+                       "segments": [_segment(s) for s in result["segments"]], "speech": result["speech"]})
 
 
 def speech_transcript(format: str = "txt") -> str:
@@ -354,4 +433,5 @@ async def speech_model(name, on_progress=None) -> str:
     return json.dumps({"model": entry.name, "device": state.current["pipelines"][TASK].device})
 
 
-WORKER = (transcribe_audio, transcribe_stop, speech_transcript, speech_model)
+WORKER = (transcribe_audio, transcribe_stop, speech_transcript, speech_model, dictation_start, dictation_feed,
+          dictation_finish)

@@ -6,7 +6,14 @@ worker as its bytes (read there by the engine's WAV reader, as natively), any ot
 decoded by the browser, and the microphone is recorded with an AudioWorklet; those two go as
 float32 samples with their rate. The worker (engine/tasks/speech_recognition.py) sends each
 segment as it is decoded, so the transcript grows while the rest is computed. Cancel ends it after
-the segment being decoded; what came by then stays.
+the segment being decoded; what came by then stays. "Skip pauses" transcribes a file's speech only
+(vad=True).
+
+Recording is live dictation: the microphone at 16 kHz goes to the worker as it comes; each
+utterance's text appears as soon as a pause ends it (a draft), and each pack of utterances (up to
+30 s) is then transcribed whole, its final text replacing the drafts. Stop ends the last pack: the
+transcript is the one the recording gives as a file with "Skip pauses". The delay from the end of
+each utterance's speech to its text is shown (its median).
 """
 import asyncio
 import json
@@ -16,7 +23,6 @@ from bridge import by_id, error_text, items, sample_buttons, take_files, to_js, 
 from pyscript.ffi import create_proxy
 
 
-DRAFT_EVERY_S = 3                   # live dictation: how often the recording so far is transcribed
 
 
 def clock(seconds):
@@ -33,7 +39,7 @@ def start(card):
     client, document = card.client, js.document
     # run: counts transcriptions up, so that a cancelled one's late segments are not shown
     state = {"busy": False, "recorder": None, "run": 0, "model": None, "models": [], "titles": {},
-             "cancelled": False, "samples_shown": False, "stem": "transcript", "download": None, "draft": False}
+             "cancelled": False, "samples_shown": False, "stem": "transcript", "download": None, "latencies": []}
     segments = by_id("speech-segments")
 
     def capture():
@@ -52,8 +58,12 @@ def start(card):
         return {"task": "transcribe" if english_only else by_id("speech-task").value,
                 "language": None if english_only else (language or None)}
 
-    def add_segment(segment):
+    def add_segment(segment, pack=None, draft=False):
         li = document.createElement("li")
+        if pack is not None:
+            li.dataset.pack = str(pack)
+        if draft:
+            li.classList.add("draft")
         li.setAttribute("data-testid", "speech-segment")
         li.dataset.start = str(segment["start"])
         li.dataset.end = str(segment["end"])
@@ -66,6 +76,7 @@ def start(card):
         li.appendChild(stamp)
         li.appendChild(text)
         segments.appendChild(li)
+        return li
 
     def clear_result():
         segments.innerHTML = ""
@@ -183,7 +194,9 @@ def start(card):
                 segments.classList.add("stopped")       # cancelled while the model loaded
                 end("done")
                 return
-            reply = await capture().transcribe(client, audio, json.dumps(options()), proxy)
+            wanted = options()
+            wanted["vad"] = bool(by_id("speech-vad").checked)
+            reply = await capture().transcribe(client, audio, json.dumps(wanted), proxy)
             result = to_py(reply)
         except Exception as e:
             end("error", message(e))
@@ -225,59 +238,76 @@ def start(card):
         card.error(None)
         by_id("speech-record").disabled = True
         by_id("speech-input").disabled = True
+        clear_result()
+        state["latencies"] = []
+        by_id("speech-latency").textContent = "–"
+        proxy = create_proxy(on_events)
         try:
-            state["recorder"] = await capture().record(by_id("speech-level"), by_id("speech-recorded"))
+            await load()
+            state["recorder"] = await capture().dictate(client, by_id("speech-level"), by_id("speech-recorded"),
+                                                        json.dumps(options()), proxy)
         except Exception as e:
+            if hasattr(proxy, "destroy"):
+                proxy.destroy()
             by_id("speech-record").disabled = by_id("speech-input").disabled = False
             card.error(message(e))
             return
+        state["events"] = proxy
         by_id("speech-source").textContent = "recording…"
         by_id("speech-record").classList.add("recording")
         by_id("speech-stop-recording").disabled = False
-        _run(dictate(state["recorder"]))
+        segments.classList.add("streaming")
 
-    async def dictate(recorder):
-        """Live dictation: while the microphone records, the recording so far is transcribed every
-        few seconds and shown as a draft, which the next one replaces as more audio comes. Stop
-        transcribes the whole recording, so the final transcript is the one the same audio gives
-        as a file."""
-        while state["recorder"] is recorder:
-            await asyncio.sleep(DRAFT_EVERY_S)
-            if state["recorder"] is not recorder or recorder.seconds < 1:
-                continue
-            state["draft"] = True
-            try:
-                await load()
-                reply = await capture().transcribe(client, recorder.snapshot(), json.dumps(options()), None)
-            except Exception:
-                continue                                 # a draft says nothing: the final transcription will
-            finally:
-                state["draft"] = False
-            if state["recorder"] is not recorder:
-                continue                                 # stopped meanwhile: the final transcript is coming
-            result = to_py(reply)
-            segments.innerHTML = ""
-            for segment in result["segments"]:
-                add_segment(segment)
-            segments.classList.add("draft")
+    def on_events(reply, recorded):
+        """The worker's dictation events: an utterance's draft text (and its delay: the seconds
+        recorded since its speech ended), or a pack's final text replacing its drafts."""
+        for event in to_py(reply)["events"]:
+            if event["type"] == "utterance":
+                latency = float(recorded) - event["speech_end"]
+                state["latencies"].append(latency)
+                for segment in event["segments"]:
+                    add_segment(segment, event["pack"], draft=True).dataset.latency = f"{latency:.3f}"
+                ordered = sorted(state["latencies"])
+                by_id("speech-latency").textContent = f"{ordered[len(ordered) // 2]:.2f}"
+            else:
+                for li in items(segments.querySelectorAll(f"li.draft[data-pack='{event['pack']}']")):
+                    li.remove()
+                for segment in event["segments"]:
+                    add_segment(segment, event["pack"])
 
-    async def from_recorder(recorder):
-        audio = await recorder.stop()
-        by_id("speech-source").textContent = f"the recording ({capture().duration(audio):.1f} s)"
-        await transcribe(audio)
+    async def finish_dictation(dictation):
+        try:
+            done = await dictation.finish()
+            reply = to_py(done.reply)
+        except Exception as e:
+            end("error", message(e))
+            return
+        finally:
+            proxy = state.pop("events", None)
+            if proxy is not None and hasattr(proxy, "destroy"):
+                proxy.destroy()
+        seconds = float(dictation.seconds)
+        segments.innerHTML = ""                      # the final transcript, as the worker kept it
+        for segment in reply["segments"]:
+            add_segment(segment)
+        segments.setAttribute("data-text", reply["text"])
+        by_id("speech-source").textContent = f"the recording ({seconds:.1f} s)"
+        by_id("speech-language").textContent = reply.get("language") or "–"
+        by_id("speech-duration").textContent = f"{seconds:.2f}"
+        end("done")
+        downloads(True)
 
     def stop_recording(event=None):
-        recorder = state["recorder"]
-        if recorder is None:
+        dictation = state["recorder"]
+        if dictation is None:
             return
         state["recorder"] = None
-        if state["draft"]:
-            client.python("transcribe_stop")              # the draft in progress ends; the final one follows it
         by_id("speech-stop-recording").disabled = True
         by_id("speech-record").classList.remove("recording")
-        if begin("the recording"):
-            state["stem"] = "recording"
-            _run(from_recorder(recorder))
+        state["stem"] = "recording"
+        segments.dataset.state = "working"
+        set_busy(True)
+        _run(finish_dictation(dictation))
 
     async def cancel(event=None):
         if state["busy"]:
