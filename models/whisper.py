@@ -29,6 +29,13 @@ For speed the projections that read one input are multiplied as one at load: sel
 (`cross_attn.kv`), which are computed once per 30 s window (engine.speech.decoder). The
 self-attention cache is engine.nn.KVCache, fixed in size, so a decode step's kernel calls are the
 same at every position and replay from a captured graph (engine.graph).
+
+Word timestamps (engine.speech.timing) read the cross-attention scores q k^T / sqrt(d) of a few
+"alignment heads" that follow the audio as the words are spoken: `decoder(..., heads=)` returns
+them beside the logits. openai-whisper lists those heads per checkpoint in
+`whisper/__init__.py` (`_ALIGNMENT_HEADS`, base85 of gzipped bool masks; CTranslate2 copies them
+into its config.json); ALIGNMENT_HEADS below holds them decoded, and a checkpoint without an entry
+gets the reference's default, every head of the second half of the decoder's layers.
 """
 from __future__ import annotations
 
@@ -46,6 +53,13 @@ from engine.device import get_backend
 from engine.weights import AsFloat32
 
 HEAD_DIM = 64                                   # every Whisper size: heads = width / 64
+
+# (decoder layer, head) of the cross-attention heads aligned with the speech: openai-whisper's
+# _ALIGNMENT_HEADS masks of tiny.en and base, decoded (the checkpoints' config.json say the same)
+ALIGNMENT_HEADS = {
+    "whisper-tiny.en": ((1, 0), (2, 0), (2, 5), (3, 0), (3, 1), (3, 2), (3, 3), (3, 4)),
+    "whisper-base": ((3, 1), (4, 2), (4, 3), (4, 7), (5, 1), (5, 2), (5, 4), (5, 6)),
+}
 
 
 @dataclass(frozen=True)
@@ -165,8 +179,9 @@ class ResidualAttentionBlock(nn.Module):
         h = h + self.attn.merge(F.scaled_dot_product_attention(q, k, v), b, t)         # (B, T, C)
         return self.feed_forward(h)
 
-    def decode(self, h, mask, cache, layer: int, positions, cross, window: int | None):
-        """A decoder block over the self-attention cache and the window's cross K/V."""
+    def decode(self, h, mask, cache, layer: int, positions, cross, window: int | None, heads=None):
+        """A decoder block over the self-attention cache and the window's cross K/V: (h, scores),
+        scores the cross-attention scores (B, h, T, ctx) of the heads (h,) int64 asked for, else None."""
         b, t, _ = h.shape
         q, k, v = self.self_attention(self.attn_ln(h))                                 # (B, H, T, d) each
         keys, values = cache.update(layer, positions, k, v)                            # (B, H, C, d)
@@ -177,7 +192,16 @@ class ResidualAttentionBlock(nn.Module):
         q = self.cross_attn.heads(self.cross_attn.query(self.cross_attn_ln(h)), b, t)  # (B, H, T, d)
         out = F.scaled_dot_product_attention(q, *cross)                                # (B, H, T, d)
         h = h + self.cross_attn.merge(out, b, t)                                       # (B, T, C)
-        return self.feed_forward(h)
+        scores = None if heads is None else cross_scores(q, cross[0], heads)            # (B, h, T, ctx)
+        return self.feed_forward(h), scores
+
+
+def cross_scores(q, keys, heads):
+    """The attention scores q k^T / sqrt(d) (B, h, T, ctx), before the softmax, of the heads (h,)
+    of queries q (B, H, T, d) over keys (B, H, ctx, d)."""
+    q = engine.index_select(q, 1, heads)                                                # (B, h, T, d)
+    k = engine.index_select(keys, 1, heads)                                             # (B, h, ctx, d)
+    return (q @ k.mT) * (q.shape[-1] ** -0.5)                                           # (B, h, T, ctx)
 
 
 class AudioEncoder(nn.Module):
@@ -212,16 +236,24 @@ class TextDecoder(nn.Module):
                                      for _ in range(c.n_text_layer)])
         self.ln = nn.LayerNorm(c.n_text_state)
 
-    def forward(self, input_ids, positions, cache: nn.KVCache, cross, rows=None, window: int | None = None):
+    def forward(self, input_ids, positions, cache: nn.KVCache, cross, rows=None, window: int | None = None,
+                heads=None):
         """input_ids (B, T) at positions (T,) -> logits (B, T, vocab), or (B, R, vocab) for the rows
-        (R,) of this call only. cross: per block the window's (key, value), each (B, H, ctx, d)."""
+        (R,) of this call only. cross: per block the window's (key, value), each (B, H, ctx, d).
+
+        heads: per block None or the int64 indices (h,) of heads whose cross-attention scores to
+        return: then (logits, scores), scores per block None or (B, h, T, ctx) (cross_scores)."""
         h = self.token_embedding(input_ids) + engine.index_select(self.positional_embedding, 0, positions)   # (B, T, C)
         mask = cache.mask(positions, window)                                            # (T, W) bool
+        scores = []
         for i, block in enumerate(self.blocks):
-            h = block.decode(h, mask, cache, i, positions, cross[i], window)            # (B, T, C)
+            h, s = block.decode(h, mask, cache, i, positions, cross[i], window,
+                                None if heads is None else heads[i])                    # (B, T, C)
+            scores.append(s)
         if rows is not None:
             h = engine.index_select(h, 1, rows)                                         # (B, R, C)
-        return F.linear(self.ln(h), self.token_embedding.weight)                        # (B, T or R, vocab)
+        logits = F.linear(self.ln(h), self.token_embedding.weight)                      # (B, T or R, vocab)
+        return logits if heads is None else (logits, scores)
 
 
 class Whisper(nn.Module):
@@ -236,6 +268,7 @@ class Whisper(nn.Module):
     def __init__(self, config: Config = Config(), half: bool = False):
         super().__init__()
         self.config = config
+        self.alignment_heads = default_alignment_heads(config)       # (layer, head) pairs: see load
         self.encoder = AudioEncoder(config)
         self.decoder = TextDecoder(config)
         if half:
@@ -336,6 +369,12 @@ class Whisper(nn.Module):
         return result
 
 
+def default_alignment_heads(config: Config) -> tuple[tuple[int, int], ...]:
+    """The reference's heads for a checkpoint it lists none for: the second half of the layers."""
+    return tuple((layer, head) for layer in range(config.n_text_layer // 2, config.n_text_layer)
+                 for head in range(config.n_text_head))
+
+
 # --- loading ----------------------------------------------------------------------------------
 def _ct2_names(config_layers: tuple[int, int]):
     """CTranslate2's name -> OpenAI's, for the tensors copied as they are."""
@@ -413,10 +452,12 @@ def from_ctranslate2(tensors):
     return out
 
 
-def load(weights, device: str | None = None) -> Whisper:
+def load(weights, device: str | None = None, alignment_heads=None) -> Whisper:
     """Whisper from tensors named as OpenAI's checkpoint (the site's safetensors, or a mapping), or
     a location (engine.load_safetensors opens it). Weights stored in float16 stay so where the
-    backend multiplies them (Whisper's `half`), and are widened to float32 elsewhere."""
+    backend multiplies them (Whisper's `half`), and are widened to float32 elsewhere.
+    alignment_heads: the checkpoint's (layer, head) pairs for word timestamps; the reference's
+    default when None or when they do not fit the weights (another size's file)."""
     tensors = engine.load_safetensors(weights) if isinstance(weights, (str, os.PathLike)) else weights
     config = Config.from_tensors(tensors, file=getattr(tensors, "name", None))
     half = "linear_f16w" in get_backend(device).fused
@@ -428,14 +469,25 @@ def load(weights, device: str | None = None) -> Whisper:
         model = Whisper(config)
         stored = ()
     model.load_state_dict(AsFloat32(tensors, keep=stored))
+    if alignment_heads and all(0 <= layer < config.n_text_layer and 0 <= head < config.n_text_head
+                               for layer, head in alignment_heads):
+        model.alignment_heads = tuple(sorted(alignment_heads))
     return model.to(device) if device else model
+
+
+def _loader(heads):
+    """load() with a checkpoint's alignment heads."""
+    def load_whisper(weights, device: str | None = None) -> Whisper:
+        return load(weights, device, alignment_heads=heads)
+    return load_whisper
 
 
 def _entry(name: str, title: str, *sources) -> registry.Model:
     """A Whisper checkpoint's entry: float16 safetensors converted from CTranslate2, the
-    tokenizer and config.json beside them; OpenAI's MIT licence."""
+    tokenizer and config.json beside them; OpenAI's MIT licence; its alignment heads."""
     return registry.Model(name=name, tasks=("speech-recognition",), pipeline="speech-recognition", title=title,
-                          load=load, sources=sources, processor={"tokenizer.json": "tokenizer", "config.json": "config"},
+                          load=_loader(ALIGNMENT_HEADS[name]), sources=sources,
+                          processor={"tokenizer.json": "tokenizer", "config.json": "config"},
                           storage_dtype="float16", convert=from_ctranslate2, license="MIT",
                           options={"license": "MIT (OpenAI's Whisper weights and code)"})
 

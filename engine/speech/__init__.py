@@ -1,6 +1,7 @@
 """Speech recognition with Whisper, in NumPy over the model's decoder: one window's decoding
 (engine.speech.decoding), the transcription of audio of any length (engine.speech.transcribe),
-and the transcript's text and subtitle formats (engine.speech.subtitles)."""
+its words' timestamps (engine.speech.timing), and the transcript's text and subtitle formats
+(engine.speech.subtitles)."""
 from .decoding import (
                        LANGUAGES,
                        DecodingOptions,
@@ -12,6 +13,7 @@ from .decoding import (
                        detect_language,
 )
 from .subtitles import FORMATS, format_timestamp, to_json, to_srt, to_txt, to_vtt, write
+from .timing import WordTiming, add_word_timestamps, find_alignment
 from .transcribe import transcribe
 
 __all__ = [
@@ -21,9 +23,12 @@ __all__ = [
                        "DecodingResult",
                        "SpecialTokens",
                        "SpeechTokenizer",
+                       "WordTiming",
+                       "add_word_timestamps",
                        "compression_ratio",
                        "decode",
                        "detect_language",
+                       "find_alignment",
                        "format_timestamp",
                        "to_json",
                        "to_srt",

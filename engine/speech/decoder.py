@@ -6,6 +6,7 @@ K/V, and decode steps replayed from captured graphs.
     logits = session.feed([sot, lang, task], rows=(0, -1))   # (2, vocab): the rows asked for
     logits = session.feed([token])                 # one decode step: (1, vocab)
     session.rewind(3)                              # decode the window again from the prompt
+    logits, scores = session.attention(tokens, heads, rows)   # word timestamps: one pass from position 0
 
 The model is an encoder-decoder with `new_cache()` (an engine.nn.KVCache of the decoder's
 positions), `new_cross()` and `cross_attention(features, out=)` (each block's K/V of the audio,
@@ -14,6 +15,10 @@ written into fixed buffers), and `decoder(input_ids, positions, cache, cross, ro
 (engine.graph) replays in every later window: only the token and position change. As in
 engine.generation, attention reads the cache's first W positions, W the smallest power of two
 (>= 64) that holds them, so a step costs what the window needs, and there is one graph per W.
+
+`attention` runs a whole sequence from position 0 over the window's cross K/V (no second encoder
+pass) and returns, beside the logits, the cross-attention scores of chosen heads
+(engine.speech.timing aligns words with them); it leaves the session empty, as rewind(0).
 """
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ class DecoderSession:
         self.cross = model.new_cross()
         self.steps = graph.StepGraphs(use_graphs)   # window -> the captured decode step
         self.has_audio = False
+        self._heads: dict = {}                      # (layer, head) pairs -> per block index tensors
 
     @property
     def length(self) -> int:
@@ -69,16 +75,14 @@ class DecoderSession:
             window *= 2
         return min(window, self.cache.capacity)
 
-    def feed(self, tokens, rows=(-1,)) -> np.ndarray:
-        """Write `tokens` at the next positions; the logits (len(rows), vocab) float32 of the
-        given rows of this call (indices into `tokens`, negative from its end)."""
+    def _check(self, tokens, start: int, rows) -> tuple[list[int], list[int]]:
+        """The tokens as ints and the rows as indices into them, or InputError."""
         tokens = [int(t) for t in tokens]
         n = len(tokens)
         if not self.has_audio:
             raise InputError("set_audio(features) must come before feed()")
         if n == 0:
             raise InputError("feed() needs at least one token")
-        start = self.length
         if start + n > self.capacity:
             raise InputError(f"the decoder holds {self.capacity} positions: {start} + {n} tokens do not fit")
         picked = []
@@ -86,6 +90,45 @@ class DecoderSession:
             if not -n <= int(r) < n:
                 raise InputError(f"row {r} is outside the {n} tokens fed")
             picked.append(int(r) % n)
+        return tokens, picked
+
+    def _head_index(self, heads) -> list:
+        """Per decoder block None or the int64 indices of its heads among the (layer, head) pairs."""
+        key = tuple((int(layer), int(head)) for layer, head in heads)
+        if key not in self._heads:
+            n_layer, n_head = len(self.cross), self.cross[0][0].shape[1]
+            if not key or not all(0 <= layer < n_layer and 0 <= head < n_head for layer, head in key):
+                raise InputError(f"alignment heads must be (layer, head) pairs inside the decoder's {n_layer} "
+                                 f"layers of {n_head} heads, got {list(key)}")
+            layers = {}
+            for layer, head in key:
+                layers.setdefault(layer, []).append(head)
+            self._heads[key] = [tensor(layers[i], dtype=int64, device=self.cache.device) if i in layers else None
+                                for i in range(len(self.cross))]
+        return self._heads[key]
+
+    def attention(self, tokens, heads, rows=(-1,)) -> tuple[np.ndarray, np.ndarray]:
+        """One forward pass of `tokens` from position 0 over the window's audio: the logits
+        (len(rows), vocab) of the given rows and the cross-attention scores q k^T / sqrt(d)
+        (len(heads), T, ctx) float32 of the (layer, head) pairs `heads`, in their order by layer.
+        The session is left empty (rewind(0)): the next decoding feeds its prompt again."""
+        tokens, picked = self._check(tokens, 0, rows)
+        self.rewind(0)
+        device = self.cache.device
+        x = tensor([tokens], dtype=int64, device=device)                     # (1, T)
+        positions = arange(0, len(tokens), device=device)                   # (T,)
+        index = tensor(picked, dtype=int64, device=device)                  # (R,)
+        logits, scores = self.model.decoder(x, positions, self.cache, self.cross, rows=index,
+                                            window=self._window(len(tokens)), heads=self._head_index(heads))
+        scores = [s.numpy()[0] for s in scores if s is not None]            # (h, T, ctx) per block
+        return logits.numpy()[0], np.concatenate(scores)                    # (R, vocab), (H, T, ctx)
+
+    def feed(self, tokens, rows=(-1,)) -> np.ndarray:
+        """Write `tokens` at the next positions; the logits (len(rows), vocab) float32 of the
+        given rows of this call (indices into `tokens`, negative from its end)."""
+        start = self.length
+        tokens, picked = self._check(tokens, start, rows)
+        n = len(tokens)
         window = self._window(start + n)
         device = self.cache.device
         if n == 1 and self.steps.enabled:

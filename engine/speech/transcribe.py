@@ -5,6 +5,8 @@ into segments, the previous text as the next window's prompt, temperature fallba
     result["text"], result["language"]
     result["segments"]      # [{"id", "seek", "start", "end", "text", "tokens", "temperature",
                             #   "avg_logprob", "compression_ratio", "no_speech_prob"}, ...]
+    transcribe(model, tokenizer, audio, word_timestamps=True)["segments"][0]["words"]
+                            # [{"word", "start", "end", "probability"}, ...] (engine.speech.timing)
 
 Facts taken from OpenAI's reference (openai-whisper 20250625, whisper/transcribe.py):
 
@@ -21,13 +23,17 @@ Facts taken from OpenAI's reference (openai-whisper 20250625, whisper/transcribe
   timestamp means no speech after it (the next window starts after this one), otherwise the
   next window starts at the last timestamp. Without a timestamp pair the window is one segment.
   A segment of zero length or with no text is kept, emptied.
+- With word timestamps (engine.speech.timing) each window's segments get their words and take
+  their start and end from them; a window not ending in a single timestamp is followed by the
+  one starting at its last word's end, and the last word's end is the last speech before the
+  next window.
 - The prompt of the next window is the text tokens so far (from the last reset) after
   <|startofprev|>, cut to the last n_text_ctx // 2 - 1 (223); it is reset after a window decoded
   at a temperature above 0.5, or for every window when condition_on_previous_text is off.
   initial_prompt is the first window's prompt and stays at the start of the prompts that follow.
 
-Not implemented: word timestamps (and hallucination_silence_threshold, which needs them),
-clip_timestamps, carry_initial_prompt, beam search.
+Not implemented: hallucination_silence_threshold, clip_timestamps, carry_initial_prompt, beam
+search.
 """
 from __future__ import annotations
 
@@ -42,8 +48,10 @@ from .decoding import (
     decode,
     detect_language,
 )
+from .timing import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS, add_word_timestamps, last_word_end
 
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH                       # mel frames: 100
 
 
 def transcribe(model, tokenizer: SpeechTokenizer, audio=None, *, mel: np.ndarray | None = None, session=None,
@@ -51,7 +59,9 @@ def transcribe(model, tokenizer: SpeechTokenizer, audio=None, *, mel: np.ndarray
                temperature: float | tuple = DEFAULT_TEMPERATURES,
                compression_ratio_threshold: float | None = 2.4, logprob_threshold: float | None = -1.0,
                no_speech_threshold: float | None = 0.6, condition_on_previous_text: bool = True,
-               initial_prompt: str | None = None, on_segment=None, cancel=None, **decode_options) -> dict:
+               initial_prompt: str | None = None, word_timestamps: bool = False,
+               prepend_punctuations: str = PREPEND_PUNCTUATIONS, append_punctuations: str = APPEND_PUNCTUATIONS,
+               alignment_heads=None, on_segment=None, cancel=None, **decode_options) -> dict:
     """The transcript of `audio` (float32 samples at 16 kHz, any length) or of `mel`, its
     log-mel with 30 s of zeros already appended (n_mels, frames + 3000).
 
@@ -60,6 +70,11 @@ def transcribe(model, tokenizer: SpeechTokenizer, audio=None, *, mel: np.ndarray
     when not given). on_segment(segment) is called with each segment as it is made; cancel()
     returning True stops before the next token, the result then holds the segments so far and
     "cancelled": True. decode_options: DecodingOptions' fields (best_of, suppress_tokens, ...).
+
+    word_timestamps: each segment gets "words" (engine.speech.timing), punctuation from
+    prepend_punctuations joined to the next word and from append_punctuations to the previous;
+    alignment_heads: the (layer, head) pairs to align with (default: model.alignment_heads, else
+    every head of the decoder's second half).
     """
     config = model.config
     if mel is None:
@@ -84,6 +99,7 @@ def transcribe(model, tokenizer: SpeechTokenizer, audio=None, *, mel: np.ndarray
     for t in temperatures:
         _options(decode_options, task=task, language=language, temperature=t).check(specials)
     dims = {"n_text_ctx": config.n_text_ctx, "n_audio_ctx": config.n_audio_ctx}
+    heads = _word_options(model, word_timestamps, prepend_punctuations, append_punctuations, alignment_heads)
 
     content_frames = mel.shape[-1] - N_FRAMES
     input_stride = N_FRAMES // config.n_audio_ctx                    # mel frames per output position: 2
@@ -135,6 +151,7 @@ def transcribe(model, tokenizer: SpeechTokenizer, audio=None, *, mel: np.ndarray
     initial_prompt_tokens = tokenizer.encode(" " + initial_prompt.strip()) if initial_prompt else []
     all_tokens.extend(initial_prompt_tokens)
     cancelled = False
+    last_speech_timestamp = 0.0
 
     while seek < content_frames:
         if cancel is not None and cancel():
@@ -190,9 +207,21 @@ def transcribe(model, tokenizer: SpeechTokenizer, audio=None, *, mel: np.ndarray
             current.append(new_segment(time_offset, time_offset + duration, tokens))
             seek += segment_size
 
+        if word_timestamps:
+            add_word_timestamps(current, session, tokenizer, heads=heads, language=language, task=task,
+                                num_frames=segment_size, last_speech_timestamp=last_speech_timestamp,
+                                prepend_punctuations=prepend_punctuations, append_punctuations=append_punctuations)
+            end = last_word_end(current)
+            if not single_timestamp_ending and end is not None and end > time_offset:
+                seek = round(end * FRAMES_PER_SECOND)    # the next window starts at the last word's end
+            if end is not None:
+                last_speech_timestamp = end
+
         for segment in current:
             if segment["start"] == segment["end"] or segment["text"].strip() == "":
                 segment["text"], segment["tokens"] = "", []
+                if word_timestamps:
+                    segment["words"] = []
         for segment in current:
             segment = {"id": len(segments), **segment}
             segments.append(segment)
@@ -207,6 +236,32 @@ def transcribe(model, tokenizer: SpeechTokenizer, audio=None, *, mel: np.ndarray
     if cancelled:
         out["cancelled"] = True
     return out
+
+
+def _word_options(model, word_timestamps, prepend_punctuations, append_punctuations, alignment_heads):
+    """The alignment heads for word timestamps (None without them), the options checked."""
+    if not isinstance(word_timestamps, bool):
+        raise InputError(f"word_timestamps must be True or False, got {word_timestamps!r}")
+    for name, value in (("prepend_punctuations", prepend_punctuations), ("append_punctuations", append_punctuations)):
+        if not isinstance(value, str):
+            raise InputError(f"{name} must be a string of punctuation marks, got {value!r}")
+    if not word_timestamps:
+        return None
+    config = model.config
+    heads = alignment_heads if alignment_heads is not None else getattr(model, "alignment_heads", None)
+    if heads is None:                            # the reference's default: the second half's heads
+        heads = [(layer, head) for layer in range(config.n_text_layer // 2, config.n_text_layer)
+                 for head in range(config.n_text_head)]
+    try:
+        heads = tuple((int(layer), int(head)) for layer, head in heads)
+    except (TypeError, ValueError):
+        raise InputError(f"alignment_heads must be (layer, head) pairs, got {alignment_heads!r}") from None
+    bad = [(layer, head) for layer, head in heads
+           if not (0 <= layer < config.n_text_layer and 0 <= head < config.n_text_head)]
+    if bad or not heads:
+        raise InputError(f"alignment_heads: {bad or 'none given'}; the decoder has {config.n_text_layer} layers "
+                         f"of {config.n_text_head} heads")
+    return heads
 
 
 def _options(decode_options: dict, **fixed) -> DecodingOptions:
