@@ -171,3 +171,28 @@ def test_a_dictation_fed_as_it_comes_ends_as_the_file(asr, recording):
         [(s["tokens"], s["start"], s["end"]) for s in whole["segments"]]
     packs = [e for _, e in events if e["type"] == "pack"]
     assert "".join(p["text"] for p in packs) == whole["text"]
+
+
+@pytest.mark.slow
+def test_bad_input_gives_a_result_or_a_clear_error(asr, tmp_path):
+    """Silence, a 0.2 s clip, clipping noise (a square wave at full scale) and a WAV whose header
+    claims 3 hours: a transcript or an AudioError naming the file, with vad=True and in a
+    dictation alike."""
+    from engine.errors import AudioError
+    from tests.audio.wavs import chunk, fmt, riff
+    rng = np.random.default_rng(9)
+    cases = {"silence": np.zeros(SAMPLE_RATE * 5, np.float32),
+             "short": rng.normal(0, 0.1, SAMPLE_RATE // 5).astype(np.float32),
+             "clipping": np.sign(rng.normal(0, 1, SAMPLE_RATE * 3)).astype(np.float32)}
+    for name, audio in cases.items():
+        result = asr(audio, vad=True)
+        assert isinstance(result["text"], str) and result["language"] == "en", name
+        dictation = asr.dictation()
+        dictation.feed(audio)
+        dictation.finish()
+        assert dictation.result()["text"] == result["text"], name
+    pcm = (rng.uniform(-0.5, 0.5, SAMPLE_RATE) * 32767).astype("<i2").tobytes()
+    claimed = tmp_path / "three-hours.wav"
+    claimed.write_bytes(riff(fmt(), chunk(b"data", pcm, size=3 * 3600 * SAMPLE_RATE * 2)))
+    with pytest.raises(AudioError, match="three-hours.wav"):
+        asr(str(claimed), vad=True)

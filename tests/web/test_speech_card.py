@@ -4,7 +4,8 @@ downloads it as text, SRT and WebVTT as the command line writes them; a file the
 (FLAC) and the microphone (Chromium's fake capture device playing a spoken clip) give transcripts
 too; the microphone dictates, each utterance's text as a pause ends it, and ends with the
 recording's transcript as a file with "Skip pauses"; a file that is not audio, or a WAV cut short,
-is a clear error on the card, which keeps working; Cancel ends a long transcription, keeping what
+is a clear error on the card, which keeps working (and with "Skip pauses", silence, a 0.2 s clip,
+clipping noise and a header claiming 3 hours give a transcript or a clear error); Cancel ends a long transcription, keeping what
 came; a sample button runs the multilingual model, which detects the language.
 
 The clips are espeak-ng's speech (tests/audio/clips.py); the model is whisper-tiny.en, the small
@@ -49,6 +50,25 @@ def clips(tmp_path_factory) -> dict[str, Path]:
     sox(fox, folder / "fox.flac")
     long = speak(STORY, folder / "long.wav")          # three of Whisper's 30 s windows: Cancel has work to stop
     return {"fox": fox, "flac": folder / "fox.flac", "long": long, "microphone": paused(folder / "mic.wav")}
+
+
+def odd_wavs(folder: Path) -> dict[str, Path]:
+    """Silence (5 s), a 0.2 s clip, clipping noise (a square wave at full scale, 3 s), and a WAV
+    whose header claims 3 hours but holds 1 s."""
+    import numpy as np
+
+    from tests.audio.wavs import chunk, fmt, riff, wav
+    rng = np.random.default_rng(9)
+    pcm = {"silence.wav": np.zeros(16000 * 5), "short.wav": rng.normal(0, 0.1, 3200),
+           "clipping.wav": np.sign(rng.normal(0, 1, 16000 * 3))}
+    out = {}
+    for name, samples in pcm.items():
+        out[name] = folder / name
+        out[name].write_bytes(wav((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes()))
+    second = (rng.uniform(-0.5, 0.5, 16000) * 32767).astype("<i2").tobytes()
+    out["three-hours.wav"] = folder / "three-hours.wav"
+    out["three-hours.wav"].write_bytes(riff(fmt(), chunk(b"data", second, size=3 * 3600 * 16000 * 2)))
+    return out
 
 
 def paused(path: Path) -> Path:
@@ -150,6 +170,17 @@ def test_a_dropped_file_gives_the_native_transcript(dev_server, session_factory,
     error = finished(page, 60_000)
     assert error == str(expected.value) and "cut.wav" in error, error
     assert page.locator(SEGMENTS).count() == 0
+    # with Skip pauses: silence, a 0.2 s clip, clipping noise and a header that claims 3 hours give a
+    # transcript or a clear error naming the file
+    page.check("[data-testid=speech-vad]")
+    for name, path in odd_wavs(clips["fox"].parent).items():
+        drop(page, path)
+        error = finished(page, 120_000)
+        if name == "three-hours.wav":
+            assert error and name in error, error
+        else:
+            assert error is None, (name, error)
+    page.uncheck("[data-testid=speech-vad]")
 
     # the card keeps working: a WAV dropped gives the native transcript, streamed segment by segment
     count_segments(page)
