@@ -9,9 +9,10 @@ ends it, and a final transcript equal to the recording's as a file with vad=True
     dictation.result()                          # {"text", "segments", "language", "speech"}
 
 Events, in order:
-- {"type": "utterance", "pack", "start", "end", "speech_end", "text", "segments"}: an utterance
-  that the voice-activity stream closed, transcribed alone (seconds in the recording; speech_end:
-  where its speech stopped, the padding after it left out);
+- {"type": "utterance", "pack", "start", "end", "speech_end", "text", "segments", "seconds"}: an
+  utterance that the voice-activity stream closed, transcribed alone (times in the recording;
+  speech_end: where its speech stopped, the padding after it left out; seconds: the time its
+  transcription took);
 - {"type": "pack", "pack", "text", "segments"}: a pack closed (engine.speech.utterances: the
   next utterance did not fit its 30 s, or the recording ended), transcribed whole as
   transcribe_speech transcribes it; it replaces the drafts of its utterances. A pack of one
@@ -20,6 +21,8 @@ The voice-activity stream gives the segments of the whole recording (engine/task
 and the packs go through the same Packs as transcribe_speech: so the packs' text is the file's.
 """
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
@@ -67,11 +70,13 @@ class Dictation:
         events = self._close() if self.packs.pieces and not fits(self.packs.size, end - start) else []
         self.packs.add(start, end, audio)
         self.speech.append((start, end))
+        started = time.perf_counter()
         draft = self.packs.draft()
         self.alone = draft if len(self.packs.pieces) == 1 else None
         events.append({"type": "utterance", "pack": self.pack, "start": segment["start"], "end": segment["end"],
                        "speech_end": round(max(segment["end"] - self.pad_s, segment["start"]), 3),
-                       "text": draft["text"], "segments": draft["segments"]})
+                       "text": draft["text"], "segments": draft["segments"],
+                       "seconds": round(time.perf_counter() - started, 4)})
         return events
 
     def _close(self) -> list[dict]:

@@ -266,7 +266,9 @@ def start(card):
                 latency = float(recorded) - event["speech_end"]
                 state["latencies"].append(latency)
                 for segment in event["segments"]:
-                    add_segment(segment, event["pack"], draft=True).dataset.latency = f"{latency:.3f}"
+                    li = add_segment(segment, event["pack"], draft=True)
+                    li.dataset.latency = f"{latency:.3f}"
+                    li.dataset.seconds = f"{event['seconds']:.3f}"       # of it, the transcription's
                 ordered = sorted(state["latencies"])
                 by_id("speech-latency").textContent = f"{ordered[len(ordered) // 2]:.2f}"
             else:
