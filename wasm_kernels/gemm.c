@@ -30,7 +30,7 @@
 #endif
 
 #define SMALL_M_DOT 4              /* rows of A up to which the dot-product path runs */
-#define SMALL_M_DOT_HALF 4         /* the same for a float16 B (3-4 rows: as fast as packing, measured) */
+#define SMALL_M_DOT_HALF HALF_ROWS /* the same for a float16 B */
 
 static inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
@@ -318,103 +318,33 @@ static inline __attribute__((always_inline)) void dot4_half(int two, size_t k, c
     *r1 = (v4f){hsum4(t0), hsum4(t1), hsum4(t2), hsum4(t3)};
 }
 
-/* dot4_half with the rows of A also given times 2^112 (z0, z1): a block of 8 normal halves is
- * widened to w * 2^-112 (widen8_scaled: 5 ops per 8 against widen8's 8) and multiplied by them,
- * x * 2^112 * w * 2^-112 being exactly x * w; a block holding a zero, subnormal, inf or NaN is
- * widened exactly and multiplied by the rows themselves (a subnormal's w * 2^-112 would be a
- * float32 denormal, ~45x slower to multiply on x86). Two blocks of the 4 weight rows are
- * checked together, one branch per 64 halves (in V8 one per 8 cost ~30% of the time, one per
- * 32 ~20%); when one of them is not all normal, each 4 blocks (GROUP8), then each block alone. */
-#define FAST_STEP(s, t, h)                                                           \
-    do {                                                                             \
-        v4f lo_, hi_;                                                                \
-        widen8_scaled(h, &lo_, &hi_);                                                \
-        s = madd(xb, hi_, madd(xa, lo_, s));                                         \
-        if (two) t = madd(yb, hi_, madd(ya, lo_, t));                                \
-    } while (0)
-#define SCALED_STEP(s, t, h, at)                                                     \
-    do {                                                                             \
-        v4f lo_, hi_;                                                                \
-        v8h h_ = h;                                                                  \
-        if (scaled_exact(scaled_range8(h_))) {                                       \
-            widen8_scaled(h_, &lo_, &hi_);                                           \
-            s = madd(xb, hi_, madd(xa, lo_, s));                                     \
-            if (two) t = madd(yb, hi_, madd(ya, lo_, t));                            \
-        } else {                                                                     \
-            widen8(h_, &lo_, &hi_);                                                  \
-            s = madd(load4(x0 + (at) + 4), hi_, madd(load4(x0 + (at)), lo_, s));     \
-            if (two) t = madd(load4(x1 + (at) + 4), hi_, madd(load4(x1 + (at)), lo_, t)); \
-        }                                                                            \
-    } while (0)
-
-#define GROUP8(at)                                                                   \
-    do {                                                                             \
-        v4f xa = load4(z0 + (at)), xb = load4(z0 + (at) + 4);                        \
-        v4f ya = two ? load4(z1 + (at)) : xa, yb = two ? load4(z1 + (at) + 4) : xb;  \
-        v8h h0 = load8h(w0 + (at)), h1 = load8h(w1 + (at)), h2 = load8h(w2 + (at)), h3 = load8h(w3 + (at)); \
-        if (__builtin_expect(scaled_exact32(h0, h1, h2, h3), 1)) {                   \
-            FAST_STEP(s0, t0, h0);                                                   \
-            FAST_STEP(s1, t1, h1);                                                   \
-            FAST_STEP(s2, t2, h2);                                                   \
-            FAST_STEP(s3, t3, h3);                                                   \
-        } else {                                                                     \
-            SCALED_STEP(s0, t0, h0, at);                                             \
-            SCALED_STEP(s1, t1, h1, at);                                             \
-            SCALED_STEP(s2, t2, h2, at);                                             \
-            SCALED_STEP(s3, t3, h3, at);                                             \
-        }                                                                            \
-    } while (0)
-
-static inline __attribute__((always_inline)) void dot4_half_scaled(int two, size_t k, const float *x0, const float *x1,
-                             const float *z0, const float *z1, const uint16_t *w0, const uint16_t *w1,
-                             const uint16_t *w2, const uint16_t *w3, v4f *r0, v4f *r1) {
-    v4f s0 = splat(0.0f), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0, t2 = s0, t3 = s0;
-    size_t p = 0;
-    for (; p + 16 <= k; p += 16) {                      /* 2 blocks of the 4 rows, one branch */
-        PREFETCH(w0 + p + PREFETCH_AHEAD);
-        v8h h0 = load8h(w0 + p), h1 = load8h(w1 + p), h2 = load8h(w2 + p), h3 = load8h(w3 + p);
-        v8h g0 = load8h(w0 + p + 8), g1 = load8h(w1 + p + 8), g2 = load8h(w2 + p + 8), g3 = load8h(w3 + p + 8);
-        scaled_range e = scaled_merge(scaled_merge(scaled_merge(scaled_range8(h0), scaled_range8(h1)),
-                                                   scaled_merge(scaled_range8(h2), scaled_range8(h3))),
-                                      scaled_merge(scaled_merge(scaled_range8(g0), scaled_range8(g1)),
-                                                   scaled_merge(scaled_range8(g2), scaled_range8(g3))));
-        if (__builtin_expect(scaled_exact(e), 1)) {
-            {
-                v4f xa = load4(z0 + p), xb = load4(z0 + p + 4);
-                v4f ya = two ? load4(z1 + p) : xa, yb = two ? load4(z1 + p + 4) : xb;
-                FAST_STEP(s0, t0, h0);
-                FAST_STEP(s1, t1, h1);
-                FAST_STEP(s2, t2, h2);
-                FAST_STEP(s3, t3, h3);
-            }
-            {
-                v4f xa = load4(z0 + p + 8), xb = load4(z0 + p + 12);
-                v4f ya = two ? load4(z1 + p + 8) : xa, yb = two ? load4(z1 + p + 12) : xb;
-                FAST_STEP(s0, t0, g0);
-                FAST_STEP(s1, t1, g1);
-                FAST_STEP(s2, t2, g2);
-                FAST_STEP(s3, t3, g3);
-            }
-        } else {
-            for (size_t q = p; q < p + 16; q += 8) GROUP8(q);
-        }
-    }
-    for (; p + 8 <= k; p += 8) GROUP8(p);
-    size_t tail = k - p;
-    if (tail) {
-        v4f xa = gather4(x0 + p, 1, tail), xb = gather4(x0 + p + 4, 1, tail > 4 ? tail - 4 : 0);
-        v4f ya = gather4(x1 + p, 1, tail), yb = gather4(x1 + p + 4, 1, tail > 4 ? tail - 4 : 0);
-        HALF_STEP(s0, t0, widen_tail(w0 + p, tail, &lo_, &hi_));
-        HALF_STEP(s1, t1, widen_tail(w1 + p, tail, &lo_, &hi_));
-        HALF_STEP(s2, t2, widen_tail(w2 + p, tail, &lo_, &hi_));
-        HALF_STEP(s3, t3, widen_tail(w3 + p, tail, &lo_, &hi_));
-    }
-    *r0 = (v4f){hsum4(s0), hsum4(s1), hsum4(s2), hsum4(s3)};
-    *r1 = (v4f){hsum4(t0), hsum4(t1), hsum4(t2), hsum4(t3)};
-}
+/* Float16 weights against 1-4 rows of A (a decode step): each weight row streams once, against
+ * all the rows of A at once, in groups of HALF_COLS weight rows.
+ *
+ * Natively with F16C (the library is built for the machine that runs it), vcvtph2ps widens 8
+ * halves exactly, subnormals, inf and NaN included, and the products are 8-lane fused
+ * multiply-adds: nothing to check.
+ *
+ * Elsewhere (WebAssembly, and the portable native baseline) the rows of A are copied into scratch
+ * times 2^112 once per call (exact; any |x| >= 2^16 or NaN keeps the plain path, dot4_half), and
+ * a normal half's bits with the exponent kept at e make w * 2^-112 (widen8_scaled, 5 integer ops
+ * per 8 halves), so that x * 2^112 * w * 2^-112 is exactly x * w. A lane holding a zero,
+ * subnormal, inf or NaN is zeroed before that widening (its exponent is 0 or 31: a lanewise
+ * comparison and an unsigned minimum): a subnormal's w * 2^-112 would be a float32 denormal, which
+ * x86 multiplies ~45x slower. No branch in the loop: the offset of each 8-block where some of the
+ * group's lanes were zeroed is written to a list (the count advances by 0 or 1), and after the
+ * loop the blocks in the list add their zeroed lanes' exact products (subnormal8: mantissa *
+ * 2^-24 from the integer, times the unscaled rows). Whisper tiny.en's output head has 0.46% of
+ * its halves subnormal, one 8-block of 4 rows in 7 on the list. A group where an inf or NaN was
+ * zeroed is computed again on the plain path. The sums are of the same products in another
+ * order. */
+#if !defined(__wasm__) && defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
+#define HALF_F16C 1
+#include <immintrin.h>
+#endif
 
 /* rows of A times 2^112 into z (rows x k floats), or 0 when some |x| >= 2^16 (the product
- * would overflow) or is NaN: then the exact widening runs on every block */
+ * would overflow) or is NaN */
 static int scale_rows(size_t rows, size_t k, const float *a, ptrdiff_t a_row, float *z) {
     const float scale = 5192296858534827628530496329220096.0f;     /* 2^112 */
     for (size_t r = 0; r < rows; ++r)
@@ -426,31 +356,193 @@ static int scale_rows(size_t rows, size_t k, const float *a, ptrdiff_t a_row, fl
     return 1;
 }
 
-/* dot_rows for a float16 B with contiguous columns (a weight's rows): `rows` (1 or 2) rows of A
- * against 4 weight rows at a time; scratch holds the scaled rows (2 * k floats, when it fits). */
-static void dot_rows_half(size_t rows, size_t n, size_t k, const float *a, ptrdiff_t a_row, matrix b,
-                          float *c, ptrdiff_t c_row, const epilogue *ep, size_t i, float *scratch) {
-    const float *a0 = a, *a1 = rows > 1 ? a + a_row : a;
-    int scaled = 2 * k <= GEMM_SCRATCH && scale_rows(rows, k, a, a_row, scratch);
-    const float *z0 = scratch, *z1 = rows > 1 ? scratch + k : scratch;
-    for (size_t j = 0; j < n; j += 4) {
-        size_t cols = min_size(4, n - j);
-        const uint16_t *w0 = b.half + (ptrdiff_t)j * b.col;
-        const uint16_t *w1 = cols > 1 ? w0 + b.col : w0, *w2 = cols > 2 ? w1 + b.col : w0;
-        const uint16_t *w3 = cols > 3 ? w2 + b.col : w0;
-        v4f r0, r1;
-        if (scaled && rows > 1) dot4_half_scaled(1, k, a0, a1, z0, z1, w0, w1, w2, w3, &r0, &r1);
-        else if (scaled) dot4_half_scaled(0, k, a0, a0, z0, z0, w0, w1, w2, w3, &r0, &r1);
-        else if (rows > 1) dot4_half(1, k, a0, a1, w0, w1, w2, w3, &r0, &r1);
-        else dot4_half(0, k, a0, a0, w0, w1, w2, w3, &r0, &r1);
-        for (size_t r = 0; r < rows; ++r) {
-            v4f v = r ? r1 : r0, unused = splat(0.0f);
-            if (ep) finish_row(&v, &unused, ep, i + r, j, cols);
+#define HALF_ROWS 4     /* rows of A at most */
+#define HALF_COLS 8     /* weight rows in a group at most */
+
+#ifdef HALF_F16C
+/* sums[r][c] = row r of A (x[r]) . weight row c (w[c]), for r < R, c < C */
+static inline __attribute__((always_inline)) void half_dot_group(const int R, const int C, size_t k,
+                                                                 const float *const x[HALF_ROWS], const uint16_t *const w[HALF_COLS],
+                                                                 float sums[HALF_ROWS][HALF_COLS]) {
+    __m256 acc[HALF_ROWS][HALF_COLS];
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+    size_t p = 0;
+    for (; p + 8 <= k; p += 8) {
+        __m256 wv[HALF_COLS];
+        for (int c = 0; c < C; ++c) {
+            PREFETCH(w[c] + p + PREFETCH_AHEAD);
+            wv[c] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[c] + p)));
+        }
+        for (int r = 0; r < R; ++r) {
+            __m256 xv = _mm256_loadu_ps(x[r] + p);
+            for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) {
+            __m128 q = _mm_add_ps(_mm256_castps256_ps128(acc[r][c]), _mm256_extractf128_ps(acc[r][c], 1));
+            float s = hsum4((v4f)q);
+            for (size_t t = p; t < k; ++t) s += x[r][t] * half_to_float(w[c][t]);
+            sums[r][c] = s;
+        }
+}
+#else
+/* One block of 8 halves of each of the group's C weight rows at p (the loop of half_dot_group):
+ * the normal lanes' products into acc, p onto the list when some lane was zeroed. */
+static inline __attribute__((always_inline)) size_t half_block(const int R, const int C, size_t k, size_t p,
+                                                               const float *z, const uint16_t *const w[HALF_COLS],
+                                                               uint32_t *list, size_t listed,
+                                                               v4f acc[HALF_ROWS][HALF_COLS]) {
+    PREFETCH(w[0] + p + PREFETCH_AHEAD);
+    v8h e[HALF_COLS];
+    v4f lo[HALF_COLS], hi[HALF_COLS];
+    for (int c = 0; c < C; ++c) {
+        v8h h = load8h(w[c] + p);
+        e[c] = biased_exponent8(h);                      /* above 0x400 exactly for normal numbers */
+        widen8_scaled(keep_lanes8(h, e[c] > (int16_t)0x400), &lo[c], &hi[c]);
+    }
+    for (int r = 0; r < R; ++r) {
+        v4f xa = load4(z + (size_t)r * k + p), xb = load4(z + (size_t)r * k + p + 4);
+        for (int c = 0; c < C; ++c) acc[r][c] = madd(xb, hi[c], madd(xa, lo[c], acc[r][c]));
+    }
+    v8h least = e[0];
+    for (int c = 1; c < C; ++c) least = min8(least, e[c]);
+    list[listed] = (uint32_t)p;
+    return listed + (size_t)any_zero_lane8(least > (int16_t)0x400);
+}
+
+/* sums[r][c] = row r of A (x[r], times 2^112 in z + r * k) . weight row c (w[c]), for r < R, c < C;
+ * list: k / 8 entries of scratch. Returns 0, or 1 when a weight row holds an inf or NaN (the sums
+ * are then wrong: the caller takes the plain path). */
+static inline __attribute__((always_inline)) int half_dot_group(const int R, const int C, size_t k,
+                                                                const float *const x[HALF_ROWS], const float *z,
+                                                                const uint16_t *const w[HALF_COLS], uint32_t *list,
+                                                                float sums[HALF_ROWS][HALF_COLS]) {
+    v4f acc[HALF_ROWS][HALF_COLS];
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) acc[r][c] = splat(0.0f);
+    size_t p = 0, listed = 0;
+    for (; p + 8 <= k; p += 8) listed = half_block(R, C, k, p, z, w, list, listed, acc);
+    v8h inf_nan = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (size_t i = 0; i < listed; ++i) {                /* the zeroed lanes, exactly */
+        size_t q = list[i];
+        for (int c = 0; c < C; ++c) {
+            v4f l, h;
+            subnormal8(load8h(w[c] + q), &l, &h, &inf_nan);
+            for (int r = 0; r < R; ++r) acc[r][c] = madd(load4(x[r] + q + 4), h, madd(load4(x[r] + q), l, acc[r][c]));
+        }
+    }
+    if (p < k) {                                         /* the last k % 8: exact widening, zeros past k */
+        size_t tail = k - p;
+        for (int c = 0; c < C; ++c) {
+            v4f l, h;
+            widen_tail(w[c] + p, tail, &l, &h);
+            for (int r = 0; r < R; ++r)
+                acc[r][c] = madd(gather4(x[r] + p + 4, 1, tail > 4 ? tail - 4 : 0), h,
+                                 madd(gather4(x[r] + p, 1, tail), l, acc[r][c]));
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) sums[r][c] = hsum4(acc[r][c]);
+    return any_zero_lane8(~inf_nan);
+}
+#endif
+
+/* the plain path of half_dot for a group of weight rows: pairs of rows of A against 4 weight rows
+ * through dot4_half */
+static void half_dot_plain(size_t rows, size_t cols, size_t k, const float *const x[HALF_ROWS],
+                           const uint16_t *const w[HALF_COLS], float sums[HALF_ROWS][HALF_COLS]) {
+    for (size_t q = 0; q < cols; q += 4)
+        for (size_t r = 0; r < rows; r += 2) {
+            const uint16_t *w0 = w[q], *w1 = q + 1 < cols ? w[q + 1] : w0, *w2 = q + 2 < cols ? w[q + 2] : w0;
+            const uint16_t *w3 = q + 3 < cols ? w[q + 3] : w0;
+            v4f r0, r1;
+            if (r + 1 < rows) dot4_half(1, k, x[r], x[r + 1], w0, w1, w2, w3, &r0, &r1);
+            else dot4_half(0, k, x[r], x[r], w0, w1, w2, w3, &r0, &r1);
+            for (size_t c = 0; c < 4 && q + c < cols; ++c) {
+                sums[r][q + c] = r0[c];
+                if (r + 1 < rows) sums[r + 1][q + c] = r1[c];
+            }
+        }
+}
+
+/* weight rows per group against R rows of A (V8 has 16 vector registers: R x C accumulators, C
+ * widened blocks of two vectors; measured) */
+#ifndef HALF_COLS_1
+#define HALF_COLS_1 4
+#endif
+#ifndef HALF_COLS_2
+#define HALF_COLS_2 4
+#endif
+#ifndef HALF_COLS_3
+#define HALF_COLS_3 1
+#endif
+#ifndef HALF_COLS_4
+#define HALF_COLS_4 1
+#endif
+
+/* C (rows x n) = A (rows <= 4, contiguous rows a_row apart) B + epilogue for a float16 B with
+ * contiguous columns (a weight's rows: b.col apart); scratch: GEMM_SCRATCH floats. */
+static inline __attribute__((always_inline)) void half_dot_rows(const int R, const int C, size_t n, size_t k,
+                                                                const float *a, ptrdiff_t a_row, matrix b, float *c,
+                                                                ptrdiff_t c_row, const epilogue *ep, float *scratch) {
+    const float *x[HALF_ROWS];
+    for (int r = 0; r < HALF_ROWS; ++r) x[r] = a + (ptrdiff_t)(r < R ? r : 0) * a_row;
+#ifdef HALF_F16C
+    (void)scratch;
+    const int fast = 1;
+#else
+    float *z = scratch;
+    uint32_t *list = (uint32_t *)(scratch + (size_t)R * k);
+    int fast = (size_t)R * k + k / 8 + 1 <= GEMM_SCRATCH && scale_rows((size_t)R, k, a, a_row, z);
+#endif
+    for (size_t j = 0; j < n; j += (size_t)C) {
+        size_t cols = min_size((size_t)C, n - j);
+        const uint16_t *w[HALF_COLS];
+        for (int q = 0; q < C; ++q) w[q] = b.half + (ptrdiff_t)(j + ((size_t)q < cols ? (size_t)q : 0)) * b.col;
+        float sums[HALF_ROWS][HALF_COLS];
+        int plain = !fast;
+        if (fast) {
+#ifdef HALF_F16C
+            half_dot_group(R, C, k, x, w, sums);
+#else
+            plain = half_dot_group(R, C, k, x, z, w, list, sums);
+#endif
+        }
+        if (plain) half_dot_plain((size_t)R, cols, k, x, w, sums);
+        for (int r = 0; r < R; ++r) {
             float *cr = c + (ptrdiff_t)r * c_row + (ptrdiff_t)j;
-            for (size_t q = 0; q < cols; ++q) cr[q] = v[q];
+            for (size_t q = 0; q < cols; q += 4) {
+                size_t part = min_size(4, cols - q);
+                v4f v = {sums[r][q], sums[r][q + 1 < cols ? q + 1 : q], sums[r][q + 2 < cols ? q + 2 : q],
+                         sums[r][q + 3 < cols ? q + 3 : q]}, unused = splat(0.0f);
+                if (ep) finish_row(&v, &unused, ep, (size_t)r, j + q, part);
+                for (size_t t = 0; t < part; ++t) cr[q + t] = v[t];
+            }
             if (ep && ep->act && !cheap_act(ep->act)) activate_span(cols, cr, ep->act, cr);
         }
     }
+}
+
+/* one function per row count: each compiles (and tiers up in V8) on its own */
+#define HALF_DOT_FN(R)                                                                                            \
+    static __attribute__((noinline)) void half_dot_##R(size_t n, size_t k, const float *a, ptrdiff_t a_row,      \
+                                                       matrix b, float *c, ptrdiff_t c_row, const epilogue *ep,   \
+                                                       float *scratch) {                                          \
+        half_dot_rows(R, HALF_COLS_##R, n, k, a, a_row, b, c, c_row, ep, scratch);                               \
+    }
+HALF_DOT_FN(1)
+HALF_DOT_FN(2)
+HALF_DOT_FN(3)
+HALF_DOT_FN(4)
+
+static void half_dot(size_t rows, size_t n, size_t k, const float *a, ptrdiff_t a_row, matrix b, float *c,
+                     ptrdiff_t c_row, const epilogue *ep, float *scratch) {
+    if (rows == 1) half_dot_1(n, k, a, a_row, b, c, c_row, ep, scratch);
+    else if (rows == 2) half_dot_2(n, k, a, a_row, b, c, c_row, ep, scratch);
+    else if (rows == 3) half_dot_3(n, k, a, a_row, b, c, c_row, ep, scratch);
+    else half_dot_4(n, k, a, a_row, b, c, c_row, ep, scratch);
 }
 
 void gemm_packed_b(size_t m, size_t nc, size_t kc, matrix a, const float *bp, float *c, ptrdiff_t c_row,
@@ -472,13 +564,7 @@ void gemm_run(size_t m, size_t n, size_t k, matrix a, matrix b, float *c, ptrdif
     if (m == 0 || n == 0) return;
     if (ep && !ep->bias && !ep->act) ep = 0;
     if (b.half && m <= SMALL_M_DOT_HALF && a.col == 1 && b.row == 1) {
-        size_t i = 0;
-        for (; i + 2 <= m; i += 2)
-            dot_rows_half(2, n, k, a.p + (ptrdiff_t)i * a.row, a.row, b, c + (ptrdiff_t)i * c_row, c_row, ep, i,
-                          scratch);
-        if (i < m)
-            dot_rows_half(1, n, k, a.p + (ptrdiff_t)i * a.row, a.row, b, c + (ptrdiff_t)i * c_row, c_row, ep, i,
-                          scratch);
+        half_dot(m, n, k, a.p, a.row, b, c, c_row, ep, scratch);
         return;
     }
     if (!b.half && m <= SMALL_M_DOT && a.col == 1 && b.row == 1 && k >= 4) {

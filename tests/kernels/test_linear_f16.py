@@ -85,6 +85,90 @@ def test_large_and_nan_rows(rng):
     assert np.isnan(out[1]).all() and np.isfinite(out[[0, 2]]).all()
 
 
+# The dot products of 1-4 rows (a decode step): in WebAssembly and the portable native build the
+# lanes holding a zero, subnormal, inf or NaN are zeroed in the fast loop and their 8-blocks listed,
+# then added exactly after it (natively with F16C, vcvtph2ps widens everything). K around the
+# 8-blocks and its tail, N around the groups of 4 weight rows (and 1 for 3-4 rows of x).
+DOT_SIZES = [(1, 1), (3, 5), (7, 3), (8, 9), (9, 1), (15, 7), (16, 13), (17, 4), (40, 6), (383, 9), (384, 11),
+             (385, 3), (1000, 7)]
+
+
+def mixed_halves(rng, n, k, subnormal=0.0, zero=0.0):
+    """normal halves (N(0, 0.05)) with a fraction of subnormals (any mantissa, either sign) and of
+    signed zeros"""
+    w = (rng.standard_normal((n, k)) * 0.05).astype(np.float16)
+    bits = w.view(np.uint16)
+    where = rng.random((n, k)) < subnormal
+    bits[where] = (rng.integers(1, 1024, where.sum()) | (rng.integers(0, 2, where.sum()) << 15)).astype(np.uint16)
+    where = rng.random((n, k)) < zero
+    bits[where] = (rng.integers(0, 2, where.sum()) << 15).astype(np.uint16)
+    return w
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5])
+def test_few_rows_every_kind_of_half(rng, m):
+    """1-5 rows of x against weights with no, few, many and only subnormals (and signed zeros):
+    a subnormal-only row's sum is small, so its tolerance would not hide a dropped product"""
+    for k, n in DOT_SIZES:
+        x = rng.standard_normal((m, k), dtype=np.float32)
+        for subnormal, zero in ((0.0, 0.0), (0.005, 0.001), (0.3, 0.1), (1.0, 0.0), (0.0, 1.0)):
+            w = mixed_halves(rng, n, k, subnormal, zero)
+            bias = rng.standard_normal(n, dtype=np.float32) if k % 2 else None
+            expected, tolerance = reference(x, w, bias)
+            out = K.linear(x, w, bias, out=nan_like((m, n)))
+            assert_within(out, expected, tolerance, f"{m}x{k} by {n}x{k}, subnormal {subnormal}, zero {zero}")
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_few_rows_subnormals_exactly(rng, m):
+    """one subnormal in one weight row of a group (the others normal), in the first, a middle and
+    the last 8-block and in the K tail: with x = 1 there and 0 elsewhere each sum is that
+    subnormal exactly; and every subnormal and signed zero against x = 1 (the exact sum)"""
+    k, n = 37, 9
+    for at in (0, 13, 31, 32, 36):
+        for row in range(n):
+            w = mixed_halves(rng, n, k)
+            w[row, at] = np.float16(-3 * 2.0 ** -24) if row % 2 else np.float16(1023 * 2.0 ** -24)
+            x = np.zeros((m, k), np.float32)
+            x[:, at] = 1
+            out = K.linear(x, w, out=nan_like((m, n)))
+            expected = w[:, at].astype(np.float32)
+            np.testing.assert_array_equal(out, np.broadcast_to(expected, (m, n)), f"row {row}, k {at}")
+    every = np.arange(0x400, dtype=np.uint16)              # zero and every subnormal mantissa, both signs
+    w = np.concatenate([every, every | 0x8000]).view(np.float16).reshape(8, 256)
+    x = np.ones((m, 256), np.float32)
+    expected = w.astype(np.float64).sum(axis=1)             # multiples of 2^-24 below 2^-6: exact in float32
+    np.testing.assert_array_equal(K.linear(x, w, out=nan_like((m, 8))), np.broadcast_to(expected, (m, 8)))
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5])
+def test_few_rows_inf_and_nan_among_subnormals(rng, m):
+    """an inf or NaN in a group of weight rows that also holds subnormals: that group is computed
+    again on the plain path, the other groups are not affected"""
+    k, n = 45, 13
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    w = mixed_halves(rng, n, k, subnormal=0.05, zero=0.02)
+    w[1, 9], w[6, 44], w[12, 0] = np.inf, np.nan, -np.inf
+    with np.errstate(invalid="ignore"):
+        expected, tolerance = reference(x, w)
+    out = K.linear(x, w, out=nan_like((m, n)))
+    special = [1, 6, 12]
+    np.testing.assert_array_equal(out[:, special], expected[:, special])
+    rest = [j for j in range(n) if j not in special]
+    assert_within(out[:, rest], expected[:, rest], tolerance[:, rest], f"{m} rows")
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_few_rows_epilogue(rng, m):
+    """bias and GELU on the dot products' results, N not a multiple of the groups"""
+    k, n = 70, 11
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    w = mixed_halves(rng, n, k, subnormal=0.01)
+    bias = rng.standard_normal(n, dtype=np.float32)
+    out = K._gemm_2d(x, K._strides(x), w, (1, k), m, n, k, bias, "gelu", nan_like((m, n)), "gemm_f16w_f32")
+    assert_within(out, *gemm_reference(x, w.astype(np.float32).T, bias, "gelu"), f"{m} rows, gelu")
+
+
 def test_strided_weight_and_rows(rng):
     """a weight view with a row stride (every other row of a stacked weight) and a transposed one"""
     x = rng.standard_normal((3, 40), dtype=np.float32)

@@ -69,6 +69,33 @@ def linear_f16_checks(rng, errors):
         out = K.linear(x, w)
         same = np.array_equal(out[:, [0, 10, 20]], expected[:, [0, 10, 20]], equal_nan=True)
         errors[f"linear f16 weight inf/nan {m} rows"] = 0.0 if same else float("inf")
+    # 1-5 rows (a decode step's dot products: zero, subnormal, inf and NaN lanes zeroed in the fast
+    # loop, their blocks listed and added exactly after it), K around the 8-blocks, N odd
+    for m in (1, 2, 3, 4, 5):
+        for k, n in ((7, 3), (9, 1), (17, 5), (40, 9), (385, 13)):
+            x = rng.standard_normal((m, k), dtype=np.float32)
+            for subnormal in (0.005, 0.3, 1.0):
+                w = (rng.standard_normal((n, k)) * 0.05).astype(np.float16)
+                bits, where = w.view(np.uint16), rng.random((n, k)) < subnormal
+                bits[where] = (rng.integers(0, 1024, where.sum()) | (rng.integers(0, 2, where.sum()) << 15))
+                expected, tol = gemm_reference(x, w.astype(np.float32).T)
+                out = K.linear(x, w, out=np.full((m, n), np.nan, np.float32))
+                errors[f"linear f16 weight {m}x{k} by {n}x{k}, subnormal {subnormal}"] = worst(out, expected, tol)
+            w[n // 2, k - 1], w[0, 0] = np.nan, -np.inf
+            with np.errstate(invalid="ignore"):
+                expected, tol = gemm_reference(x, w.astype(np.float32).T)
+            out = K.linear(x, w)
+            special = [0, n // 2]
+            rest = [j for j in range(n) if j not in special]
+            same = np.array_equal(out[:, special], expected[:, special], equal_nan=True)
+            errors[f"linear f16 weight {m}x{k} by {n}x{k}, inf/nan"] = (
+                max(worst(out[:, rest], expected[:, rest], tol[:, rest]) if rest else 0.0, 0.0 if same else float("inf")))
+    x = np.zeros((3, 37), np.float32)
+    x[:, 33] = 1
+    w = (rng.standard_normal((6, 37)) * 0.05).astype(np.float16)
+    w[2, 33], w[5, 33] = np.float16(3 * 2.0 ** -24), np.float16(-1023 * 2.0 ** -24)
+    same = np.array_equal(K.linear(x, w), np.broadcast_to(w[:, 33].astype(np.float32), (3, 6)))
+    errors["linear f16 weight a subnormal in the K tail, exactly"] = 0.0 if same else float("inf")
 
 
 def linear_f16_bench(repeat: int = 10) -> list:
