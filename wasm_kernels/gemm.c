@@ -343,6 +343,7 @@ static inline __attribute__((always_inline)) void dot4_half(int two, size_t k, c
 #include <immintrin.h>
 #endif
 
+#ifndef HALF_F16C
 /* rows of A times 2^112 into z (rows x k floats), or 0 when some |x| >= 2^16 (the product
  * would overflow) or is NaN */
 static int scale_rows(size_t rows, size_t k, const float *a, ptrdiff_t a_row, float *z) {
@@ -355,9 +356,10 @@ static int scale_rows(size_t rows, size_t k, const float *a, ptrdiff_t a_row, fl
         }
     return 1;
 }
+#endif
 
 #define HALF_ROWS 4     /* rows of A at most */
-#define HALF_COLS 8     /* weight rows in a group at most */
+#define HALF_COLS 4     /* weight rows in a group at most */
 
 #ifdef HALF_F16C
 /* sums[r][c] = row r of A (x[r]) . weight row c (w[c]), for r < R, c < C */
