@@ -38,7 +38,7 @@ function mono(audioBuffer) {
 async function readFile(file, name = file.name || "the file") {
   if (!file.size) throw new Error(`${name}: the file is empty`);
   const buffer = await file.arrayBuffer();
-  if (isWav(buffer)) return { kind: "wav", bytes: new Uint8Array(buffer), name };
+  if (isWav(buffer)) return { kind: "wav", bytes: new Uint8Array(buffer), name, file };
   const context = new OfflineAudioContext(1, 1, DECODE_RATE);
   let decoded;
   try {
@@ -47,7 +47,58 @@ async function readFile(file, name = file.name || "the file") {
     throw new Error(`${name}: this browser cannot decode the file as audio (a WAV, MP3, Ogg, FLAC or AAC file is expected)`);
   }
   if (!decoded.length) throw new Error(`${name}: the file holds no audio`);
-  return { kind: "pcm", samples: mono(decoded), rate: decoded.sampleRate, name };
+  return { kind: "pcm", samples: mono(decoded), rate: decoded.sampleRate, name, file };
+}
+
+// 16-bit PCM WAV bytes of float32 mono samples at `rate`.
+function wavBytes(samples, rate) {
+  const out = new DataView(new ArrayBuffer(44 + samples.length * 2));
+  const text = (at, s) => { for (let i = 0; i < s.length; i++) out.setUint8(at + i, s.charCodeAt(i)); };
+  text(0, "RIFF"); out.setUint32(4, 36 + samples.length * 2, true); text(8, "WAVE");
+  text(12, "fmt "); out.setUint32(16, 16, true); out.setUint16(20, 1, true); out.setUint16(22, 1, true);
+  out.setUint32(24, rate, true); out.setUint32(28, rate * 2, true); out.setUint16(32, 2, true);
+  out.setUint16(34, 16, true); text(36, "data"); out.setUint32(40, samples.length * 2, true);
+  for (let i = 0; i < samples.length; i++) {
+    out.setInt16(44 + 2 * i, Math.round(Math.max(-1, Math.min(1, samples[i])) * 32767), true);
+  }
+  return new Uint8Array(out.buffer);
+}
+
+// A URL the <audio> element plays: the file as chosen, or the recording as a WAV.
+function playable(audio) {
+  const blob = audio.file || (audio.kind === "wav" ? new Blob([audio.bytes], { type: "audio/wav" })
+    : new Blob([wavBytes(audio.samples, audio.rate)], { type: "audio/wav" }));
+  return URL.createObjectURL(blob);
+}
+
+// While `player` plays, the word spans (.word, data-start and data-end in seconds) under
+// `container` are marked: "current" the one being spoken, "spoken" those before it. Each animation
+// frame and each timeupdate looks at the player's time. Returns a function that stops it.
+function highlightWords(player, container) {
+  let words = [];
+  let frame = null;
+  const mark = () => {
+    const t = player.currentTime;
+    for (const w of words) {
+      w.el.classList.toggle("current", w.start <= t && t < w.end);
+      w.el.classList.toggle("spoken", w.end <= t);
+    }
+  };
+  const loop = () => { mark(); frame = player.paused ? null : requestAnimationFrame(loop); };
+  const onPlay = () => {
+    words = [...container.querySelectorAll(".word")].map((el) =>
+      ({ el, start: Number(el.dataset.start), end: Number(el.dataset.end) }));
+    if (frame === null) frame = requestAnimationFrame(loop);
+  };
+  player.addEventListener("play", onPlay);
+  player.addEventListener("timeupdate", mark);
+  player.addEventListener("seeked", mark);
+  return () => {
+    player.removeEventListener("play", onPlay);
+    player.removeEventListener("timeupdate", mark);
+    player.removeEventListener("seeked", mark);
+    if (frame !== null) cancelAnimationFrame(frame);
+  };
 }
 
 // The worklet that hands the microphone's samples (downmixed to mono) to the page in chunks of
@@ -263,5 +314,5 @@ async function dictate(client, meter, clock, options, onEvents) {
   return new Dictation(client, onEvents).start(meter, clock, options);
 }
 
-window.audioCapture = { readFile, record, duration, transcribe, isWav, dictate };
-export { readFile, record, duration, transcribe, isWav, Recorder, dictate };
+window.audioCapture = { readFile, record, duration, transcribe, isWav, dictate, playable, highlightWords };
+export { readFile, record, duration, transcribe, isWav, Recorder, dictate, playable, highlightWords };

@@ -184,6 +184,10 @@ def _add_arguments(p) -> None:
                    help="decode at T only (default: 0, then 0.2 ... 1.0 on repetition or low confidence)")
     p.add_argument("--vad", action="store_true", help="transcribe only the speech (Silero VAD), in windows cut at "
                                                       "pauses: faster on recordings with pauses")
+    p.add_argument("--word-timestamps", action="store_true", help="each word's start and end (JSON: each segment's "
+                                                                  "\"words\"), as openai-whisper computes them")
+    p.add_argument("--highlight-words", action="store_true", help="srt, vtt: a cue per word, the word spoken "
+                                                                  "underlined (needs --word-timestamps)")
     p.add_argument("--weights", default=None, help="the model's safetensors (default: the built dist/models/...)")
     add_device_argument(p)
 
@@ -193,11 +197,15 @@ def _transcribe(args) -> int:
     from . import pipeline
     pipe = pipeline(TASK, device=args.device, weights=args.weights, model=_model_name(args.model))
     options = {} if args.temperature is None else {"temperature": args.temperature}
+    if args.highlight_words and not args.word_timestamps:
+        raise InputError("--highlight-words needs --word-timestamps")
+    if args.word_timestamps:
+        options["word_timestamps"] = True
     if args.output_dir is not None:
         Path(args.output_dir).mkdir(parents=True, exist_ok=True)
     for path in args.audio:
         result = pipe(path, language=args.language, task=args.task, vad=args.vad, **options)
-        text = write(result, args.format)
+        text = write(result, args.format, highlight_words=args.highlight_words)
         if args.output_dir is not None:
             out = Path(args.output_dir) / f"{Path(path).stem}.{args.format}"
             out.write_text(text, encoding="utf-8")
@@ -270,7 +278,11 @@ def _cancel_check(call: int):
 
 
 def _segment(s: dict) -> dict:
-    return {"start": round(float(s["start"]), 3), "end": round(float(s["end"]), 3), "text": s["text"]}
+    out = {"start": round(float(s["start"]), 3), "end": round(float(s["end"]), 3), "text": s["text"]}
+    if "words" in s:
+        out["words"] = [{"word": w["word"], "start": round(float(w["start"]), 3), "end": round(float(w["end"]), 3),
+                         "probability": round(float(w["probability"]), 4)} for w in s["words"]]
+    return out
 
 
 async def transcribe_audio(audio, rate=None, options=None, on_segment=None) -> str:
@@ -288,9 +300,10 @@ async def transcribe_audio(audio, rate=None, options=None, on_segment=None) -> s
     call = _stop["calls"]
     pipe = state.loaded(TASK)
     options = dict(state.from_json(options) or {})
-    unknown = set(options) - {"task", "language", "name", "vad"}
+    unknown = set(options) - {"task", "language", "name", "vad", "word_timestamps"}
     if unknown:
-        raise InputError(f"unknown transcription options {sorted(unknown)}: task, language, name and vad are known")
+        raise InputError(f"unknown transcription options {sorted(unknown)}: task, language, name, vad and "
+                         f"word_timestamps are known")
     if options.get("vad"):
         await _voice_activity(pipe)
 
@@ -304,7 +317,8 @@ async def transcribe_audio(audio, rate=None, options=None, on_segment=None) -> s
         samples = _page_audio(audio, rate, str(options.get("name") or "the audio"))
         result = pipe(samples, language=options.get("language") or None, task=options.get("task") or "transcribe",
                       on_segment=segment, cancel=_cancel_check(call),
-                      vad=bool(options.get("vad")))                       # samples at 16 kHz: as natively
+                      vad=bool(options.get("vad")),                       # samples at 16 kHz: as natively
+                      word_timestamps=bool(options.get("word_timestamps")))
         _last["result"] = result
         seconds = time.perf_counter() - started
         memory = max(memory, state.heap_bytes())
@@ -347,15 +361,16 @@ async def dictation_start(options=None) -> str:
     from . import state
     pipe = state.loaded(TASK)
     options = dict(state.from_json(options) or {})
-    unknown = set(options) - {"task", "language"}
+    unknown = set(options) - {"task", "language", "word_timestamps"}
     if unknown:
-        raise InputError(f"unknown dictation options {sorted(unknown)}: task and language are known")
+        raise InputError(f"unknown dictation options {sorted(unknown)}: task, language and word_timestamps are known")
     await _voice_activity(pipe)
     async with state.lock:
         if not pipe.session(pipe.model).captured:        # the decode steps captured before the first utterance
             pipe(np.zeros(SAMPLE_RATE, np.float32), temperature=0.0)
         _live["dictation"] = pipe.dictation(language=options.get("language") or None,
-                                            task=options.get("task") or "transcribe")
+                                            task=options.get("task") or "transcribe",
+                                            word_timestamps=bool(options.get("word_timestamps")))
     return json.dumps({"model": pipe.entry.name, "vad": pipe._voice_activity.entry.name})
 
 
@@ -395,11 +410,14 @@ async def dictation_finish() -> str:
 
 def speech_transcript(format: str = "txt") -> str:
     """The last transcript as a file's text: txt, json, srt or vtt (engine.speech.write, as
-    `python -m engine transcribe --format` writes it): {"format", "text"}."""
+    `python -m engine transcribe --format` writes it; with its words' times, srt and vtt highlight
+    each word as --highlight-words does): {"format", "text"}."""
     from ..speech import write
-    if _last["result"] is None:
+    result = _last["result"]
+    if result is None:
         raise InputError("there is no transcript yet: transcribe something first")
-    return json.dumps({"format": format, "text": write(_last["result"], str(format))})
+    words = str(format) in ("srt", "vtt") and any("words" in s for s in result["segments"])
+    return json.dumps({"format": format, "text": write(result, str(format), highlight_words=words)})
 
 
 def transcribe_stop() -> str:

@@ -6,7 +6,8 @@ too; the microphone dictates, each utterance's text as a pause ends it, and ends
 recording's transcript as a file with "Skip pauses"; a file that is not audio, or a WAV cut short,
 is a clear error on the card, which keeps working (and with "Skip pauses", silence, a 0.2 s clip,
 clipping noise and a header claiming 3 hours give a transcript or a clear error); Cancel ends a long transcription, keeping what
-came; a sample button runs the multilingual model, which detects the language.
+came; a sample button runs the multilingual model, which detects the language; with Word timings,
+the words are the native pipeline's and light up in order as the player plays the file.
 
 The clips are espeak-ng's speech (tests/audio/clips.py); the model is whisper-tiny.en, the small
 one, chosen in the card's model select, except for the sample."""
@@ -249,6 +250,44 @@ def test_a_sample_with_the_multilingual_model(dev_server, session_factory, site)
           f"(real-time factor {seconds / duration:.3f})")
     page.set_viewport_size({"width": 390, "height": 844})               # a phone: one column, nothing wider
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    assert s.console_errors == []
+
+
+def test_words_light_up_in_order_as_the_audio_plays(dev_server, session_factory, clips, site):
+    """Word timings: the dropped WAV's words and times are the native pipeline's
+    (word_timestamps=True, the same weights); the player plays the file and each word lights up
+    in turn, in order; the WebVTT download highlights words as `--highlight-words` does."""
+    import engine
+    native = engine.pipeline(TASK, model=MODEL, weights=site / "models" / MODEL)(str(clips["fox"]),
+                                                                                 word_timestamps=True)
+    words = [w for segment in native["segments"] for w in segment["words"]]
+    s = session_factory(dev_server.url)
+    page = s.open("index.html#speech")
+    use_model(s, page)
+    page.check("[data-testid=speech-words]")
+    drop(page, clips["fox"])
+    assert finished(page) is None
+    shown = page.evaluate(f"""() => [...document.querySelectorAll('{LIST} .word')].map((w) =>
+        [w.textContent, Number(w.dataset.start), Number(w.dataset.end)])""")
+    assert [w[0].strip() for w in shown] == [w["word"].strip() for w in words]
+    for got, want in zip(shown, words):                   # simd in the page, numpy natively
+        assert abs(got[1] - want["start"]) <= 0.021 and abs(got[2] - want["end"]) <= 0.021, (got, want)
+    page.evaluate("""() => { window.lit = [];
+        const all = [...document.querySelectorAll('[data-testid=speech-segments] .word')];
+        new MutationObserver(() => all.forEach((w, i) => {
+            if (w.classList.contains('current') && window.lit[window.lit.length - 1] !== i) window.lit.push(i); }))
+          .observe(document.querySelector('[data-testid=speech-segments]'),
+                   { subtree: true, attributes: true, attributeFilter: ['class'] }); }""")
+    assert page.is_visible("[data-testid=speech-player]")
+    page.evaluate("document.querySelector('[data-testid=speech-player]').play()")
+    page.wait_for_function("document.querySelector('[data-testid=speech-player]').ended", timeout=60_000)
+    lit = page.evaluate("window.lit")
+    assert lit == sorted(set(lit)) and len(lit) >= 0.8 * len(words), (lit, len(words))
+    from engine.speech import write
+    with page.expect_download() as download:
+        page.click("[data-testid=speech-download-vtt]")
+    assert Path(download.value.path()).read_text(encoding="utf-8").count("<u>") >= len(words) - 1
+    assert write(native, "vtt", highlight_words=True).count("<u>") >= len(words) - 1
     assert s.console_errors == []
 
 

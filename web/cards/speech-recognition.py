@@ -7,7 +7,8 @@ decoded by the browser, and the microphone is recorded with an AudioWorklet; tho
 float32 samples with their rate. The worker (engine/tasks/speech_recognition.py) sends each
 segment as it is decoded, so the transcript grows while the rest is computed. Cancel ends it after
 the segment being decoded; what came by then stays. "Skip pauses" transcribes a file's speech only
-(vad=True).
+(vad=True); "Word timings" gives each word's time (word_timestamps=True), and the words light up
+as the player below the transcript plays the audio.
 
 Recording is live dictation: the microphone at 16 kHz goes to the worker as it comes; each
 utterance's text appears as soon as a pause ends it (a draft), and each pack of utterances (up to
@@ -72,13 +73,35 @@ def start(card):
         stamp.textContent = f"[{clock(segment['start'])} → {clock(segment['end'])}]"
         text = document.createElement("span")
         text.className = "text"
-        text.textContent = segment["text"].strip()
+        words = segment.get("words") or []
+        if words:                                    # each word its own span, timed, for the player's highlight
+            for i, w in enumerate(words):
+                span = document.createElement("span")
+                span.className = "word"
+                span.dataset.start = str(w["start"])
+                span.dataset.end = str(w["end"])
+                span.textContent = w["word"].strip() if i == 0 else w["word"]
+                text.appendChild(span)
+        else:
+            text.textContent = segment["text"].strip()
         li.appendChild(stamp)
         li.appendChild(text)
         segments.appendChild(li)
         return li
 
+    def play(audio):
+        """The transcribed audio in the player; its words (Word timings) light up as it plays."""
+        player = by_id("speech-player")
+        if state.get("player_url"):
+            js.URL.revokeObjectURL(state["player_url"])
+        state["player_url"] = capture().playable(audio)
+        player.src = state["player_url"]
+        player.hidden = False
+        if state.get("highlight") is None:
+            state["highlight"] = capture().highlightWords(player, segments)
+
     def clear_result():
+        by_id("speech-player").pause()
         segments.innerHTML = ""
         segments.removeAttribute("data-text")
         segments.classList.remove("stopped")
@@ -196,6 +219,7 @@ def start(card):
                 return
             wanted = options()
             wanted["vad"] = bool(by_id("speech-vad").checked)
+            wanted["word_timestamps"] = bool(by_id("speech-words").checked)
             reply = await capture().transcribe(client, audio, json.dumps(wanted), proxy)
             result = to_py(reply)
         except Exception as e:
@@ -218,6 +242,7 @@ def start(card):
         card.follow_device(reply)
         end("done", result.get("notice"))
         downloads(True)
+        play(audio)
 
     async def from_file(file, name):
         """A chosen, dropped or fetched file (a Blob) and its name, once begin() has run."""
@@ -244,8 +269,10 @@ def start(card):
         proxy = create_proxy(on_events)
         try:
             await load()
+            wanted = options()
+            wanted["word_timestamps"] = bool(by_id("speech-words").checked)
             state["recorder"] = await capture().dictate(client, by_id("speech-level"), by_id("speech-recorded"),
-                                                        json.dumps(options()), proxy)
+                                                        json.dumps(wanted), proxy)
         except Exception as e:
             if hasattr(proxy, "destroy"):
                 proxy.destroy()
@@ -298,6 +325,7 @@ def start(card):
         by_id("speech-duration").textContent = f"{seconds:.2f}"
         end("done")
         downloads(True)
+        play(done.audio)
 
     def stop_recording(event=None):
         dictation = state["recorder"]
