@@ -47,14 +47,16 @@ class Dictation:
     def feed(self, piece) -> list[dict]:
         piece = np.asarray(piece, np.float32).reshape(-1)
         self.buffer = np.concatenate([self.buffer, piece])
-        events = [e for segment in self.voice.feed(piece) for e in self._utterance(segment)]
+        events = self._utterances(self.voice.feed(piece))
         drop = self.buffer.size - KEEP_S * SAMPLE_RATE
         if drop > 0:
             self.buffer, self.base = self.buffer[drop:], self.base + drop
         return events
 
     def finish(self) -> list[dict]:
-        events = [e for segment in self.voice.finish() for e in self._utterance(segment)]
+        """The recording ended: the utterances still open join the last pack, which closes (no
+        drafts: the pack's text comes at once)."""
+        events = self._utterances(self.voice.finish(), draft=False)
         self.finished = True
         return events + self._close()
 
@@ -62,20 +64,30 @@ class Dictation:
         language = self.packs.language or ("en" if not self.packs.tokenizer.specials.multilingual else None)
         return {"text": self.text, "segments": self.segments, "language": language, "speech": seconds(self.speech)}
 
-    def _utterance(self, segment: dict) -> list[dict]:
-        (start, end), = samples([segment])
-        audio = self.buffer[max(start - self.base, 0):max(end - self.base, 0)]
-        if end <= start or audio.size == 0:
-            return []
-        events = self._close() if self.packs.pieces and not fits(self.packs.size, end - start) else []
-        self.packs.add(start, end, audio)
-        self.speech.append((start, end))
+    def _utterances(self, closed: list[dict], draft: bool = True) -> list[dict]:
+        """Utterances the VAD closed: each joins the open pack (closing it first when it does not
+        fit); those of the open pack that are new are drafted together, one transcription, so a
+        dictation that fell behind (several closed while the last call ran) catches up."""
+        events, new = [], []
+        for segment in closed:
+            (start, end), = samples([segment])
+            audio = self.buffer[max(start - self.base, 0):max(end - self.base, 0)]
+            if end <= start or audio.size == 0:
+                continue
+            if self.packs.pieces and not fits(self.packs.size, end - start):
+                events += self._close()
+                new = []
+            self.packs.add(start, end, audio)
+            self.speech.append((start, end))
+            new.append(segment)
+        if not new or not draft:
+            return events
         started = time.perf_counter()
-        draft = self.packs.draft()
-        self.alone = draft if len(self.packs.pieces) == 1 else None
-        events.append({"type": "utterance", "pack": self.pack, "start": segment["start"], "end": segment["end"],
-                       "speech_end": round(max(segment["end"] - self.pad_s, segment["start"]), 3),
-                       "text": draft["text"], "segments": draft["segments"],
+        text = self.packs.draft(len(new))
+        self.alone = text if len(self.packs.pieces) == 1 else None
+        events.append({"type": "utterance", "pack": self.pack, "start": new[0]["start"], "end": new[-1]["end"],
+                       "speech_end": round(max(new[-1]["end"] - self.pad_s, new[-1]["start"]), 3),
+                       "text": text["text"], "segments": text["segments"],
                        "seconds": round(time.perf_counter() - started, 4)})
         return events
 

@@ -141,10 +141,10 @@ class Packs:
         result["segments"] = [{**mapped(s, times), "id": first_id + i} for i, s in enumerate(result["segments"])]
         return result
 
-    def draft(self) -> dict:
-        """The last segment added, transcribed alone as close() would transcribe it were it the
-        pack's only one (a live dictation shows it at once)."""
-        return self.transcribe(self.pieces[-1:], self.audio[-1:], self.language, self.prompt)
+    def draft(self, n: int = 1) -> dict:
+        """The last n segments added, transcribed together as close() would transcribe them were
+        they the pack's only ones (a live dictation shows them at once)."""
+        return self.transcribe(self.pieces[-n:], self.audio[-n:], self.language, self.prompt)
 
     def close(self, alone: dict | None = None) -> dict | None:
         """Transcribe the open pack (None when there is none); later packs keep its language.

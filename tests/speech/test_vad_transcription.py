@@ -159,7 +159,7 @@ def test_a_dictation_fed_as_it_comes_ends_as_the_file(asr, recording):
             events.append((fed + n, event))
         fed += n
     events += [(fed, e) for e in dictation.finish()]
-    utterances = [e for _, e in events if e["type"] == "utterance"]
+    utterances = [e for _, e in events if e["type"] == "utterance"]       # fed in small pieces: one each
     assert [(u["start"], u["end"]) for u in utterances] == [(s["start"], s["end"]) for s in whole["speech"]]
     for at, event in events[:-1]:                    # all but the last: told while the audio still came
         if event["type"] == "utterance":
@@ -196,3 +196,15 @@ def test_bad_input_gives_a_result_or_a_clear_error(asr, tmp_path):
     claimed.write_bytes(riff(fmt(), chunk(b"data", pcm, size=3 * 3600 * SAMPLE_RATE * 2)))
     with pytest.raises(AudioError, match="three-hours.wav"):
         asr(str(claimed), vad=True)
+
+
+@pytest.mark.slow
+def test_a_dictation_that_fell_behind_drafts_what_closed_together(asr, recording):
+    """Fed the whole recording at once (as a worker that was busy gets it): the utterances that
+    closed are drafted in one transcription, one event; the final transcript is still the file's."""
+    audio, _ = recording
+    dictation = asr.dictation()
+    events = dictation.feed(audio) + dictation.finish()
+    utterances = [e for e in events if e["type"] == "utterance"]
+    assert len(utterances) == 1 and utterances[0]["start"] < utterances[0]["end"]
+    assert dictation.result()["text"] == asr(audio, vad=True)["text"]
