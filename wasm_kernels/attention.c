@@ -204,12 +204,69 @@ static void value_tile(size_t s, size_t dv, size_t dvp, const float *pt, const f
     }
 }
 
+/* One query row reading a KV head (decoding one token without grouped heads: a ROWS-row tile would
+ * repeat it 4 times): the same sums as the tile's row 0, in the same order, so the same bits.
+ * Scores: each key's sum over the depth in order from 0, times scale (score_tile), with 4x4 blocks
+ * of K (rows ks_s apart, contiguous, d a multiple of 4) transposed in registers instead of K^T
+ * packed; 16 keys at a time, keys past s repeat the last (their scores are never read). */
+static void score_row(size_t s, size_t d, const float *q, const float *k, ptrdiff_t ks_s, float scale, float *sc) {
+    v4f sv = splat(scale);
+    for (size_t j = 0; j < s; j += 16) {
+        const float *rows[16];
+        for (size_t c = 0; c < 16; ++c) rows[c] = k + (ptrdiff_t)(j + c < s ? j + c : s - 1) * ks_s;
+        v4f a0 = splat(0.0f), a1 = a0, a2 = a0, a3 = a0;
+        for (size_t p = 0; p < d; p += 4) {
+            v4f qv = load4(q + p), q0 = lane(qv, 0), q1 = lane(qv, 1), q2 = lane(qv, 2), q3 = lane(qv, 3);
+#define SCORE_QUAD(acc, at)                                                                          \
+            do {                                                                                     \
+                v4f r0 = load4(rows[at] + p), r1 = load4(rows[at + 1] + p), r2 = load4(rows[at + 2] + p); \
+                v4f r3 = load4(rows[at + 3] + p);                                                    \
+                TRANSPOSE4(r0, r1, r2, r3);                                                          \
+                acc = madd(q3, r3, madd(q2, r2, madd(q1, r1, madd(q0, r0, acc))));                   \
+            } while (0)
+            SCORE_QUAD(a0, 0);
+            SCORE_QUAD(a1, 4);
+            SCORE_QUAD(a2, 8);
+            SCORE_QUAD(a3, 12);
+#undef SCORE_QUAD
+        }
+        v4f out[4] = {a0 * sv, a1 * sv, a2 * sv, a3 * sv};
+        for (size_t c = 0; c < 16 && j + c < s; c += 4) {
+            if (j + c + 4 <= s) store4(sc + j + c, out[c / 4]);
+            else for (size_t l = 0; j + c + l < s; ++l) sc[j + c + l] = out[c / 4][l];
+        }
+    }
+}
+
+/* out = e (s weights) times v (s x dv, rows vs apart, contiguous, dv a multiple of 4) / sum: each
+ * column's sum over the keys in order from 0 (value_tile's row 0), 8 vectors of columns a pass */
+static void value_row(size_t s, size_t dv, const float *e, const float *v, ptrdiff_t vs, float sum, float *out) {
+    for (size_t c = 0; c < dv; c += 32) {
+        size_t n = dv - c < 32 ? (dv - c) / 4 : 8;
+        v4f acc[8];
+        for (size_t h = 0; h < 8; ++h) acc[h] = splat(0.0f);
+        const float *vj = v + c;
+        if (n == 8) {
+            for (size_t j = 0; j < s; ++j, vj += vs) {
+                v4f p = splat(e[j]);
+                for (size_t h = 0; h < 8; ++h) acc[h] = madd(p, load4(vj + 4 * h), acc[h]);
+            }
+        } else {
+            for (size_t j = 0; j < s; ++j, vj += vs) {
+                v4f p = splat(e[j]);
+                for (size_t h = 0; h < n; ++h) acc[h] = madd(p, load4(vj + 4 * h), acc[h]);
+            }
+        }
+        for (size_t h = 0; h < n; ++h) store4(out + c + 4 * h, acc[h] / splat(sum));
+    }
+}
+
 typedef struct {
     size_t batch, heads, kv_heads, l, s, d, dv, sp, dvp, need, tiles;
     const float *q, *k, *v;
     ptrdiff_t qs_b, qs_h, qs_l, qs_d, ks_b, ks_h, ks_s, ks_d, vs_b, vs_h, vs_s, vs_d;
     const void *mask;
-    int mask_kind, causal, pack_values;
+    int mask_kind, causal, pack_values, single_row;
     ptrdiff_t ms_b, ms_h, ms_l, ms_s;
     float scale;
     float *out, *scratch;
@@ -231,6 +288,17 @@ static void attention_units(const attention_job *j, size_t u0, size_t u1, float 
     for (size_t u = u0; u < u1; ++u) {
         size_t pair = u / j->tiles, b = pair / j->kv_heads, g = pair % j->kv_heads, t0 = u % j->tiles * ROWS;
         const char *mb = j->mask_kind ? (const char *)j->mask + elem * (ptrdiff_t)b * j->ms_b : 0;
+        if (j->single_row) {                        /* one query row reads this KV head */
+            const float *kg = j->k + (ptrdiff_t)b * j->ks_b + (ptrdiff_t)g * j->ks_h;
+            const float *q = j->q + (ptrdiff_t)b * j->qs_b + (ptrdiff_t)g * j->qs_h;
+            for (size_t p = 0; p < d; ++p) qp[p] = q[(ptrdiff_t)p * j->qs_d];
+            score_row(s, d, qp, kg, j->ks_s, j->scale, sc);
+            if (j->mask_kind) mask_row(s, mb + elem * (ptrdiff_t)g * j->ms_h, j->mask_kind, j->ms_s, mrows);
+            float sum = softmax_row(s, sc, 0, j->mask_kind ? mrows : 0, j->mask_kind, j->causal);
+            value_row(s, dv, sc, j->v + (ptrdiff_t)b * j->vs_b + (ptrdiff_t)g * j->vs_h, j->vs_s, sum,
+                      j->out + (b * j->heads + g) * dv);
+            continue;
+        }
         if (pair != current) {
             if (j->mask_kind && !mask_per_row) mask_row(s, mb, j->mask_kind, j->ms_s, mrows);
             pack_kt(s, d, j->k + (ptrdiff_t)b * j->ks_b + (ptrdiff_t)g * j->ks_h, j->ks_s, j->ks_d, kt, sp);
@@ -303,9 +371,11 @@ EXPORT size_t attention_f32(size_t batch, size_t heads, size_t kv_heads, size_t 
     size_t parts = pool_parts(work > units ? units : (size_t)work, 1);
     if (scratch_size < parts * need) return parts * need;
     if (!batch || !heads || !kv_heads || !l || !dv) return 0;
+    /* one query row per KV head, K and V rows contiguous: score_row and value_row, no packing */
+    int single_row = reads == 1 && ks_d == 1 && vs_d == 1 && d % 4 == 0 && dv % 4 == 0 && s > 0;
     attention_job job = {batch, heads, kv_heads, l, s, d, dv, sp, dvp, need, tiles, q, k, v,
                          qs_b, qs_h, qs_l, qs_d, ks_b, ks_h, ks_s, ks_d, vs_b, vs_h, vs_s, vs_d,
-                         mask, mask_kind, causal, pack_values, ms_b, ms_h, ms_l, ms_s, scale, out, scratch};
+                         mask, mask_kind, causal, pack_values, single_row, ms_b, ms_h, ms_l, ms_s, scale, out, scratch};
     pool_run(parts, attention_part, &job);
     return 0;
 }

@@ -118,6 +118,31 @@ def test_attention_masks(rng, shape):
     check_attention(q, k, v, scale=0.3, what="scale")
 
 
+@pytest.mark.parametrize("s", [1, 5, 16, 17, 70, 1500])
+@pytest.mark.parametrize("e,ev", [(64, 64), (4, 4), (12, 36), (8, 40), (6, 8), (8, 6)])
+def test_attention_one_query_row_gives_the_tiles_bits(rng, s, e, ev):
+    """decoding one token without grouped heads (Whisper's decoder: 1 query row per KV head)
+    reads K and V in place (no K^T packed, no tile of 4 repeated rows) and gives exactly the bits
+    that row gets in a tile of several query rows; K and V views of one fused projection (a
+    cross-attention's), every kind of mask. e or ev not a multiple of 4 keeps the tiles."""
+    n, h = 2, 3
+    kv = rng.standard_normal((n, s, h * (e + ev)), dtype=np.float32)
+    k = kv[..., :h * e].reshape(n, s, h, e).transpose(0, 2, 1, 3)
+    v = kv[..., h * e:].reshape(n, s, h, ev).transpose(0, 2, 1, 3)
+    queries = rng.standard_normal((n, h, 3, e), dtype=np.float32)
+    padding = np.ones((n, 1, 1, s), bool)
+    padding[1, ..., 1 + s // 2:] = False
+    masks = [None, padding, np.where(padding, 0, -1e4).astype(np.float32),
+             rng.standard_normal((n, h, 1, s)).astype(np.float32), rng.random((1, h, 1, s)) > 0.3]
+    for mask in masks:
+        one = K.attention(queries[:, :, :1], k, v, mask, out=nan_like((n, 1, h, ev)))
+        tiled = K.attention(queries, k, v, None if mask is None else np.broadcast_to(mask, (n, h, 3, s)),
+                            out=nan_like((n, 3, h, ev)))
+        np.testing.assert_array_equal(one, tiled[:, :1], f"mask {None if mask is None else mask.dtype}")
+        expected, tolerance = attention_reference(queries[:, :, :1], k, v, mask)
+        assert_within_or_nan(one, expected, tolerance, f"one row, s {s}, e {e}, ev {ev}")
+
+
 def test_attention_on_bert_views(rng):
     """q, k, v as BERT makes them: one (N, L, 3*H*D) projection, each part viewed (N, L, H, D)
     and transposed to (N, H, L, D): strided, no copy. K's transposed memory too (ks_d != 1)."""

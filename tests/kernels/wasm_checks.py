@@ -198,6 +198,19 @@ def transformer_checks(rng, errors):
             expected, tol = attention_reference(q, k, v, mask, None, causal)
             errors[f"attention {(n, heads, kv_heads, l, s, e, ev)} {name}"] = worst(
                 K.attention(q, k, v, mask, None, causal), expected, tol)
+    # one query row per KV head (a decode step's cross-attention over a fused K/V projection): K and V
+    # read in place, the bits of that row in a tile of several
+    kv = rng.standard_normal((2, 1500, 6 * 128), dtype=np.float32)
+    k = kv[..., :384].reshape(2, 1500, 6, 64).transpose(0, 2, 1, 3)
+    v = kv[..., 384:].reshape(2, 1500, 6, 64).transpose(0, 2, 1, 3)
+    q = rng.standard_normal((2, 6, 3, 64), dtype=np.float32)
+    padding = np.ones((2, 1, 1, 1500), bool)
+    padding[1, ..., 700:] = False
+    one = K.attention(q[:, :, :1], k, v, padding)
+    expected, tol = attention_reference(q[:, :, :1], k, v, padding)
+    errors["attention one query row"] = worst(one, expected, tol)
+    errors["attention one query row: the tile's bits"] = 0.0 if np.array_equal(
+        one, K.attention(q, k, v, np.broadcast_to(padding, (2, 6, 3, 1500)))[:, :1]) else float("inf")
     x = rng.standard_normal((2, 11, 3 * 4 * 8), dtype=np.float32)     # BERT's strided head views
     q, k, v = (x[..., i * 32:(i + 1) * 32].reshape(2, 11, 4, 8).transpose(0, 2, 1, 3) for i in range(3))
     padding = np.ones((2, 1, 1, 11), bool)
