@@ -100,6 +100,8 @@ def transcribe(model, tokenizer: SpeechTokenizer, audio=None, *, mel: np.ndarray
         _options(decode_options, task=task, language=language, temperature=t).check(specials)
     dims = {"n_text_ctx": config.n_text_ctx, "n_audio_ctx": config.n_audio_ctx}
     heads = _word_options(model, word_timestamps, prepend_punctuations, append_punctuations, alignment_heads)
+    if word_timestamps and not hasattr(session, "attention"):
+        raise InputError("word_timestamps needs a decoder session with attention() (engine.speech.decoder)")
 
     content_frames = mel.shape[-1] - N_FRAMES
     input_stride = N_FRAMES // config.n_audio_ctx                    # mel frames per output position: 2

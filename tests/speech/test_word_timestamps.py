@@ -116,7 +116,8 @@ def test_transcribe_checks_the_word_options():
     for options, field in (({"word_timestamps": "yes"}, "word_timestamps"),
                            ({"word_timestamps": True, "alignment_heads": [(4, 0)]}, "alignment_heads"),
                            ({"word_timestamps": True, "alignment_heads": ["x"]}, "alignment_heads"),
-                           ({"word_timestamps": True, "append_punctuations": None}, "append_punctuations")):
+                           ({"word_timestamps": True, "append_punctuations": None}, "append_punctuations"),
+                           ({"word_timestamps": True}, "attention")):
         with pytest.raises(InputError, match=field):
             transcribe(model, TOKENIZER, mel=mel, session=object(), **options)
 
