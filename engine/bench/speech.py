@@ -162,11 +162,12 @@ def bench_vad(devices, models=MODELS, repeat: int = 1, seconds: float = 300, pau
     sample's sentences with pauses between them, paused_recording), with and without vad=True,
     per model and backend: interleaved rounds after an untimed one of each, the medians; the word
     error rate of each against the sample's text (as many times as the recording holds it) and
-    of the VAD's transcript against the plain one."""
+    of the VAD's transcript against the plain one's segments on the speech (what plain made of
+    the pauses left out), and the encoder passes (windows) of each."""
     import json
 
     from ..audio import load_audio
-    from ..speech.metrics import word_error_rate
+    from ..speech.metrics import text_within, word_error_rate
     from ..tasks import pipeline
     sample = load_audio(sample_path())
     audio, cycles = paused_recording(sample, seconds, pauses)
@@ -179,18 +180,26 @@ def bench_vad(devices, models=MODELS, repeat: int = 1, seconds: float = 300, pau
         for device in devices:
             pipe = pipeline("speech-recognition", device=device, model=name)
             times: dict = {False: [], True: []}
-            texts = {}
-            for round_ in range(repeat + 1):
-                for vad in (False, True):
-                    t0 = time.perf_counter()
-                    texts[vad] = pipe(audio, vad=vad)["text"]
-                    if round_:
-                        times[vad].append(time.perf_counter() - t0)
+            results, windows = {}, {}
+            timed = _Timed(pipe)
+            try:
+                for round_ in range(repeat + 1):
+                    for vad in (False, True):
+                        timed.windows = 0
+                        t0 = time.perf_counter()
+                        results[vad] = pipe(audio, vad=vad)
+                        if round_:
+                            times[vad].append(time.perf_counter() - t0)
+                        windows[vad] = timed.windows
+            finally:
+                timed.close()
             plain, vad = statistics.median(times[False]), statistics.median(times[True])
+            on_speech = text_within(results[False]["segments"], results[True]["speech"])
             row[device] = {"plain_s": round(plain, 3), "vad_s": round(vad, 3), "speedup": round(plain / vad, 2),
-                           "wer_plain": round(word_error_rate(truth, texts[False]), 4),
-                           "wer_vad": round(word_error_rate(truth, texts[True]), 4),
-                           "wer_vad_vs_plain": round(word_error_rate(texts[False], texts[True]), 4)}
+                           "windows_plain": windows[False], "windows_vad": windows[True],
+                           "wer_plain": round(word_error_rate(truth, results[False]["text"]), 4),
+                           "wer_vad": round(word_error_rate(truth, results[True]["text"]), 4),
+                           "wer_vad_vs_plain": round(word_error_rate(on_speech, results[True]["text"]), 4)}
         out["models"][name] = row
     return out
 
@@ -198,12 +207,13 @@ def bench_vad(devices, models=MODELS, repeat: int = 1, seconds: float = 300, pau
 def format_vad(result: dict) -> str:
     lines = [f"speech recognition of {result['audio_s']} s with {result['pauses']:.0%} pauses, without and with "
              f"vad=True; WER against the spoken text",
-             f"{'model':>16} {'backend':>8} {'plain s':>8} {'vad s':>8} {'speedup':>8} {'WER plain':>10} "
-             f"{'WER vad':>8} {'vad vs plain':>12}"]
+             f"{'model':>16} {'backend':>8} {'plain s':>8} {'vad s':>8} {'speedup':>8} {'windows':>8} "
+             f"{'WER plain':>10} {'WER vad':>8} {'vad vs plain':>12}"]
     for name, row in result["models"].items():
         for device, r in row.items():
             lines.append(f"{name:>16} {device:>8} {r['plain_s']:8.2f} {r['vad_s']:8.2f} {r['speedup']:7.2f}x "
-                         f"{r['wer_plain']:10.3f} {r['wer_vad']:8.3f} {r['wer_vad_vs_plain']:12.3f}")
+                         f"{r['windows_plain']:>3} / {r['windows_vad']:<2} {r['wer_plain']:10.3f} {r['wer_vad']:8.3f} "
+                         f"{r['wer_vad_vs_plain']:12.3f}")
     return "\n".join(lines)
 
 

@@ -340,7 +340,7 @@ async def _voice_activity(pipe) -> None:
     from . import pipeline, state
     vad = state.current["pipelines"].get("voice-activity")
     if vad is None:
-        entry = next(e for e in registry.models().values() if "voice-activity" in e.tasks)
+        entry = registry.for_task("voice-activity")
         checkpoint = await load_checkpoint(entry)
         vad = pipeline("voice-activity", device=state.current["device"], weights=checkpoint, model=entry.name)
         state.current["pipelines"]["voice-activity"] = vad
