@@ -208,3 +208,19 @@ def test_a_dictation_that_fell_behind_drafts_what_closed_together(asr, recording
     utterances = [e for e in events if e["type"] == "utterance"]
     assert len(utterances) == 1 and utterances[0]["start"] < utterances[0]["end"]
     assert dictation.result()["text"] == asr(audio, vad=True)["text"]
+
+
+def test_the_benchmark_recording_is_the_sample_with_pauses():
+    """engine.bench.speech.paused_recording: the sample's sentences (cut in its silences of 0.2 s
+    or more) in order, as many times as fit, with pauses that make about the share asked."""
+    from engine.bench.speech import paused_recording, sentences
+    t = np.arange(SAMPLE_RATE) / SAMPLE_RATE
+    tone = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    gap, short_gap = np.zeros(SAMPLE_RATE // 2, np.float32), np.zeros(SAMPLE_RATE // 20, np.float32)
+    sample = np.concatenate([tone, short_gap, tone, gap, tone, gap, tone])          # 3 sentences
+    pieces = sentences(sample)
+    assert len(pieces) == 3 and sum(p.size for p in pieces) == sample.size
+    audio, cycles = paused_recording(sample, seconds=60, pauses=0.45)
+    assert cycles == round(60 * 0.55 * SAMPLE_RATE / sample.size)
+    assert 0.35 <= 1 - cycles * sample.size / audio.size <= 0.55
+    assert np.array_equal(audio[:pieces[0].size], pieces[0])
