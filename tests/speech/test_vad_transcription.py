@@ -15,7 +15,7 @@ import engine
 from engine.audio import SAMPLE_RATE, load_audio
 from engine.errors import InputError
 from engine.speech.metrics import edit_distance, text_within, word_error_rate
-from engine.speech.utterances import TimeMap, mapped, pack
+from engine.speech.utterances import TAIL_S, TimeMap, mapped, pack
 from tests.audio.clips import speak
 from tests.helpers import need_import
 from tests.whisper_files import built_weights
@@ -114,14 +114,15 @@ def test_the_speech_only_transcript_matches_the_plain_one(asr, recording):
 
 @pytest.mark.slow
 def test_a_pack_is_transcribed_as_its_audio_alone(asr, recording):
-    """The pack's pieces end to end, transcribed plainly, give its segments' tokens and times
-    (shifted back): the mapping adds nothing and loses nothing."""
+    """The pack's pieces end to end and its second of silence, transcribed plainly, give its
+    segments' tokens and times (shifted back): the mapping adds nothing and loses nothing."""
     from engine.speech.utterances import samples
     audio, _ = recording
     result = asr(audio, temperature=0.0, vad=True)
     ranges = samples(result["speech"])
     pieces = pack(ranges)[0]
-    clip = np.concatenate([audio[s:e] for s, e in pieces])
+    tail = np.zeros(round(TAIL_S * SAMPLE_RATE), np.float32)          # each pack ends with silence
+    clip = np.concatenate([audio[s:e] for s, e in pieces] + [tail])
     alone = asr(clip, temperature=0.0)
     times = TimeMap(pieces)
     count = len(alone["segments"])
