@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from engine.errors import InputError
-from engine.speech import SpecialTokens, SpeechTokenizer, transcribe, write
+from engine.speech import SpeechTokenizer, transcribe, write
 from engine.speech.timing import (
     WordTiming,
     alignment_matrix,
