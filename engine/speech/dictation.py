@@ -42,7 +42,6 @@ class Dictation:
         self.speech: list[tuple[int, int]] = []
         self.segments: list[dict] = []
         self.text = ""
-        self.finished = False
 
     def feed(self, piece) -> list[dict]:
         piece = np.asarray(piece, np.float32).reshape(-1)
@@ -57,12 +56,11 @@ class Dictation:
         """The recording ended: the utterances still open join the last pack, which closes (no
         drafts: the pack's text comes at once)."""
         events = self._utterances(self.voice.finish(), draft=False)
-        self.finished = True
         return events + self._close()
 
     def result(self) -> dict:
-        language = self.packs.language or ("en" if not self.packs.tokenizer.specials.multilingual else None)
-        return {"text": self.text, "segments": self.segments, "language": language, "speech": seconds(self.speech)}
+        return {"text": self.text, "segments": self.segments, "language": self.packs.detected,
+                "speech": seconds(self.speech)}
 
     def _utterances(self, closed: list[dict], draft: bool = True) -> list[dict]:
         """Utterances the VAD closed: each joins the open pack (closing it first when it does not

@@ -1,9 +1,9 @@
 """Transcription of the speech only: a recording's speech segments (a voice-activity detector's,
-engine.pipeline("voice-activity")) packed into windows of at most 30 s, each window's segments
-put end to end with the pauses between them left out, and the transcript's times mapped back to
-the recording.
+engine.pipeline("voice-activity")) packed into windows (at most 29 s of speech and a second of
+silence), each window's segments put end to end with the pauses between them left out, and the
+transcript's times mapped back to the recording.
 
-    packs = pack(segments, N_SAMPLES)     # [[(start, end), ...], ...] in samples, each <= 30 s
+    packs = pack(segments)                # [[(start, end), ...], ...] in samples, each <= 29 s
     result = transcribe_speech(model, tokenizer, audio, segments, session=session)
     result["segments"]                    # times in the recording, as transcribe() gives them
     result["speech"]                      # the segments transcribed, [{"start", "end"}] in seconds
@@ -36,16 +36,17 @@ from .transcribe import transcribe
 # a pack ends with a second of silence: Whisper then hears its speech end and closes the window
 # with a single timestamp, instead of a timestamp pair at the cut that makes transcribe() decode
 # the last second or two again in a window of its own (on the benchmark recording: 7 windows
-# instead of 9, 1.79x the plain transcription's speed instead of 1.48-1.6x)
+# instead of 9, 1.76x the plain transcription's speed instead of 1.48-1.6x)
 TAIL_S = 1.0
+LIMIT = N_SAMPLES - round(TAIL_S * SAMPLE_RATE)         # a pack's speech and its tail fill a window
 
 
-def fits(size: int, length: int, limit: int = N_SAMPLES - round(TAIL_S * SAMPLE_RATE)) -> bool:
-    """Whether a segment of `length` samples joins a pack of `size` (a pack is at most a window)."""
+def fits(size: int, length: int, limit: int = LIMIT) -> bool:
+    """Whether a segment of `length` samples joins a pack of `size`."""
     return size + length <= limit
 
 
-def pack(segments, limit: int = N_SAMPLES) -> list[list[tuple[int, int]]]:
+def pack(segments, limit: int = LIMIT) -> list[list[tuple[int, int]]]:
     """Consecutive (start, end) sample ranges in time order, grouped greedily: a group takes the
     next range while its total length stays <= limit (a longer range is a group alone)."""
     packs: list[list[tuple[int, int]]] = []
@@ -121,6 +122,12 @@ class Packs:
         self.segments = 0                              # segments given so far (their next id)
 
     @property
+    def detected(self) -> str | None:
+        """The transcript's language: the first pack's (an English-only model's "en" when there
+        was no speech at all; None for a multilingual one)."""
+        return self.language or ("en" if not self.tokenizer.specials.multilingual else None)
+
+    @property
     def size(self) -> int:
         return sum(e - s for s, e in self.pieces)
 
@@ -189,5 +196,5 @@ def transcribe_speech(model, tokenizer, audio: np.ndarray, segments, *, cancel=N
             if result.get("cancelled"):
                 out["cancelled"] = True
                 break
-    out["language"] = packs.language or ("en" if not tokenizer.specials.multilingual else None)
+    out["language"] = packs.detected
     return out

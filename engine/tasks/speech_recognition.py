@@ -31,8 +31,8 @@ SAMPLE_RATE = 16000                 # what the model hears (engine.audio.SAMPLE_
 # vad=True's voice activity: a pause of 0.3 s ends an utterance (silero-vad's 100 ms cuts between
 # words; a longer one delays a dictation's text by as much), 0.15 s kept on each side of the speech
 # (an utterance is final once twice that has passed after it: a next one that near would share
-# the gap), an utterance at most a window
-VAD_OPTIONS = {"min_silence_ms": 300, "speech_pad_ms": 150, "max_speech_s": 30}
+# the gap), an utterance at most a pack (engine.speech.utterances.LIMIT: a window less its tail)
+VAD_OPTIONS = {"min_silence_ms": 300, "speech_pad_ms": 150, "max_speech_s": 29}
 
 
 class SpeechRecognition(Pipeline):
