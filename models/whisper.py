@@ -49,6 +49,7 @@ import engine.nn as nn
 import engine.nn.functional as F
 from engine import registry
 from engine.errors import InputError, InvalidHeader
+from engine.speech.timing import default_alignment_heads
 from engine.device import get_backend
 from engine.weights import AsFloat32
 
@@ -268,7 +269,7 @@ class Whisper(nn.Module):
     def __init__(self, config: Config = Config(), half: bool = False):
         super().__init__()
         self.config = config
-        self.alignment_heads = default_alignment_heads(config)       # (layer, head) pairs: see load
+        self.alignment_heads = default_alignment_heads(config.n_text_layer, config.n_text_head)   # see load
         self.encoder = AudioEncoder(config)
         self.decoder = TextDecoder(config)
         if half:
@@ -367,12 +368,6 @@ class Whisper(nn.Module):
                 out[i][1].index_copy_(2, every, v)
                 result.append(out[i])
         return result
-
-
-def default_alignment_heads(config: Config) -> tuple[tuple[int, int], ...]:
-    """The reference's heads for a checkpoint it lists none for: the second half of the layers."""
-    return tuple((layer, head) for layer in range(config.n_text_layer // 2, config.n_text_layer)
-                 for head in range(config.n_text_head))
 
 
 # --- loading ----------------------------------------------------------------------------------

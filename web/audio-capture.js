@@ -218,17 +218,6 @@ class Recorder {
   get seconds() { return this.rate ? this.frames / this.rate : 0; }
 }
 
-async function record(meter, clock) {
-  const recorder = new Recorder(meter, clock);
-  try {
-    await recorder.start();
-  } catch (err) {
-    await recorder.stop().catch(() => {});
-    throw err;
-  }
-  return recorder;
-}
-
 // The seconds of audio in what readFile or Recorder.stop gave (0 for a WAV: the worker reads it).
 function duration(audio) {
   return audio.kind === "pcm" ? audio.samples.length / audio.rate : 0;
@@ -314,5 +303,5 @@ async function dictate(client, meter, clock, options, onEvents) {
   return new Dictation(client, onEvents).start(meter, clock, options);
 }
 
-window.audioCapture = { readFile, record, duration, transcribe, isWav, dictate, playable, highlightWords };
-export { readFile, record, duration, transcribe, isWav, Recorder, dictate, playable, highlightWords };
+window.audioCapture = { readFile, duration, transcribe, isWav, dictate, playable, highlightWords };
+export { readFile, duration, transcribe, isWav, Recorder, dictate, playable, highlightWords };

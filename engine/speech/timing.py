@@ -59,6 +59,12 @@ class WordTiming:
 
 
 # --- the numerical steps --------------------------------------------------------------------------
+def default_alignment_heads(n_layer: int, n_head: int) -> tuple[tuple[int, int], ...]:
+    """The reference's alignment heads for a checkpoint it lists none for: every head of the
+    second half of the decoder's layers."""
+    return tuple((layer, head) for layer in range(n_layer // 2, n_layer) for head in range(n_head))
+
+
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """In x's own precision (float32, as the reference)."""
     e = np.exp(x - x.max(axis, keepdims=True))

@@ -48,7 +48,13 @@ from .decoding import (
     decode,
     detect_language,
 )
-from .timing import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS, add_word_timestamps, last_word_end
+from .timing import (
+    APPEND_PUNCTUATIONS,
+    PREPEND_PUNCTUATIONS,
+    add_word_timestamps,
+    default_alignment_heads,
+    last_word_end,
+)
 
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH                       # mel frames: 100
@@ -251,9 +257,8 @@ def _word_options(model, word_timestamps, prepend_punctuations, append_punctuati
         return None
     config = model.config
     heads = alignment_heads if alignment_heads is not None else getattr(model, "alignment_heads", None)
-    if heads is None:                            # the reference's default: the second half's heads
-        heads = [(layer, head) for layer in range(config.n_text_layer // 2, config.n_text_layer)
-                 for head in range(config.n_text_head)]
+    if heads is None:
+        heads = default_alignment_heads(config.n_text_layer, config.n_text_head)
     try:
         heads = tuple((int(layer), int(head)) for layer, head in heads)
     except (TypeError, ValueError):

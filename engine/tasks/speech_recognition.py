@@ -131,8 +131,8 @@ class SpeechRecognition(Pipeline):
 
     def __call__(self, audio, language: str | None = None, task: str = "transcribe", *, sampling_rate=SAMPLE_RATE,
                  on_segment=None, cancel=None, vad=False, **options) -> dict:
-        """vad: True (or a dict of voice-activity options) transcribes only the speech, in windows
-        of up to 30 s cut at pauses (engine.speech.utterances); the result then has "speech", the
+        """vad: True (or a dict of voice-activity options) transcribes only the speech, in packs of
+        up to 29 s cut at pauses (engine.speech.utterances); the result then has "speech", the
         segments transcribed."""
         from ..speech import transcribe
         from ..speech.utterances import transcribe_speech
@@ -351,9 +351,7 @@ _live: dict = {"dictation": None}     # the page's live dictation, while the mic
 
 
 def _events(events) -> list[dict]:
-    def segments(items):
-        return [_segment(s) for s in items]
-    return [{**{k: v for k, v in e.items() if k != "segments"}, "segments": segments(e["segments"])} for e in events]
+    return [{**e, "segments": [_segment(s) for s in e["segments"]]} for e in events]
 
 
 async def dictation_start(options=None) -> str:

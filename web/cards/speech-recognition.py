@@ -12,7 +12,7 @@ as the player below the transcript plays the audio.
 
 Recording is live dictation: the microphone at 16 kHz goes to the worker as it comes; each
 utterance's text appears as soon as a pause ends it (a draft), and each pack of utterances (up to
-30 s) is then transcribed whole, its final text replacing the drafts. Stop ends the last pack: the
+29 s) is then transcribed whole, its final text replacing the drafts. Stop ends the last pack: the
 transcript is the one the recording gives as a file with "Skip pauses". The delay from the end of
 each utterance's speech to its text is shown (its median).
 """
@@ -22,8 +22,6 @@ import json
 import js
 from bridge import by_id, error_text, items, sample_buttons, take_files, to_js, to_py, without_prefix
 from pyscript.ffi import create_proxy
-
-
 
 
 def clock(seconds):
@@ -105,7 +103,6 @@ def start(card):
         segments.innerHTML = ""
         segments.removeAttribute("data-text")
         segments.classList.remove("stopped")
-        segments.classList.remove("draft")
         for name in ("language", "time", "duration", "rtf", "backend"):
             by_id(f"speech-{name}").textContent = "–"
 
