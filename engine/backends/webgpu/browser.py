@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gpu import AdapterInfo, is_software
+from .gpu import OPTIONAL_FEATURES, AdapterInfo, is_software
 
 # WebGPU's numeric flags (GPUBufferUsage, GPUMapMode) are the ones gpu.py uses natively.
 _HELPERS = r"""
@@ -104,7 +104,9 @@ class BrowserApi:
         self.info = AdapterInfo(*fields, is_software(*fields, fallback=fallback))
         wanted = {"maxStorageBufferBindingSize": adapter.limits.maxStorageBufferBindingSize,
                   "maxBufferSize": adapter.limits.maxBufferSize}
-        self.device = run_sync(adapter.requestDevice(self._to_js({"requiredLimits": wanted})))
+        self.features = frozenset(f for f in OPTIONAL_FEATURES if adapter.features.has(f))
+        self.device = run_sync(adapter.requestDevice(self._to_js({"requiredLimits": wanted,
+                                                                  "requiredFeatures": sorted(self.features)})))
         self.limits = {"max_workgroups": int(self.device.limits.maxComputeWorkgroupsPerDimension),
                        "max_binding": int(self.device.limits.maxStorageBufferBindingSize)}
         self._helpers = run_js(_HELPERS)

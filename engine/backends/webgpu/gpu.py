@@ -36,6 +36,7 @@ UNIFORM = 0x40 | 0x8                 # UNIFORM | COPY_DST
 MIN_BUFFER = 256
 PARAMS_CACHE = 4096                  # parameter buffers kept by content
 BIND_GROUP_CACHE = 4096
+OPTIONAL_FEATURES = ("shader-f16",)  # asked for where the adapter offers them
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,11 @@ class Gpu:
         self._pending: list = []                          # (pipeline, buffers, workgroups)
         self._recording: list | None = None               # dispatches kept for replay (engine.graph)
         self._params: OrderedDict[bytes, GpuBuffer] = OrderedDict()
-        self.stats = {"reads": 0, "read_bytes": 0, "dispatches": 0, "submits": 0, "pipelines": 0,
+        # dispatches: every dispatch submitted; recorded: those a kernel recorded from Python
+        # (a replay records none); submits: queue submissions; reads/read_bytes: read-backs
+        self.stats = {"reads": 0, "read_bytes": 0, "dispatches": 0, "recorded": 0, "submits": 0, "pipelines": 0,
                       "buffers_created": 0}
+        self.features: frozenset = frozenset(getattr(api, "features", ()))   # "shader-f16" where offered
 
     # --- loss ---------------------------------------------------------------------------
     @property
@@ -168,6 +172,7 @@ class Gpu:
         if self._recording is not None:
             self._recording.append(self._pending[-1])
         self.stats["dispatches"] += 1
+        self.stats["recorded"] += 1
         if len(self._pending) >= 256:                      # bound the encoder's size
             self.flush()
 
@@ -244,7 +249,9 @@ class NativeApi:
                                 is_software(i.get("vendor", ""), i.get("architecture", ""), i.get("device", ""),
                                             i.get("description", ""), i.get("adapter_type", "")))
         wanted = ("max-storage-buffer-binding-size", "max-buffer-size")   # what the adapter allows, not 128 MB
-        self.device = adapter.request_device_sync(required_limits={k: adapter.limits[k] for k in wanted})
+        self.features = frozenset(f for f in OPTIONAL_FEATURES if f in adapter.features)
+        self.device = adapter.request_device_sync(required_features=sorted(self.features),
+                                                  required_limits={k: adapter.limits[k] for k in wanted})
         self._groups: OrderedDict = OrderedDict()          # (pipeline, buffers) -> bind group
         limits = self.device.limits
         self.limits = {"max_workgroups": limits["max-compute-workgroups-per-dimension"],
