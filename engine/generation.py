@@ -35,10 +35,12 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from . import graph
+from . import graph, sampler
+from .device import get_backend
 from .dtypes import int64
 from .errors import InputError
 from .functions import arange
+from .sampler import Rules, TokenSelector
 from .tensor import tensor
 
 
@@ -183,6 +185,7 @@ class Generator:
         self.stats: dict = {}
         self.logprobs: list = []                    # with GenerationConfig.logprobs: one entry per token
         self._cancelled = False
+        self._selector = None                       # engine.sampler's state on the device, made on first use
         self.bind(model, capacity)
 
     def bind(self, model, capacity: int | None = None) -> None:
@@ -210,8 +213,9 @@ class Generator:
             window *= 2
         return min(window, self.cache.allocated)
 
-    def _forward(self, ids: list[int]) -> np.ndarray:
-        """Feed ids at the cache's next positions; the logits (V,) after the last of them."""
+    def _forward(self, ids: list[int], host: bool = True):
+        """Feed ids at the cache's next positions; the logits (V,) after the last of them (as a
+        tensor where the backend holds it, host False)."""
         device, start = self.cache.device, self.cache.length
         if self.cache.reserve(start + len(ids)):
             self.steps.clear()                      # captured over the tensors just replaced
@@ -224,9 +228,9 @@ class Generator:
             positions = arange(start, start + len(ids), device=device)                  # (T,)
             logits = self.model(x, positions, self.cache, last_only=True, window=window)  # (1, 1, V)
         self.cache.append(ids)
-        return logits.numpy()[0, -1]
+        return logits.numpy()[0, -1] if host else logits[0, -1]
 
-    def _prefill(self, prompt: list[int]) -> np.ndarray:
+    def _prefill(self, prompt: list[int], host: bool = True):
         held = self.cache.tokens
         shared = 0
         limit = min(len(held), len(prompt) - 1)            # at least one token is fed, for its logits
@@ -235,8 +239,60 @@ class Generator:
         self.cache.truncate(shared)
         self.stats["reused_tokens"] = shared
         for start in range(shared, len(prompt), self.prefill_chunk):
-            logits = self._forward(prompt[start:start + self.prefill_chunk])
+            logits = self._forward(prompt[start:start + self.prefill_chunk], host)
         return logits
+
+    def selects_on_device(self, config: GenerationConfig, grammar=None) -> bool:
+        """Whether tokens are chosen on the device (engine.sampler): on a backend that keeps tensors
+        there and has the kernel, with decode steps captured, and no option that needs the logits
+        on the host (a grammar, logprobs)."""
+        backend = get_backend(self.cache.device)
+        return (self.steps.enabled and "select_token" in backend.fused and backend.storage != "numpy"
+                and grammar is None and config.logprobs is None)
+
+    def _device_tokens(self, logits, prompt: list[int], config: GenerationConfig, budget: int, rng):
+        """tokens()'s ids chosen on the device (engine.sampler): each decode step is one captured
+        graph (the model, then select_token) submitted with its 16-byte read-back, the next step
+        submitted before the host reads this one's token (engine.sampler.pipeline). The caller
+        appends each token it goes on from to the cache before asking for the next."""
+        device = self.cache.device
+        if self._selector is None or self._selector.vocab != logits.shape[-1] or self._selector.device != device:
+            self._selector = TokenSelector(logits.shape[-1], device)
+        selector = self._selector
+        selector.start(Rules(config.temperature, config.top_k, config.top_p, config.repetition_penalty,
+                             config.presence_penalty, config.frequency_penalty), prompt,
+                       rng if config.temperature > 0 else None)
+        scratch = [tensor([[0]], dtype=int64, device=device), tensor([0], dtype=int64, device=device)]
+        first = selector.select(logits, *scratch).numpy()                 # the prompt's next token
+        sampled = iter(range(1, budget + 1))
+
+        def launch(token, position):
+            selector.refill(next(sampled))
+            return self._launch(selector, position, token)
+        for out in sampler.pipeline(first, self.cache.length, budget, launch, self._same_step):
+            yield int(out[0])
+
+    def _step_key(self, position: int):
+        return ("select", self._window(position + 1))
+
+    def _same_step(self, position: int, following: int) -> bool:
+        """Whether the step at `following` replays the graph of the one at `position` with the
+        cache as it is (so it can run on the inputs that step wrote on the device)."""
+        return (following + 1 <= self.cache.allocated and self._step_key(position) == self._step_key(following)
+                and self._step_key(position) in self.steps.graphs)
+
+    def _launch(self, selector, position: int, token):
+        """Submit the decode step at `position`: token None feeds what the previous step chose (on
+        the device), else `token`. Returns what gives its [token, logprob, 0, 0]."""
+        if self.cache.reserve(position + 1):
+            self.steps.clear()                          # captured over the tensors just replaced
+        window = self._window(position + 1)
+
+        def step(i, p):
+            logits = self.model(i, p, self.cache, last_only=True, window=window)     # (1, 1, V)
+            return selector.select(logits[0, -1], i, p)                             # (4,)
+        values = () if token is None else ([[token]], [position])
+        return self.steps.launch(self._step_key(position), step, values, self.cache.device)
 
     def tokens(self, prompt_ids, config: GenerationConfig | None = None, cancel=None, grammar=None):
         """Generated ids, one at a time (an end-of-sequence id ends it and is not given out).
@@ -255,8 +311,9 @@ class Generator:
         self._cancelled = False
         self.stats = {"prompt_tokens": len(prompt), "new_tokens": 0, "stop_reason": "length"}
         self.logprobs = []
+        on_device = constraint is None and self.selects_on_device(config)
         began = time.perf_counter()
-        logits = self._prefill(prompt)
+        logits = self._prefill(prompt, host=not on_device)
         prefilled = time.perf_counter()
         fed = len(prompt) - self.stats["reused_tokens"]
         self.stats.update(prefill_s=prefilled - began, prefill_tok_s=fed / max(prefilled - began, 1e-9))
@@ -266,12 +323,18 @@ class Generator:
 
         def pick(logits):
             return sample(logits, history, config, rng, history[len(prompt):] if penalized else ())
+        chosen = self._device_tokens(logits, prompt, config, budget, rng) if on_device else None
+        counters = getattr(get_backend(self.cache.device), "counters", None)
         try:
             for n in range(budget):
                 if self._cancelled or (cancel is not None and cancel()):
                     self.stats["stop_reason"] = "cancelled"
                     return
-                if constraint is None:
+                if chosen is not None:
+                    if n:
+                        self.cache.append([token])      # the step that chooses the next one feeds it
+                    token = next(chosen)
+                elif constraint is None:
                     token = pick(logits)
                 else:
                     began_step = time.perf_counter()
@@ -283,19 +346,27 @@ class Generator:
                 if n == 0:
                     first = time.perf_counter()
                     self.stats["ttft_s"] = first - began
+                    before = counters() if counters is not None else None
                 if token in self.eos_ids:
                     self.stats["stop_reason"] = "eos"
                     return
                 history.append(token)
                 self.stats["new_tokens"] = n + 1
                 yield token
-                if n + 1 < budget:
+                if chosen is None and n + 1 < budget:
                     logits = self._forward([token])
         finally:                                  # decoding: the tokens after the first, and their time
+            if chosen is not None:
+                chosen.close()
             done = time.perf_counter()
             steps = max(self.stats["new_tokens"] - 1, 0)
             self.stats.update(total_s=done - began, decode_s=done - first if first else 0.0,
-                              decode_tok_s=steps / (done - first) if first and steps else 0.0)
+                              decode_tok_s=steps / (done - first) if first and steps else 0.0,
+                              selected_on_device=on_device)
+            if first and steps and counters is not None:     # a device's traffic per decode step
+                after = counters()
+                self.stats.update({f"{name}_per_step": (after[name] - before[name]) / steps
+                                   for name in ("submits", "read_bytes", "recorded")})
             if constraint is not None:
                 self.stats.update(masked_steps=constraint.masked, forced_tokens=constraint.forced,
                                   complete=constraint.complete, constraint_s=constrained_s)

@@ -130,6 +130,7 @@ class Graph:
             self.slots = list(recorder.keep)                  # the buffers the dispatches write
             self.prepared = {"dispatches": len(dispatches)}
             self.calls = [functools.partial(backend.replay, dispatches)]
+        self.dispatches = dispatches
         self._single = isinstance(outputs, Tensor)
         outputs = [outputs] if self._single else list(outputs)
         if not all(isinstance(t, Tensor) for t in outputs):
@@ -170,6 +171,30 @@ class Graph:
     def replay(self, *values):
         """Run the captured kernels on new input values (array-likes of the captured shapes);
         returns the output Tensor(s), viewing the graph's buffers (until the next replay)."""
+        self._write(values)
+        with np.errstate(all="ignore"):
+            for call in self.calls:
+                call()
+        return self.outputs[0] if self._single else tuple(self.outputs)
+
+    def launch(self, *values):
+        """replay() for a graph with one output, read back without waiting where the backend can
+        (a device: one submission with the read-back in it, engine.backends.webgpu.gpu.launch):
+        returns an object whose result() gives the output as NumPy. With no values the inputs keep
+        what is in them: what the last replay wrote into them on the device (engine.sampler)."""
+        if not self._single:
+            raise GraphError("launch() reads back a graph with one output")
+        if values:
+            self._write(values)
+        out = self.outputs[0]
+        if self.dispatches is None:
+            with np.errstate(all="ignore"):
+                for call in self.calls:
+                    call()
+            return _Ready(out.numpy())
+        return self.backend.launch(self.dispatches, out._buf, out._layout)
+
+    def _write(self, values) -> None:
         if len(values) != len(self.inputs):
             raise InputError(f"the graph takes {len(self.inputs)} inputs, got {len(values)}")
         for target, shape, value in zip(self.inputs, self.shapes, values):
@@ -180,10 +205,17 @@ class Graph:
                 np.copyto(target, value, casting="unsafe")
             else:
                 self.backend.write_input(target, value)
-        with np.errstate(all="ignore"):
-            for call in self.calls:
-                call()
-        return self.outputs[0] if self._single else tuple(self.outputs)
+
+
+class _Ready:
+    """Graph.launch's answer where it was computed on the host: already there."""
+
+    def __init__(self, value: np.ndarray):
+        self.value = value
+
+    def result(self) -> np.ndarray:
+        return self.value
+
 
 def capture(fn, *inputs: Tensor) -> tuple[Graph, object]:
     """Run fn(*inputs) once, eagerly, recording its kernel calls; returns (graph, its output).
@@ -228,6 +260,15 @@ class StepGraphs:
     def clear(self) -> None:
         """Forget the graphs (they hold tensors that were just replaced)."""
         self.graphs.clear()
+
+    def launch(self, key, fn, values, device):
+        """run() read back without waiting where the backend can (Graph.launch): an object whose
+        result() gives the output as NumPy. values () leaves the key's graph's inputs as they are
+        (written on the device by its last replay); a graph's first call needs values."""
+        step = self.graphs.get(key)
+        if step is not None:
+            return step.launch(*values)
+        return _Ready(self.run(key, fn, values, device).numpy())
 
     def run(self, key, fn, values, device):
         """fn(*inputs) through the key's graph, the inputs int64 tensors of `values` on `device`."""

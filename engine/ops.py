@@ -48,7 +48,12 @@ result with the composite's exact semantics; callers check dtypes first):
   caller sees it as (N, H, L, Ev) through a transpose). Rows with every key masked are NaN;
 - "add_layer_norm" (x, residual, [input_bias], [weight], [bias], normalized_dims, eps,
   has_input_bias, has_weight, has_bias): layer_norm((x + input_bias) + residual), residual
-  of x's shape, the others of the normalized shape, all float32.
+  of x's shape, the others of the normalized shape, all float32;
+- "select_token" (logits, marks, state, config, ids, positions): the next token from float32
+  logits (V,) by the sampler and token rules of engine/sampler.py, whose `select_token` is
+  the reference; writes ids and positions (a decode step's inputs), marks and state in place
+  and returns (4,) float32 [token, log-probability, 0, 0]. Backends that keep tensors on a
+  device offer it, so a decode step reads back 16 bytes instead of the logits.
 
 Quantized kernels every backend must have (no composite of the ops below reads GGML blocks;
 engine.quantized). `weight` is the backend's storage of `rows` rows of `cols` elements in
@@ -101,7 +106,7 @@ class Op(enum.Enum):
 # against Op.
 FUSED = frozenset(("mul_add", "hardtanh", "softmax", "layer_norm", "rms_norm", "add_layer_norm", "linear",
                    "linear_f16w", "conv2d", "gelu", "silu", "silu_mul", "rope", "attention", "linear_q",
-                   "embedding_q"))
+                   "embedding_q", "select_token"))
 QUANTIZED = frozenset(("linear_q", "embedding_q"))
 
 

@@ -7,6 +7,7 @@ import numpy as np
 
 from ... import dtypes
 from ...ops import Op
+from ...selection import select_token
 from .quantized import KERNELS as QUANTIZED
 
 _SQRT_PI = math.sqrt(math.pi)
@@ -257,4 +258,5 @@ FUSED: dict = {
     "linear": _linear,
     # one pass instead of maximum then minimum; NaN propagates as through those
     "hardtanh": lambda x, *, min_val, max_val: np.clip(x, min_val, max_val),
+    "select_token": select_token,      # the reference (engine.selection)
 }

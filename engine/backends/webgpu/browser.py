@@ -41,7 +41,7 @@ _HELPERS = r"""
     }
     return group;
   },
-  submit(device, pipelines, buffers, counts, groups) {
+  submit(device, pipelines, buffers, counts, groups, source, staging, nbytes) {
     const encoder = device.createCommandEncoder();
     const pass = encoder.beginComputePass();
     for (let i = 0, b = 0; i < pipelines.length; i++) {
@@ -52,7 +52,15 @@ _HELPERS = r"""
       pass.dispatchWorkgroups(groups[3 * i], groups[3 * i + 1], groups[3 * i + 2]);
     }
     pass.end();
+    if (staging) encoder.copyBufferToBuffer(source, 0, staging, 0, nbytes);
     device.queue.submit([encoder.finish()]);
+    return staging ? staging.mapAsync(0x1, 0, nbytes) : undefined;               // GPUMapMode.READ
+  },
+  async mapped(staging, mapping, nbytes) {
+    await mapping;
+    const data = new Uint8Array(staging.getMappedRange(0, nbytes).slice(0));
+    staging.unmap();
+    return data;
   },
   async read(device, source, nbytes) {
     const staging = device.createBuffer({ size: nbytes, usage: 0x1 | 0x8 });   // MAP_READ | COPY_DST
@@ -142,15 +150,23 @@ class BrowserApi:
     def create_pipeline(self, source: str):
         return self._run_sync(self._helpers.pipeline(self.device, source))
 
-    def submit(self, dispatches) -> None:
+    def submit(self, dispatches, read=None):
+        """One bridge call: the command buffer (and, read = (source, staging, nbytes), the copy into
+        the staging buffer, whose mapping promise comes back for mapped())."""
         pipelines, buffers, counts, groups = [], [], [], []
         for pipe, bufs, workgroups in dispatches:
             pipelines.append(pipe)
             buffers.extend(bufs)
             counts.append(len(bufs))
             groups.extend(workgroups)
-        self._helpers.submit(self.device, self._to_js(pipelines), self._to_js(buffers), self._to_js(counts),
-                             self._to_js(groups))
+        source, staging, nbytes = read if read is not None else (None, None, 0)
+        return self._helpers.submit(self.device, self._to_js(pipelines), self._to_js(buffers), self._to_js(counts),
+                                    self._to_js(groups), source, staging, nbytes)
+
+    def mapped(self, staging, mapping, nbytes: int) -> bytes:
+        data = self._run_sync(self._helpers.mapped(staging, mapping, nbytes)).to_bytes()
+        self._raise_error()
+        return data
 
     def destroy(self) -> None:
         self.device.destroy()

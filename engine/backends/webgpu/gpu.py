@@ -32,6 +32,7 @@ from ...errors import DeviceLost
 
 SOFTWARE_ADAPTERS = ("swiftshader", "llvmpipe", "lavapipe", "softpipe", "warp")
 STORAGE = 0x80 | 0x8 | 0x4           # STORAGE | COPY_DST | COPY_SRC
+STAGING = 0x1 | 0x8                  # MAP_READ | COPY_DST
 UNIFORM = 0x40 | 0x8                 # UNIFORM | COPY_DST
 MIN_BUFFER = 256
 PARAMS_CACHE = 4096                  # parameter buffers kept by content
@@ -75,6 +76,7 @@ class Gpu:
         self._pending: list = []                          # (pipeline, buffers, workgroups)
         self._recording: list | None = None               # dispatches kept for replay (engine.graph)
         self._params: OrderedDict[bytes, GpuBuffer] = OrderedDict()
+        self._staging: dict[int, list] = {}               # mappable buffers for launch(), by size
         # dispatches: every dispatch submitted; recorded: those a kernel recorded from Python
         # (a replay records none); submits: queue submissions; reads/read_bytes: read-backs
         self.stats = {"reads": 0, "read_bytes": 0, "dispatches": 0, "recorded": 0, "submits": 0, "pipelines": 0,
@@ -194,6 +196,23 @@ class Gpu:
             self.stats["submits"] += 1
         self.stats["dispatches"] += len(dispatches)
 
+    def launch(self, dispatches: list, buf: "GpuBuffer", nbytes: int) -> "Pending":
+        """Submit what is recorded and `dispatches` (recorded earlier, engine.graph) with a copy of
+        buf's first nbytes into a mappable buffer after them: one command buffer, one
+        queue.submit, one read-back (counted). The mapping is asked for at once and waited for
+        only by Pending.result(), so the host may submit the next step meanwhile."""
+        pending, self._pending = self._pending, []
+        size = _size_class(nbytes)
+        free = self._staging.setdefault(size, [])
+        staging = free.pop() if free else self._call("create_buffer", size, STAGING)
+        items = [(pipe, [b.raw for b in bufs], wg) for pipe, bufs, wg in pending + list(dispatches)]
+        mapping = self._call("submit", items, (buf.raw, staging, _round4(nbytes)))
+        self.stats["submits"] += 1
+        self.stats["dispatches"] += len(dispatches)
+        self.stats["reads"] += 1
+        self.stats["read_bytes"] += nbytes
+        return Pending(self, staging, size, mapping, nbytes)
+
     def write(self, buf: "GpuBuffer", data: np.ndarray) -> None:
         """Overwrite buf's first bytes with data (a whole number of 32-bit words), ordered before
         the next submission."""
@@ -209,6 +228,21 @@ class Gpu:
             pending, self._pending = self._pending, []
             self._call("submit", [(pipe, [b.raw for b in bufs], wg) for pipe, bufs, wg in pending])
             self.stats["submits"] += 1
+
+
+class Pending:
+    """A launched submission's read-back: result() waits for its mapping and gives the bytes."""
+
+    def __init__(self, gpu: Gpu, staging, size: int, mapping, nbytes: int):
+        self.gpu, self.staging, self.size, self.mapping, self.nbytes = gpu, staging, size, mapping, nbytes
+
+    def result(self) -> bytes:
+        if self.staging is None:
+            raise RuntimeError("a launched read-back is read once")
+        data = self.gpu._call("mapped", self.staging, self.mapping, _round4(self.nbytes))[:self.nbytes]
+        self.gpu._staging[self.size].append(self.staging)
+        self.staging = None
+        return data
 
 
 class GpuBuffer:
@@ -277,7 +311,9 @@ class NativeApi:
         module = self.device.create_shader_module(code=source)
         return self.device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
 
-    def submit(self, dispatches) -> None:
+    def submit(self, dispatches, read=None):
+        """One command buffer: the dispatches, then (read = (source, staging, nbytes)) a copy into
+        the mappable staging buffer, whose mapping is asked for and returned (mapped() waits)."""
         encoder = self.device.create_command_encoder()
         cpass = encoder.begin_compute_pass()
         for pipe, buffers, (x, y, z) in dispatches:
@@ -286,7 +322,17 @@ class NativeApi:
             cpass.set_bind_group(0, group)
             cpass.dispatch_workgroups(x, y, z)
         cpass.end()
+        if read is not None:
+            source, staging, nbytes = read
+            encoder.copy_buffer_to_buffer(source, 0, staging, 0, nbytes)
         self.device.queue.submit([encoder.finish()])
+        return read[1].map_async(1, 0, read[2]) if read is not None else None    # GPUMapMode.READ
+
+    def mapped(self, staging, mapping, nbytes: int) -> bytes:
+        mapping.sync_wait()
+        data = bytes(staging.read_mapped(0, nbytes))
+        staging.unmap()
+        return data
 
     def _bind_group(self, pipe, buffers):
         """Pooled buffers are never freed, so a (pipeline, buffers) key stays valid."""
