@@ -223,6 +223,15 @@ class Generator:
         if len(ids) == 1 and self.steps.enabled:
             logits = self.steps.run(window, lambda i, p: self.model(i, p, self.cache, last_only=True, window=window),
                                     ([[ids[0]]], [start]), device)   # (1, 1, V)
+        elif self.steps.enabled and graph.Passes.replays(device):
+            # a prefill chunk, replayed per (length, window) where a whole pass replays faster than
+            # it records (webgpu); with the one captured before it at most, as each holds its activations
+            key = ("prefill", len(ids), window)
+            held = [k for k in self.steps.graphs if isinstance(k, tuple) and k[0] == "prefill" and k != key]
+            for k in held[:-1]:
+                del self.steps.graphs[k]
+            logits = self.steps.run(key, lambda i, p: self.model(i, p, self.cache, last_only=True, window=window),
+                                    ([ids], list(range(start, start + len(ids)))), device)   # (1, 1, V)
         else:
             x = tensor([ids], dtype=int64, device=device)                                # (1, T)
             positions = arange(start, start + len(ids), device=device)                  # (T,)

@@ -293,7 +293,9 @@ class Passes:
     replays a whole pass faster than it runs one eagerly (`backend.replays_whole()`: in a page
     with the kernel pool, a replay is one program on every core, heap_program.py); elsewhere the
     pass runs eagerly. The `limit` most recent shapes are kept (a captured pass holds every
-    buffer it made); a function that cannot be captured runs eagerly from then on."""
+    buffer it made); a function that cannot be captured runs eagerly from then on, and so does a
+    pass whose backend has its kernels wrapped (inside an outer capture, or engine.bench.profile
+    timing each kernel)."""
 
     def __init__(self, limit: int = 2):
         self.limit = limit
@@ -303,13 +305,20 @@ class Passes:
     def clear(self) -> None:
         self.graphs.clear()
 
+    @staticmethod
+    def replays(device) -> bool:
+        """Whether a pass on `device` is captured and replayed: its backend replays a whole pass
+        faster than it runs one, and its kernels are not wrapped (a capture, a profile)."""
+        from .device import get_backend
+        backend = get_backend(device)
+        whole = getattr(backend, "replays_whole", None)
+        return whole is not None and whole() and "run" not in getattr(backend, "__dict__", {})
+
     def run(self, key, fn, arrays, device):
         """fn(*tensors) for NumPy `arrays` put on `device`: a Tensor or a tuple of Tensors, which
         view the graph's buffers when replayed (read them before the next run)."""
-        from .device import get_backend
-        whole = getattr(get_backend(device), "replays_whole", None)
         key = (key, device, tuple((a.shape, a.dtype.str) for a in arrays))
-        if whole is None or not whole() or key in self.eager:
+        if key in self.eager or not self.replays(device):
             return fn(*[from_numpy(np.array(a), device) for a in arrays])
         step = self.graphs.get(key)
         if step is not None:

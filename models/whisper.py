@@ -51,6 +51,7 @@ from engine import registry
 from engine.errors import InputError, InvalidHeader
 from engine.speech.timing import default_alignment_heads
 from engine.device import get_backend
+from engine.graph import Passes
 from engine.weights import AsFloat32
 
 HEAD_DIM = 64                                   # every Whisper size: heads = width / 64
@@ -318,6 +319,7 @@ class Whisper(nn.Module):
     def to(self, *args, **kwargs) -> "Whisper":
         """Moved with the stacked projections made again on the device (a device that copies
         tensor by tensor would otherwise hold the stacks and their row views apart)."""
+        self.__dict__.pop("_passes", None)                      # the encoder captured over the old tensors
         for attention, _ in self._attentions():
             attention.qkv_weight = attention.qkv_bias = attention.kv_weight = attention.kv_bias = None
         super().to(*args, **kwargs)
@@ -326,17 +328,21 @@ class Whisper(nn.Module):
         return self
 
     def encode(self, mel) -> engine.Tensor:
-        """Log-mel (n_mels, frames) or (1, n_mels, frames), NumPy or Tensor -> (1, ctx, C)."""
+        """Log-mel (n_mels, frames) or (1, n_mels, frames), NumPy or Tensor -> (1, ctx, C). A NumPy
+        log-mel goes through the encoder captured once per shape where the backend replays a whole
+        pass (engine.graph.Passes: webgpu), its features then viewing the graph's buffers until the
+        next encode; elsewhere it runs eagerly."""
         c = self.config
-        if not isinstance(mel, engine.Tensor):
-            mel = np.asarray(mel, np.float32)
-            if mel.ndim == 2:
-                mel = mel[None]
-            if mel.ndim != 3 or mel.shape[1] != c.n_mels:
-                raise InputError(f"the encoder takes a log-mel of shape ({c.n_mels}, {2 * c.n_audio_ctx}), "
-                                 f"got {mel.shape}")
-            mel = engine.from_numpy(np.ascontiguousarray(mel), self.device)
-        return self.encoder(mel)
+        if isinstance(mel, engine.Tensor):
+            return self.encoder(mel)
+        mel = np.asarray(mel, np.float32)
+        if mel.ndim == 2:
+            mel = mel[None]
+        if mel.ndim != 3 or mel.shape[1] != c.n_mels:
+            raise InputError(f"the encoder takes a log-mel of shape ({c.n_mels}, {2 * c.n_audio_ctx}), "
+                             f"got {mel.shape}")
+        passes = self.__dict__.setdefault("_passes", Passes())
+        return passes.run("encoder", self.encoder, [np.ascontiguousarray(mel)], self.device)
 
     def new_cache(self, capacity: int | None = None, batch: int = 1) -> nn.KVCache:
         c = self.config
