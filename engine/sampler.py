@@ -94,6 +94,8 @@ class TokenSelector:
         self.marks = tensor(np.zeros(vocab, np.int32), dtype=int32, device=device)
         self.state = tensor(np.zeros(STATE, np.int32), dtype=int32, device=device)
         self.config = tensor(np.zeros(CONFIG + UNIFORMS, np.float32), dtype=float32, device=device)
+        for t in (self.marks, self.state, self.config):
+            _own(t)
         self.rules: Rules | None = None
         self._rng = None
         self._filled = 0                    # the draws on the device cover the steps before this one
@@ -131,8 +133,17 @@ class TokenSelector:
     def select(self, logits, ids, positions):
         """logits (V,) of one position -> (4,) float32 [token, log-probability, 0, 0]; ids and
         positions (the step's inputs) are advanced on the device."""
+        _own(ids)
+        _own(positions)
         return run_fused("select_token", [logits.float() if logits.dtype != float32 else logits, self.marks,
                                           self.state, self.config, ids, positions])
+
+
+def _own(t) -> None:
+    """A tensor the kernel writes gets a buffer of its own (a device shares small constant ones)."""
+    own = getattr(t._backend, "own_input", None)
+    if own is not None:
+        own(t._buf)
 
 
 def pipeline(first, position: int, count: int, launch, follows):

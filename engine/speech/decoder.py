@@ -25,9 +25,11 @@ from __future__ import annotations
 import numpy as np
 
 from .. import graph
+from ..device import get_backend
 from ..dtypes import int64
 from ..errors import InputError
 from ..functions import arange
+from ..sampler import TokenSelector
 from ..tensor import tensor
 
 
@@ -40,6 +42,8 @@ class DecoderSession:
         self.cross = model.new_cross()
         self.steps = graph.StepGraphs(use_graphs)   # window -> the captured decode step
         self.has_audio = False
+        self._selector: TokenSelector | None = None
+        self.traffic: dict = {}                     # on a device: decode steps launched, their submissions, bytes read
         self._heads: dict = {}                      # (layer, head) pairs -> per block index tensors
 
     @property
@@ -122,6 +126,50 @@ class DecoderSession:
                                             window=self._window(len(tokens)), heads=self._head_index(heads))
         scores = [s.numpy()[0] for s in scores if s is not None]            # (h, T, ctx) per block
         return logits.numpy()[0], np.concatenate(scores)                    # (R, vocab), (H, T, ctx)
+
+    # --- tokens chosen on the device (engine.sampler; engine.speech.decoding._sample_on_device) --------
+    @property
+    def device(self):
+        return self.cache.device
+
+    def selects_on_device(self) -> bool:
+        """Whether decode steps choose their token on the device: a backend that keeps tensors
+        there and has select_token, with steps captured."""
+        backend = get_backend(self.cache.device)
+        return self.steps.enabled and "select_token" in backend.fused and backend.storage != "numpy"
+
+    def selector(self, vocab: int) -> TokenSelector:
+        """The session's token selector (its state on the device, kept for the captured steps)."""
+        if self._selector is None or self._selector.vocab != vocab:
+            self._selector = TokenSelector(vocab, self.cache.device)
+            self.steps.clear()                      # steps captured with another selector
+        return self._selector
+
+    def scratch(self) -> list:
+        """Inputs for a selection outside a step (the first token's), which it advances."""
+        return [tensor([[0]], dtype=int64, device=self.device), tensor([0], dtype=int64, device=self.device)]
+
+    def launch(self, selector: TokenSelector, token, position: int):
+        """Submit the decode step at `position` that feeds `token` (None: the one the step before
+        chose, already in the step's inputs) and chooses the next; returns what gives its answer
+        [token, log-probability, 0, 0] (result())."""
+        window = self._window(position + 1)
+
+        def step(i, p):
+            logits = self.model.decoder(i, p, self.cache, self.cross, window=window)   # (1, 1, V)
+            return selector.select(logits[0, -1], i, p)                               # (4,)
+        values = () if token is None else ([[token]], [position])
+        return self.steps.launch(("select", window), step, values, self.cache.device)
+
+    def follows(self, position: int, following: int) -> bool:
+        """Whether the step at `following` replays the graph of the step at `position`, on the
+        inputs that step wrote."""
+        key = ("select", self._window(position + 1))
+        return following < self.capacity and key == ("select", self._window(following + 1)) and key in self.steps.graphs
+
+    def fed(self, token: int) -> None:
+        """Count `token` as written at the next position (by a step launched for it)."""
+        self.cache.append([token])
 
     def feed(self, tokens, rows=(-1,)) -> np.ndarray:
         """Write `tokens` at the next positions; the logits (len(rows), vocab) float32 of the

@@ -45,7 +45,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..device import get_backend
 from ..errors import InputError
+from ..sampler import Rules, pipeline
+from ..tensor import tensor
 
 CHUNK_LENGTH = 30                              # seconds per window (engine.audio.CHUNK_LENGTH)
 
@@ -388,9 +391,10 @@ def decode(session, tokenizer: SpeechTokenizer, options: DecodingOptions = Decod
         raise InputError(f"the prompt and prefix take {len(tokens)} tokens, more than the "
                          f"decoder's {n_text_ctx} positions")
 
-    filters = []
+    filters, rules = [], {}                      # the host's filters; the same as engine.sampler Rules
     if options.suppress_blank:                   # " " and <|endoftext|> never first
         blank = tokenizer.blank_tokens()
+        rules["suppress_first"] = tuple(int(t) for t in blank)
 
         def suppress_blank(logits, sampled, last_timestamp):
             if not sampled:
@@ -398,6 +402,7 @@ def decode(session, tokenizer: SpeechTokenizer, options: DecodingOptions = Decod
         filters.append(suppress_blank)
     if options.suppress_tokens:
         suppressed = tokenizer.suppress_tokens(options.suppress_tokens)
+        rules["suppress"] = tuple(int(t) for t in suppressed)
 
         def suppress_tokens(logits, sampled, last_timestamp):
             logits[suppressed] = -np.inf
@@ -407,6 +412,7 @@ def decode(session, tokenizer: SpeechTokenizer, options: DecodingOptions = Decod
         if options.max_initial_timestamp:
             index = round(options.max_initial_timestamp / (CHUNK_LENGTH / n_audio_ctx))
         filters.append(TimestampRules(s, index).apply)
+        rules["timestamps"] = (s.timestamp_begin, s.eot, s.no_timestamps, -1 if index is None else index)
 
     session.rewind(0)
     first = np.asarray(session.feed(tokens, rows=(sot_index, -1)), np.float32)
@@ -415,8 +421,12 @@ def decode(session, tokenizer: SpeechTokenizer, options: DecodingOptions = Decod
     candidates = []
     for _ in range((options.best_of or 1) if options.temperature > 0 else 1):
         session.rewind(len(tokens))
-        candidates.append(_sample(session, first[1], tokens, filters, options.temperature, rng, sample_len,
-                                  n_text_ctx, s, cancel))
+        if session.selects_on_device():
+            candidates.append(_sample_on_device(session, first[1], tokens, Rules(options.temperature, **rules),
+                                                rng, sample_len, n_text_ctx, s, cancel))
+        else:
+            candidates.append(_sample(session, first[1], tokens, filters, options.temperature, rng, sample_len,
+                                      n_text_ctx, s, cancel))
         if candidates[-1][2]:
             break
     # the reference's ranking: sum_logprob / length (the first of equal scores)
@@ -459,4 +469,46 @@ def _sample(session, logits, initial, filters, temperature, rng, sample_len, n_t
             last_timestamp = token
         if len(initial) + len(sampled) > n_text_ctx:
             break
+    return sampled, float(total), False
+
+
+def _sample_on_device(session, logits, initial, rules, rng, sample_len, n_text_ctx, s, cancel):
+    """_sample with each token chosen on the device by the same filters (engine.sampler): a step
+    reads back its token and log-probability only, and the next step is submitted before the
+    host reads this one's (engine.sampler.pipeline). The uniform draws at temperature > 0 come
+    from `rng` as the host's do, UNIFORMS at a time."""
+    selector = session.selector(len(logits))
+    selector.start(rules, (), rng)
+    first = selector.select(tensor(np.asarray(logits, np.float32), device=session.device), *session.scratch())
+    sampled: list[int] = []
+    total = np.float32(0.0)
+    steps = iter(range(1, sample_len + 1))
+    launched = [0]
+
+    def launch(token, position):
+        selector.refill(next(steps))
+        launched[0] += 1
+        return session.launch(selector, token, position)
+    chosen = pipeline(first.numpy(), session.length, sample_len, launch, session.follows)
+    counters = getattr(get_backend(session.device), "counters", None)
+    before = counters() if counters is not None else None
+    try:
+        for out in chosen:
+            if cancel is not None and cancel():
+                return sampled, float(total), True
+            token = int(out[0])
+            total = np.float32(total + out[1])
+            if token == s.eot:
+                break
+            sampled.append(token)
+            if len(initial) + len(sampled) > n_text_ctx:
+                break
+            session.fed(token)                   # the next step feeds it
+    finally:
+        chosen.close()
+        if before is not None:                   # the device's traffic per decode step
+            after, traffic = counters(), session.traffic
+            traffic["steps"] = traffic.get("steps", 0) + launched[0]
+            for name in ("submits", "read_bytes", "recorded"):
+                traffic[name] = traffic.get(name, 0) + after[name] - before[name]
     return sampled, float(total), False

@@ -55,6 +55,25 @@ def _from_device_values(a: np.ndarray, dtype: dtypes.DType) -> np.ndarray:
     return a.astype(dtype.storage)
 
 
+def _values(data: bytes, dtype: dtypes.DType, layout: Layout, lo: int) -> np.ndarray:
+    """The layout's elements from the bytes of its buffer's first words."""
+    device = np.dtype(_DEVICE_NUMPY[TYPE[dtype]])
+    flat = np.frombuffer(data, device)[lo:] if data else np.empty(0, device)
+    view = np.lib.stride_tricks.as_strided(flat, layout.shape, tuple(4 * s for s in layout.strides)) \
+        if layout.numel else np.empty(layout.shape, device)
+    return _from_device_values(np.array(view, copy=True), dtype)
+
+
+class _Launched:
+    """A graph's output on its way back (WebGPUBackend.launch)."""
+
+    def __init__(self, pending, dtype, layout, lo):
+        self.pending, self.dtype, self.layout, self.lo = pending, dtype, layout, lo
+
+    def result(self) -> np.ndarray:
+        return _values(self.pending.result(), self.dtype, self.layout, self.lo)
+
+
 class WebGPUBackend:
     name = "webgpu"
     storage = "webgpu"
@@ -91,11 +110,7 @@ class WebGPUBackend:
     def copy_out(self, storage: Storage, layout: Layout) -> np.ndarray:
         """Reads back the span the layout touches (counted by the device layer)."""
         lo, hi = layout.span()
-        device = np.dtype(_DEVICE_NUMPY[TYPE[storage.dtype]])
-        flat = np.frombuffer(self.gpu.read(storage.buf, 4 * hi), device)[lo:] if hi > lo else np.empty(0, device)
-        view = np.lib.stride_tricks.as_strided(flat, layout.shape, tuple(4 * s for s in layout.strides)) \
-            if layout.numel else np.empty(layout.shape, device)
-        return _from_device_values(np.array(view, copy=True), storage.dtype)
+        return _values(self.gpu.read(storage.buf, 4 * hi) if hi > lo else b"", storage.dtype, layout, lo)
 
     def sync(self) -> None:
         """Wait until every recorded dispatch has run."""
@@ -127,6 +142,12 @@ class WebGPUBackend:
         no Python per kernel, against ~50 us a kernel recorded eagerly: always worth it here."""
         return True
 
+    def launch(self, dispatches: list, storage: Storage, layout: Layout) -> "_Launched":
+        """engine.graph's Graph.launch: the dispatches and the output's read-back in one
+        submission; the answer's result() waits for it."""
+        lo, hi = layout.span()
+        return _Launched(self.gpu.launch(dispatches, storage.buf, 4 * hi), storage.dtype, layout, lo)
+
     def write_input(self, storage: Storage, values: np.ndarray) -> None:
         """A graph input's new values (its whole buffer, contiguous), written on the device; the
         host copy of a small integer tensor follows."""
@@ -134,6 +155,11 @@ class WebGPUBackend:
         self.gpu.write(storage.buf, _to_device_values(values, storage.dtype))
         if storage.host is not None:
             storage.host = values.copy()
+
+    def counters(self) -> dict:
+        """The device layer's counts so far (submissions, bytes read back, dispatches recorded from
+        Python, ...): a caller takes the difference over what it measures."""
+        return dict(self.gpu.stats)
 
     def describe(self) -> str:
         return f"webgpu on {self.gpu.info}"
@@ -464,6 +490,18 @@ def _conv2d_fused(be, x, weight, *bias, stride, pads, dilation, groups, activati
                     stride, pads, dilation, groups, activation)
 
 
+def _select_token(be, logits, marks, state, config, ids, positions):   # -> (4,): engine/sampler.py
+    logits = be.contiguous(logits)
+    if logits.offset:
+        logits = K.View.contiguous(K.elementwise(be.gpu, "a", [logits], "f32"), logits.shape)
+    vocab = logits.numel
+    scratch = be.gpu.buffer(4 * vocab)                   # the filtered logits (kept by the dispatch)
+    out = be.gpu.buffer(16)
+    be.gpu.dispatch(K.shader("select_token"), [logits.buf, marks.buf, state.buf, config.buf, ids.buf,
+                                               positions.buf, out, scratch], (1, 1, 1))
+    return out, (4,)
+
+
 # --- quantized kernels (GGML blocks, engine.quantized; quantized.py) --------------------------------
 def _linear_q(be, x, *bias, weight, qtype, rows, cols):     # x (..., cols) -> (..., rows)
     x2 = _collapse(be, x, 1)                                # (M, cols), read as vec4s
@@ -486,6 +524,6 @@ def _embedding_q(be, ids, *, weight, qtype, rows, cols, sources):   # ids (...) 
 FUSED = {"mul_add": _mul_add, "hardtanh": _hardtanh, "softmax": _softmax, "layer_norm": _norm("layer_norm"),
          "rms_norm": _norm("rms_norm"), "linear": _linear, "conv2d": _conv2d_fused, "gelu": _gelu,
          "silu": _silu, "attention": _attention, "add_layer_norm": _add_layer_norm, "linear_q": _linear_q,
-         "embedding_q": _embedding_q}
+         "embedding_q": _embedding_q, "select_token": _select_token}
 check_tables("webgpu", KERNELS, FUSED)
 
