@@ -364,6 +364,7 @@ async function benchSpeech(client, results) {
                  `${r.real_time_factor.toFixed(3).padStart(7)} ${r.encode_s.toFixed(2).padStart(8)} ` +
                  `${r.decode_s.toFixed(2).padStart(8)} ${String(r.tokens).padStart(6)} ${r.decode_tok_s.toFixed(1).padStart(6)}  ` +
                  `${(r.heap_bytes / 2 ** 20).toFixed(0)} MiB`);
+      lines.push(...deviceStep(`${model} ${device}`, r.device_step));
       if (r.profile) lines.push(...r.profile);
       document.getElementById("speech-table").textContent = lines.join("\n");
     }
@@ -460,8 +461,18 @@ async function benchLlm(client, results) {
                `${(r.decode_tok_s / peer.decode_tok_s).toFixed(2)}x, prefill ${(r.prefill_tok_s / peer.prefill_tok_s).toFixed(2)}x`);
   }
   lines.push(`${row("llama.cpp", peer)}    ${peer.source}`);
+  for (const device of devices) lines.push(...deviceStep(device, results.llm[device].device_step));
   document.getElementById("llm-table").textContent = lines.join("\n");
   cardStatus.textContent = "done";
+}
+
+// A device's decode step (engine.bench.llm.device_step): submissions, bytes read back and kernels
+// recorded from Python per step, as `python -m engine bench llm --device webgpu` prints them.
+function deviceStep(name, step) {
+  if (!step) return [];
+  const where = step.selected_on_device === false ? "on the host" : "on the device";
+  return [`${name} per decode step: ${step.submits} submission(s), ${step.read_bytes} bytes read back, ` +
+          `${step.recorded} kernels recorded from Python (token chosen ${where})`];
 }
 
 // The structured-output section: each model loaded in turn on simd, then engine.bench.structured's

@@ -68,8 +68,9 @@ def replay_split(pipe, repeat: int = 50) -> dict | None:
     crossing each: wasm_kernels/program.c, ctypes included) and outside them (everything else the
     replay runs: copying the inputs in, NumPy steps, the Python loop). None where nothing replays."""
     from ..backends.simd.program import Program
+    from ..device import get_backend
     steps = pipe.generator.steps
-    if not steps.captured:
+    if not steps.captured or get_backend(pipe.device).storage != "numpy":   # a device: device_step says it
         return None
     graph = next(iter(steps.graphs.values()))
     calls, inside = list(graph.calls), [0.0]
@@ -109,7 +110,26 @@ def bench_pipeline(pipe, new_tokens: int = 128, repeat: int = 1) -> dict:
             "new_tokens": new_tokens, "prefill_tok_s": median("prefill_tok_s"),
             "decode_tok_s": median("decode_tok_s"), "ttft_s": median("ttft_s"),
             "first_run": {k: round(runs[0][k], 3) for k in ("prefill_tok_s", "decode_tok_s", "ttft_s")},
-            "graphs": generator.captured, "replay": replay_split(pipe) if generator.captured else None}
+            "graphs": generator.captured, "replay": replay_split(pipe) if generator.captured else None,
+            "device_step": device_step(generator.stats)}
+
+
+def device_step(stats: dict) -> dict | None:
+    """On a device (webgpu): a decode step's submissions, bytes read back and kernels recorded
+    from Python, averaged over the last run's steps (engine.generation's stats); None elsewhere."""
+    if "submits_per_step" not in stats:
+        return None
+    return {"selected_on_device": stats.get("selected_on_device", False),
+            **{k: round(stats[f"{k}_per_step"], 3) for k in ("submits", "read_bytes", "recorded")}}
+
+
+def format_device_step(name: str, step: dict | None) -> list[str]:
+    """One line for a device's decode step traffic (device_step), or none."""
+    if not step:
+        return []
+    where = "on the device" if step.get("selected_on_device", True) else "on the host"
+    return [f"{name} per decode step: {step['submits']:g} submission(s), {step['read_bytes']:g} bytes read back, "
+            f"{step['recorded']:g} kernels recorded from Python (token chosen {where})"]
 
 
 def bench_text(pipe, prompt: str = TEXT_PROMPT, new_tokens: int = 128, repeat: int = 1, warmup: bool = True) -> dict:
@@ -262,6 +282,7 @@ def format_llm(result: dict) -> str:
         lines.append(f"{device:14} {r['prefill_tok_s']:9.1f} {r['decode_tok_s']:9.1f} {r['ttft_s'] * 1e3:9.0f} ms"
                      + ratio)
     for device, r in result["engine"].items():
+        lines += format_device_step(device, r.get("device_step"))
         split = r.get("replay")
         if split:
             lines.append(f"{device} decode step replayed: {split['step_ms']:.2f} ms, {split['ops']} kernels in "

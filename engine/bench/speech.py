@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .llm import format_device_step
+
 SAMPLE = "gettysburg-en.wav"
 MODELS = ("whisper-tiny.en", "whisper-base")
 
@@ -85,9 +87,11 @@ def run_pipeline(pipe, audio: np.ndarray, repeat: int = 1) -> dict:
     seconds = audio.size / 16000
     runs = []
     timed = _Timed(pipe)
+    traffic = pipe.session(pipe.model).traffic
     try:
         for _ in range(repeat + 1):
             timed.encode_s, timed.windows = 0.0, 0
+            traffic.clear()                        # a device's decode steps: this run's
             t0 = time.perf_counter()
             result = pipe(audio)
             total = time.perf_counter() - t0
@@ -104,7 +108,9 @@ def run_pipeline(pipe, audio: np.ndarray, repeat: int = 1) -> dict:
     return {"audio_s": round(seconds, 3), "seconds": round(total, 3), "real_time_factor": round(total / seconds, 4),
             "encode_s": round(encode, 3), "decode_s": round(decode, 3), "windows": runs[0]["windows"],
             "tokens": tokens, "decode_tok_s": round(tokens / decode, 1), "text": runs[0]["text"],
-            "graphs": pipe.session(pipe.model).captured}
+            "graphs": pipe.session(pipe.model).captured,
+            "device_step": {k: round(traffic[k] / traffic["steps"], 3) for k in ("submits", "read_bytes", "recorded")}
+            if traffic.get("steps") else None}
 
 
 def run_reference(folder: Path, config, audio: np.ndarray, english: bool, repeat: int = 1) -> dict:
@@ -250,4 +256,7 @@ def format_whisper(result: dict) -> str:
             lines.append(f"{name:>16} {device:>8} {r['seconds']:8.2f} {r['real_time_factor']:7.3f} "
                          f"{r['encode_s']:8.2f} {r['decode_s']:8.2f} {r['tokens']:6d} {r['decode_tok_s']:6.1f} "
                          f"{r.get('vs_torch', ''):>8} {r.get('same_text_as_torch', '')}")
+    for name, row in result["models"].items():
+        for device, r in row.items():
+            lines += format_device_step(f"{name} {device}", r.get("device_step"))
     return "\n".join(lines)
