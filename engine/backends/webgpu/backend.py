@@ -6,6 +6,14 @@ Every element on the device is 32 bits: float32 as f32; float16 and bfloat16 as 
 holds their value exactly (casts round on the device); int64, int32, int16 and int8 as i32
 (int64 values must fit in 32 bits: a clear error otherwise); uint8 and bool as u32. WebGPU has
 no float64: such tensors are refused, as torch's MPS backend does.
+
+Except a float16 weight where the device has shader-f16: a 2-D float16 tensor copied in (a
+checkpoint's weight that the model keeps in float16, as Whisper does where "linear_f16w" is
+offered) stays half-width (Storage.half, f16 views): half the memory and the bytes a product
+reads. linear_f16w multiplies by it as it is (quantized.linear_f16, kernels.gemm), embedding's
+index_select, cat (Whisper's stacked projections) and contiguous copy it half-width, a cast to
+float32 widens it in one pass, and every other op reads a float32 copy made for that op
+(`wide`); an index_copy into it widens it for good.
 """
 from __future__ import annotations
 
@@ -29,15 +37,17 @@ _BY_STORAGE = {d.storage: d for d in TYPE}            # numpy storage dtype -> e
 _DEVICE_NUMPY = {"f32": np.float32, "i32": np.int32, "u32": np.uint32}
 SHADOW_LIMIT = 1 << 16                                # integer tensors up to this size keep a host copy
 SHARED_LIMIT = 64                                     # bytes: tensors this small share one buffer per value
+HALF = "shader-f16"                                   # the device feature that keeps float16 weights half-width
 
 
 class Storage:
     """A tensor's device buffer, its engine dtype, and (small integer tensors made on the
-    host) the host values, so index checks need no read-back."""
-    __slots__ = ("buf", "dtype", "host")
+    host) the host values, so index checks need no read-back. half: the buffer holds float16
+    values as f16, two bytes each (a float16 weight on a device with shader-f16)."""
+    __slots__ = ("buf", "dtype", "host", "half")
 
-    def __init__(self, buf: GpuBuffer, dtype: dtypes.DType, host: np.ndarray | None = None):
-        self.buf, self.dtype, self.host = buf, dtype, host
+    def __init__(self, buf: GpuBuffer, dtype: dtypes.DType, host: np.ndarray | None = None, half: bool = False):
+        self.buf, self.dtype, self.host, self.half = buf, dtype, host, half
 
 
 def _to_device_values(raw: np.ndarray, dtype: dtypes.DType) -> np.ndarray:
@@ -90,6 +100,8 @@ class WebGPUBackend:
         if dtype is None:
             raise BackendError(f"{raw.dtype} tensors are not supported on webgpu (WebGPU has no 64-bit "
                                "floats); use float32")
+        if dtype is dtypes.float16 and raw.ndim == 2 and 4 * raw.size > SHARED_LIMIT and HALF in self.gpu.features:
+            return Storage(self.gpu.upload(raw), dtype, half=True)     # a weight: kept half-width
         host = raw.copy() if dtype.kind in "iub" and raw.size <= SHADOW_LIMIT else None
         values = _to_device_values(raw.reshape(-1), dtype)
         # scalars (x + 1, eps, ...) recur every forward pass: tensors are immutable, so equal small
@@ -105,11 +117,30 @@ class WebGPUBackend:
         return Q.download(self.gpu, storage)
 
     def view(self, storage: Storage, layout: Layout) -> K.View:
-        return K.View(storage.buf, layout.shape, layout.strides, layout.offset, TYPE[storage.dtype])
+        return K.View(storage.buf, layout.shape, layout.strides, layout.offset,
+                      "f16" if storage.half else TYPE[storage.dtype])
+
+    def wide(self, v: K.View) -> K.View:
+        """v itself, or a half-width view's values widened to a contiguous f32 copy (exact)."""
+        if v.type != "f16":
+            return v
+        return K.View.contiguous(K.elementwise(self.gpu, "f32(a)", [v], "f32"), v.shape)
+
+    def widen_for_good(self, storage: Storage) -> None:
+        """A half-width storage held as f32 from now on (before it is written in place)."""
+        if storage.half:
+            count = storage.buf.size // 2
+            storage.buf = K.elementwise(self.gpu, "f32(a)", [K.View(storage.buf, (count,), (1,), 0, "f16")], "f32")
+            storage.half = False
 
     def copy_out(self, storage: Storage, layout: Layout) -> np.ndarray:
         """Reads back the span the layout touches (counted by the device layer)."""
         lo, hi = layout.span()
+        if storage.half:                                   # the float16 values as they are
+            flat = np.frombuffer(self.gpu.read(storage.buf, 2 * hi), np.float16)[lo:] if hi > lo else \
+                np.empty(0, np.float16)
+            return np.array(np.lib.stride_tricks.as_strided(flat, layout.shape, tuple(2 * s for s in layout.strides))
+                            if layout.numel else np.empty(layout.shape, np.float16), copy=True)
         return _values(self.gpu.read(storage.buf, 4 * hi) if hi > lo else b"", storage.dtype, layout, lo)
 
     def sync(self) -> None:
@@ -152,6 +183,10 @@ class WebGPUBackend:
         """A graph input's new values (its whole buffer, contiguous), written on the device; the
         host copy of a small integer tensor follows."""
         values = np.ascontiguousarray(values, storage.dtype.storage).reshape(-1)
+        if storage.half:                                   # float16 bits, padded to whole words
+            data = values.view(np.uint8)
+            self.gpu.write(storage.buf, np.concatenate([data, np.zeros(-data.size % 4, np.uint8)]))
+            return
         self.gpu.write(storage.buf, _to_device_values(values, storage.dtype))
         if storage.host is not None:
             storage.host = values.copy()
@@ -167,15 +202,32 @@ class WebGPUBackend:
     # --- kernels --------------------------------------------------------------------
     def run(self, op, inputs, dtype, params):
         views = [self.view(t._buf, t._layout) for t in inputs]
+        half = False
+        for v in views:
+            if v.type == "f16":                           # a half-width weight among the inputs
+                views, half = self._half_inputs(op, inputs, views)
+                break
         outs = self.kernels[op](self, *views, dtype=dtype, sources=[t._buf for t in inputs], **params)
         if outs is None:                                  # INDEX_COPY wrote into its first input
             return []
         outs = outs if isinstance(dtype, tuple) else [outs]
         out_dtypes = dtype if isinstance(dtype, tuple) else (dtype,)
-        return [(Storage(buf, d), shape) for (buf, shape), d in zip(outs, out_dtypes)]
+        return [(Storage(buf, d, half=half), shape) for (buf, shape), d in zip(outs, out_dtypes)]
+
+    def _half_inputs(self, op, inputs, views):
+        """(views, whether the output is half-width) for an op with a half-width input: the ops
+        of _HALF_OPS read f16 as it is (cat only when every part is half), the others a float32
+        copy; an index_copy into one widens its storage for good."""
+        if op is Op.INDEX_COPY:
+            self.widen_for_good(inputs[0]._buf)
+        elif op in _HALF_OPS and (op is not Op.CAT or all(v.type == "f16" for v in views)):
+            return views, _HALF_OPS[op]
+        return [self.wide(self.view(t._buf, t._layout)) for t in inputs], False
 
     def run_fused(self, name, inputs, dtype, params):
         views = [self.view(t._buf, t._layout) for t in inputs]
+        if name != "linear_f16w":                          # only it reads a half-width weight as it is
+            views = [self.wide(v) for v in views]
         if name == "embedding_q":                          # checks its ids on the host copy
             params = {**params, "sources": [t._buf for t in inputs]}
         buf, shape = self.fused[name](self, *views, **params)
@@ -268,6 +320,10 @@ def _where(be, c, x, y, *, dtype, sources):
 
 
 def _cast(be, x, *, dtype, src, sources):
+    if x.type == "f16":                                   # a half-width weight: widened in one pass
+        if dtype is dtypes.float32:
+            return K.elementwise(be.gpu, "f32(a)", [x], "f32"), x.shape
+        x = be.wide(x)
     s, t = x.type, TYPE[dtype]
     if dtype is dtypes.bool_:
         expr = "select(0u, 1u, a != 0.0 || is_nan(a))" if s == "f32" else f"select(0u, 1u, a != {s}(0))"
@@ -329,7 +385,7 @@ def _cat(be, *views, dtype, axis, sources):
     axis = axis % len(views[0].shape)
     shape = list(views[0].shape)
     shape[axis] = sum(v.shape[axis] for v in views)
-    out = be.gpu.buffer(4 * math.prod(shape))
+    out = be.gpu.buffer(K.itemsize(views[0].type) * math.prod(shape))      # half-width parts: a half-width whole
     strides, start = K.contiguous_strides(shape), 0
     for v in views:
         K.scatter(be.gpu, v, K.View(out, v.shape, strides, start * strides[axis], v.type))
@@ -413,6 +469,9 @@ def _conv2d(be, x, w, *, dtype, stride, dilation, groups, sources):
     return K.conv2d(be.gpu, be.contiguous(x), be.contiguous(w), None, stride, ((0, 0), (0, 0)), dilation, groups)
 
 
+# ops that read a half-width (f16) input as it is (run._half_inputs), and whether their output stays half
+_HALF_OPS = {Op.CAST: False, Op.CONTIGUOUS: True, Op.CAT: True, Op.INDEX_SELECT: True}
+
 KERNELS = {
     **{op: _unary(op) for op in (Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.SIN, Op.COS, Op.TANH, Op.ERF,
                                  Op.RECIPROCAL, Op.FLOOR, Op.CEIL, Op.LOGICAL_NOT)},
@@ -485,6 +544,19 @@ def _linear(be, x, weight, *bias):                  # x (..., K) @ weight (N, K)
     return K.gemm(be.gpu, a, b, be.contiguous(bias[0]) if bias else None, "n"), x.shape[:-1] + (n,)
 
 
+def _linear_f16w(be, x, weight, *bias):             # linear with a float16 weight (N, K)
+    """A half-width weight read as it is, accumulating in f32: up to Q.MATVEC_ROWS rows of x
+    stream it once (f16_matvec.wgsl), more go through the tiled GEMM (gemm_f16w_io.wgsl); a
+    float16 weight held as f32 (no shader-f16) is plain linear."""
+    if weight.type != "f16" or math.prod(x.shape[:-1]) > Q.MATVEC_ROWS or weight.strides[1] != 1:
+        return _linear(be, x, weight, *bias)
+    x2 = _collapse(be, x, 1)                                # (M, K)
+    if x2.strides[1] != 1:
+        x2 = be.contiguous(x2)
+    out = Q.linear_f16(be.gpu, x2, be.contiguous(bias[0]) if bias else None, weight)
+    return out, x.shape[:-1] + (weight.shape[0],)
+
+
 def _conv2d_fused(be, x, weight, *bias, stride, pads, dilation, groups, activation):
     return K.conv2d(be.gpu, be.contiguous(x), be.contiguous(weight), be.contiguous(bias[0]) if bias else None,
                     stride, pads, dilation, groups, activation)
@@ -522,7 +594,8 @@ def _embedding_q(be, ids, *, weight, qtype, rows, cols, sources):   # ids (...) 
 
 
 FUSED = {"mul_add": _mul_add, "hardtanh": _hardtanh, "softmax": _softmax, "layer_norm": _norm("layer_norm"),
-         "rms_norm": _norm("rms_norm"), "linear": _linear, "conv2d": _conv2d_fused, "gelu": _gelu,
+         "rms_norm": _norm("rms_norm"), "linear": _linear, "linear_f16w": _linear_f16w,
+         "conv2d": _conv2d_fused, "gelu": _gelu,
          "silu": _silu, "attention": _attention, "add_layer_norm": _add_layer_norm, "linear_q": _linear_q,
          "embedding_q": _embedding_q, "select_token": _select_token}
 check_tables("webgpu", KERNELS, FUSED)

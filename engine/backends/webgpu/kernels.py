@@ -4,11 +4,14 @@ and returns a contiguous output buffer; nothing is read back here.
 A `View` is how the engine's Layout sits in a buffer (shape, element strides, offset) plus
 the WGSL element type, so transposed, sliced and broadcast (stride 0) inputs run without
 copies. Every element on the device is 32 bits: f32 (float32, and float16/bfloat16 values
-held exactly in f32), i32 (the signed integers) or u32 (uint8, bool).
+held exactly in f32), i32 (the signed integers) or u32 (uint8, bool); except f16, a float16
+weight kept half-width where the device has shader-f16 (backend.py), which the data-movement
+shaders (elementwise, scatter, gather) and the products with a weight read as they are.
 """
 from __future__ import annotations
 
 import math
+import re
 import struct
 from dataclasses import dataclass
 from functools import lru_cache
@@ -29,7 +32,7 @@ class View:
     shape: tuple[int, ...]
     strides: tuple[int, ...]
     offset: int = 0
-    type: str = "f32"                      # WGSL element type: f32, i32 or u32
+    type: str = "f32"                      # WGSL element type: f32, i32, u32 or f16 (shader-f16)
 
     @classmethod
     def contiguous(cls, buf: GpuBuffer, shape, type: str = "f32") -> "View":  # noqa: A002
@@ -82,7 +85,17 @@ def shader(name: str, include: tuple[str, ...] = (), **fill) -> str:
         source = source.replace("{{" + key + "}}", str(value))
     if "{{" in source:
         raise ValueError(f"shader {name}.wgsl has unfilled template fields")
-    return _source("common") + source
+    # a variant over f16 values (half-width weights) needs the extension, first in the module
+    enable = "enable f16;\n" if _USES_F16.search(re.sub(r"//[^\n]*", "", source)) else ""
+    return enable + _source("common") + source
+
+
+_USES_F16 = re.compile(r"\bf16\b")
+
+
+def itemsize(type: str) -> int:  # noqa: A002
+    """Bytes per element of a WGSL element type on the device."""
+    return 2 if type == "f16" else 4
 
 
 def words(*values) -> np.ndarray:
@@ -121,7 +134,7 @@ def elementwise(gpu: Gpu, expr: str, inputs: list[View], out_type: str) -> GpuBu
         raise ValueError(f"elementwise: shapes {[v.shape for v in inputs]} must be broadcast first")
     _check_strides(*inputs)
     numel = math.prod(shape)
-    out = gpu.buffer(4 * numel)
+    out = gpu.buffer(itemsize(out_type) * numel)
     if numel == 0:
         return out
     views = list(inputs) + [None] * (3 - len(inputs))
@@ -208,7 +221,7 @@ def gather(gpu: Gpu, x: View, axis: int, index: View) -> tuple[GpuBuffer, tuple]
     _check_strides(x, index)
     out_shape = x.shape[:axis] + (index.numel,) + x.shape[axis + 1:]
     numel = math.prod(out_shape)
-    out = gpu.buffer(4 * numel)
+    out = gpu.buffer(itemsize(x.type) * numel)
     if numel:
         info = words(numel, len(out_shape), x.offset, axis, x.shape[axis], index.offset,
                       index.strides[0] if index.strides else 0, *out_shape, *x.strides)
@@ -294,9 +307,11 @@ def _aligned(*values: int) -> bool:
 def gemm(gpu: Gpu, a: View, b: View, bias: View | None = None, bias_along: str = "n",
          activation: str = "none") -> GpuBuffer:
     """act(a @ b + bias): a (batch, M, K), b (batch, K, N) (batch strides may be 0), bias
-    contiguous (N,) along columns or (M,) along rows; out contiguous (batch, M, N)."""
+    contiguous (N,) along columns or (M,) along rows; out contiguous (batch, M, N). b may be f16
+    with a f32 (a half-width weight): widened as it is read, the same f32 product."""
     (batch, m, k), (batch_b, k2, n) = a.shape, b.shape
-    if k != k2 or batch != batch_b or a.type != b.type:
+    half = b.type == "f16" and a.type == "f32"
+    if k != k2 or batch != batch_b or (a.type != b.type and not half):
         raise ValueError(f"gemm: shapes {a.shape} and {b.shape} ({a.type}, {b.type}) do not multiply")
     _check_strides(a, b)
     out = gpu.buffer(4 * batch * m * n)
@@ -314,7 +329,11 @@ def gemm(gpu: Gpu, a: View, b: View, bias: View | None = None, bias_along: str =
     b_load = "k" if b.strides[1] == 1 and b.strides[2] != 1 else "n"
     if b.strides[2] == 1 and _aligned(n, b.offset, b.strides[0], b.strides[1]):
         b_load = "n4"
-    source = _tiles_shader(("gemm_io",), tiling, a_load, b_load, T=a.type, BIAS=mode, EPILOGUE=epilogue)
+    if half:
+        source = _tiles_shader(("gemm_f16w_io",), tiling, a_load, b_load, T="f32", BIAS=mode, EPILOGUE=epilogue,
+                               HB="vec4<f16>" if b_load == "n4" else "f16")
+    else:
+        source = _tiles_shader(("gemm_io",), tiling, a_load, b_load, T=a.type, BIAS=mode, EPILOGUE=epilogue)
     gpu.dispatch(source, [a.buf, b.buf, out, gpu.params(params), bias.buf if bias else placeholder(gpu)], groups)
     return out
 

@@ -15,6 +15,12 @@ walk the units of a pair of weight rows, sharing each x load between the two, th
 partial sums) and qmatmul.wgsl (more rows: the
 weight tile is dequantized once per 32-element step into workgroup memory and reused by up to 64
 rows of x). Everything accumulates in float32; x is not quantized.
+
+float16 weights (linear_f16w; backend.py keeps a 2-D float16 tensor half-width where the device
+has shader-f16) take the same two routes: f16_matvec.wgsl for up to 4 rows of x (`linear_f16`
+here, the weight read once as vec4<f16>), and the tiled GEMM for more (kernels.gemm with
+gemm_f16w_io.wgsl, widening each weight as it enters the shared tile). Both multiply and add in
+float32: the product over the widened weight, up to summation order.
 """
 from __future__ import annotations
 
@@ -168,3 +174,42 @@ def _matmul_shader(qtype: str, rm: int) -> str:
     }
     split = "true" if quants.BY_NAME[qtype].block_size == 256 else "false"
     return shader("qmatmul", ("quant_blocks",), RM=rm, SPLIT=split, **statements, **_blocks_fill(qtype))
+
+
+# --- float16 weights (shader-f16) -------------------------------------------------------------------
+def linear_f16(gpu: Gpu, x: View, bias: View | None, w: View) -> GpuBuffer:
+    """x (M, K) f32 @ w (N, K) f16 .T + bias, M of 1 to MATVEC_ROWS: (M, N) float32, contiguous.
+    x and w: unit column strides; bias a contiguous (N,) f32 view or None. Read as vec4s where K,
+    both offsets and both row strides are multiples of 4, else element by element."""
+    (m, k), n = x.shape, w.shape[0]
+    out = gpu.buffer(4 * m * n)
+    if not m * n:
+        return out
+    x_row, w_row = (x.strides[0] if m > 1 else 0), (w.strides[0] if n > 1 else 0)
+    v = 4 if all(s % 4 == 0 for s in (k, x.offset, x_row, w.offset, w_row)) else 1
+    bias_buf = bias.buf if bias is not None else placeholder(gpu)
+    tpr = max(8, min(64, 1 << max(k // v // 8, 1).bit_length() - 1))     # ~8 chunks of each row a thread
+    params = words(n, k // v, x.offset // v, x_row // v, w.offset // v, w_row // v, int(bias is not None),
+                   bias.offset if bias is not None else 0)
+    gpu.dispatch(_f16_matvec_shader(tpr, m, v), [w.buf, x.buf, out, gpu.params(params), bias_buf],
+                 workgroups_for(n, 128 // tpr, gpu))
+    return out
+
+
+@lru_cache(maxsize=None)
+def _f16_matvec_shader(tpr: int, m: int, v: int) -> str:
+    pad = " " * 8
+    sums = [(j, r) for j in range(2) for r in range(m)]         # (weight row of the pair, x row)
+    accumulate = [f"{pad}let x{r} = X[i + {r}u * p.x_row];" for r in range(m)]
+    accumulate += [f"{pad}acc{j}_{r} += dot(v{j}, x{r});" if v == 4 else
+                   f"{pad}acc{j}_{r} = fma(v{j}, x{r}, acc{j}_{r});" for j, r in sums]
+    statements = {
+        "DECLARE": "\n".join(f"    var acc{j}_{r} = 0.0;" for j, r in sums),
+        "ACCUMULATE": "\n".join(accumulate),
+        "PARTS": "\n".join(f"    part[{64 * (2 * r + j)}u + lid] = acc{j}_{r};" for j, r in sums),
+        "SUM": "\n".join(f"{pad}    part[{64 * i}u + lid] += part[{64 * i}u + lid + s];" for i in range(2 * m)),
+        "STORE": "\n".join(f"{pad}Y[{r}u * p.n + n] = part[{128 * r}u + lid] + b0;" for r in range(m)),
+        "STORE1": "\n".join(f"{pad}Y[{r}u * p.n + n + 1u] = part[{128 * r + 64}u + lid] + b1;" for r in range(m)),
+    }
+    tw, tx = ("vec4<f16>", "vec4<f32>") if v == 4 else ("f16", "f32")
+    return shader("f16_matvec", TPR=tpr, M=m, TW=tw, TX=tx, **statements)
