@@ -107,3 +107,42 @@ def test_no_adapter_says_why_and_runs_on_simd(dev_server, browser_without_gpu):
         assert s.console_errors == []
     finally:
         s.close()
+
+
+def test_decode_steps_on_webgpu_submit_once_and_read_16_bytes(dev_server, session_factory):
+    """SmolLM2 in the page's worker on SwiftShader: tokens chosen on the device (engine.sampler),
+    greedy and sampled with a seed, equal simd's; once its step graphs are captured, a decode step
+    is one submission with 16 bytes read back and no kernel recorded from Python."""
+    from tests.web.test_chat_card import PARIS, ask
+    s = session_factory(dev_server.url)
+    page = s.open(WEBGPU + "#chat")
+    assert ask(page, "What is the capital of France?") == PARIS
+    result = s.run("""
+from engine.generation import GenerationConfig
+from engine.web import worker
+pipe = worker.pipeline("text-generation")
+ids = pipe.prompt_ids([{"role": "user", "content": "Name three colours."}])
+configs = [GenerationConfig(max_new_tokens=12), GenerationConfig(max_new_tokens=12, temperature=0.8, top_k=40,
+                                                                 top_p=0.9, repetition_penalty=1.1, seed=7)]
+out = {}
+for device in ("webgpu", "simd"):
+    pipe.to(device)
+    for n, config in enumerate(configs):
+        if device == "webgpu":
+            pipe.generator.reset()
+            list(pipe.generator.tokens(ids, config))         # captures the steps' graphs
+        pipe.generator.reset()
+        out[device, n] = list(pipe.generator.tokens(ids, config))
+        if device == "webgpu":
+            out["stats", n] = {k: pipe.generator.stats.get(k) for k in
+                               ("selected_on_device", "submits_per_step", "read_bytes_per_step", "recorded_per_step")}
+pipe.to("webgpu")
+[out["webgpu", 0] == out["simd", 0], out["webgpu", 1] == out["simd", 1], out["stats", 0], out["stats", 1],
+ len(out["webgpu", 0])]
+""")
+    greedy_same, sampled_same, greedy, sampled, count = result
+    assert greedy_same and sampled_same and count == 12
+    for stats in (greedy, sampled):
+        assert stats == {"selected_on_device": True, "submits_per_step": 1, "read_bytes_per_step": 16,
+                         "recorded_per_step": 0}, stats
+    assert s.console_errors == []
