@@ -34,6 +34,8 @@ import engine
 import engine.nn as nn
 import engine.nn.functional as F
 from engine import registry
+from engine.device import get_backend
+from engine.rows import RowTable
 from engine.weights import AsFloat32
 
 
@@ -153,13 +155,28 @@ class BertEncoder(nn.Module):
 
 class BertModel(nn.Module):
     """The encoder without a pooler (sentence-transformers checkpoints have none):
-    (input_ids, attention_mask, token_type_ids) -> last hidden states (N, L, H)."""
+    (input_ids, attention_mask, token_type_ids) -> last hidden states (N, L, H).
 
-    def __init__(self, config: Config = Config()):
+    half: the names among `half_weights()` held in float16, as the checkpoint stores them, for a
+    backend whose linear widens them as it reads (linear_f16w): half the memory and half the bytes
+    a product reads, with the products of float32 weights (widening a float16 is exact); the word
+    embedding's rows are gathered as they are and widened by the sum with the other embeddings."""
+
+    def __init__(self, config: Config = Config(), half=()):
         super().__init__()
         self.config = config
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config)
+        for name in half:
+            *path, attr = name.split(".")
+            module = self
+            for part in path:
+                module = module._modules[part]
+            setattr(module, attr, self.param(*getattr(module, attr).shape, dtype=engine.float16))
+
+    def half_weights(self) -> list[str]:
+        """The weights that may be held in float16: every Linear's, and the word embedding."""
+        return half_weights(self.config)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
         ids = np.asarray(input_ids, np.int64)
@@ -198,15 +215,44 @@ def embed(model: BertModel, batch: dict) -> np.ndarray:
 # Checkpoint tensors the model does not use: older transformers saved the position ids 0..511
 # as a buffer (implied by the positions' order); the [CLS] pooler is not used by mean pooling.
 IGNORED = ("embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias")
+WORDS = "embeddings.word_embeddings.weight"
+
+
+def half_weights(config: Config) -> list[str]:
+    """BertModel's weights that may be held in float16: every Linear's, and the word embedding."""
+    names = [WORDS]
+    for i in range(config.num_hidden_layers):
+        names += [f"encoder.layer.{i}.attention.self.{p}.weight" for p in ("query", "key", "value")]
+        names += [f"encoder.layer.{i}.{p}.dense.weight" for p in ("attention.output", "intermediate", "output")]
+    return names
 
 
 def load(weights, device: str | None = None, config: Config = Config()) -> BertModel:
     """BertModel with `weights`: a lazy mapping by checkpoint name (engine.load_safetensors),
-    or a safetensors file, index, folder or URL."""
+    or a safetensors file, index, folder or URL. Weights stored in float16 (the site's copy) stay
+    so where the backend multiplies them (linear_f16w; BertModel's `half`), as Whisper's do, and
+    are widened to float32 elsewhere. A word embedding served by rows (a RowTable) is not one of
+    them: its rows come widened."""
     tensors = engine.load_safetensors(weights) if isinstance(weights, (str, os.PathLike)) else weights
-    model = BertModel(config)
-    model.load_state_dict(AsFloat32(tensors, IGNORED))
+    half = ()
+    if "linear_f16w" in get_backend(device).fused:
+        wanted = half_weights(config)
+        if WORDS in tensors and isinstance(tensors[WORDS], RowTable):
+            wanted.remove(WORDS)
+        half = [n for n in wanted if n in tensors and _stored_dtype(tensors, n) is engine.float16]
+        if len(half) < len(wanted):                           # a float32 checkpoint: float32 weights
+            half = ()
+    model = BertModel(config, half=half)
+    model.load_state_dict(AsFloat32(tensors, IGNORED, keep=half))
     return model.to(device) if device else model
+
+
+def _stored_dtype(tensors, name: str):
+    """The engine dtype checkpoint tensor `name` is stored in (from the header where the mapping
+    has one: no data read)."""
+    info = getattr(tensors, "info", None)
+    t = info(name) if info is not None else tensors[name]
+    return engine.dtypes.as_dtype(t.dtype)
 
 
 ENTRY = registry.Model(

@@ -66,7 +66,10 @@ Facts taken from the reference, so the logits agree to float rounding:
   rope_freq_base_train_swa; transformers' sliding_window_pattern and rope_local_base_freq).
 - Projections that read the same input are multiplied as one at load: q, k, v rows stacked
   (`attn_qkv`, with their biases), or q and k (`attn_qk`) where v's type differs, and gate, up
-  (`ffn_gate_up`); the per-name weights stay as row views of them (no second copy on numpy/simd).
+  (`ffn_gate_up`); the per-name weights stay as row views of them (no second copy: a move to a device
+  that copies tensor by tensor makes the plain stacks again there, as Whisper's `to` does).
+- F16 matrices (projections, head, token embedding) stay float16 where the backend offers linear_f16w
+  (simd, webgpu), multiplied as the widened weight; the embedding's rows are widened as gathered.
 
 Shapes are static for a given cache (engine.nn.KVCache): positions are an int64 tensor, the
 causal and sliding-window masks and RoPE's rows come from it by tensor ops, and attention runs
@@ -86,8 +89,10 @@ import numpy as np
 import engine
 import engine.nn.functional as F
 from engine import nn, registry
+from engine.device import get_backend
 from engine.errors import InvalidHeader, MissingTensor
 from engine.quantized import QuantizedTensor
+from engine.tensor import parse_to_args
 from engine.weights import AsFloat32
 
 
@@ -242,7 +247,7 @@ def _stack(weights):
             return None, weights
         fused = QuantizedTensor.cat(weights)
         return fused, fused.split(sizes)
-    if any(isinstance(w, QuantizedTensor) for w in weights):
+    if any(isinstance(w, QuantizedTensor) for w in weights) or len({w.dtype for w in weights}) > 1:
         return None, weights                           # mixed types: multiplied one by one
     return _cat_rows(weights)
 
@@ -252,6 +257,12 @@ def _cat_rows(tensors):
     fused = engine.cat(tensors, 0)
     starts = np.cumsum([0] + [t.shape[0] for t in tensors])
     return fused, [fused[a:b] for a, b in itertools.pairwise(starts)]
+
+
+# a block's stacked weights: (the modules whose weights are its row views, its biases' stack)
+STACKS = {"attn_qkv": (("attn_q", "attn_k", "attn_v"), "attn_qkv_bias"),
+          "attn_qk": (("attn_q", "attn_k"), "attn_qk_bias"),
+          "ffn_gate_up": (("ffn_gate", "ffn_up"), None)}
 
 
 class DecoderBlock(nn.Module):
@@ -307,6 +318,32 @@ class DecoderBlock(nn.Module):
         fused, (gate, up) = _stack([self.ffn_gate.weight, self.ffn_up.weight])
         self.ffn_gate.weight, self.ffn_up.weight = gate, up
         self.ffn_gate_up = fused
+
+    def drop_plain_stacks(self) -> list[str]:
+        """Forget the stacks of plain (float) weights, their parts kept (views of them), before a
+        move to a device that copies tensor by tensor; the names dropped, for `restack`."""
+        dropped = [name for name in STACKS if isinstance(getattr(self, name), engine.Tensor)]
+        for name in dropped:
+            setattr(self, name, None)
+            if STACKS[name][1] is not None:
+                setattr(self, STACKS[name][1], None)
+        return dropped
+
+    def restack(self, names) -> None:
+        """The stacks `drop_plain_stacks` dropped, made again from their parts (where they are now),
+        the parts their row views once more."""
+        for name in names:
+            parts, bias = STACKS[name]
+            modules = [getattr(self, part) for part in parts]
+            fused, views = _cat_rows([m.weight for m in modules])
+            setattr(self, name, fused)
+            for m, view in zip(modules, views):
+                m.weight = view
+            if bias is not None and modules[0].bias is not None:
+                fused, views = _cat_rows([m.bias for m in modules])
+                setattr(self, bias, fused)
+                for m, view in zip(modules, views):
+                    m.bias = view
 
     def forward(self, h, cos, sin, positions, mask, cache, layer: int, window: int | None = None):
         b, t, _ = h.shape
@@ -403,17 +440,42 @@ class DecoderForCausalLM(nn.Module):
             self.rope_local_cos, self.rope_local_sin = _rope_table(rows, c.head_dim, c.family.local_rope_theta,
                                                                    1.0, None, device)
 
+    def half_weights(self) -> list[str]:
+        """The weights that may be held in float16: the projections', the head's and the token
+        embedding (F.linear and F.embedding read them as they are where the backend can)."""
+        names = ["token_embd.weight"] + ([] if self.output is None else ["output.weight"])
+        for i, _ in enumerate(self.blk):
+            names += [f"blk.{i}.{p}.weight" for p in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate",
+                                                       "ffn_up", "ffn_down")]
+        return names
+
     def load_state_dict(self, state_dict, strict: bool = True):
         result = super().load_state_dict(state_dict, strict)
         for block in self.blk:
             block.stack_projections()
         return result
 
+    def to(self, *args, dtype=None, device=None) -> "DecoderForCausalLM":
+        """Moved; to a device that copies tensor by tensor (not numpy <-> simd, which share memory),
+        the plain stacks are made again there, so that the device does not hold the stacks and their
+        row views apart (quantized stacks move as they are)."""
+        _, target = parse_to_args(args, dtype, device)
+        here = get_backend(self.token_embd.weight.device)
+        if target is None or getattr(get_backend(target), "storage", None) == getattr(here, "storage", False):
+            return super().to(*args, dtype=dtype, device=device)
+        dropped = [block.drop_plain_stacks() for block in self.blk]
+        super().to(*args, dtype=dtype, device=device)
+        for block, names in zip(self.blk, dropped):
+            block.restack(names)
+        return self
+
     def forward(self, input_ids, positions, cache: nn.KVCache | None = None, last_only: bool = False,
                 window: int | None = None):
         c, t = self.config, input_ids.shape[1]
         self.rope_rows(cache.capacity if cache is not None else int(positions.numpy().max()) + 1)
         h = self.token_embd(input_ids)                                 # (B, T, C)
+        if h.dtype is engine.float16:                                  # rows of a float16 table: widened (exact)
+            h = h.float()
         if c.family.scale_embeddings:
             h = h * math.sqrt(c.hidden_size)
         rope, masks = {}, {}
@@ -457,10 +519,11 @@ REFUSED = {"rope_factors_long.weight": "LongRoPE (Phi-3 128k) is not supported",
 class _GGUFNames:
     """A GGUF's tensors by the names the modules take (see the module docstring): attn_q/attn_k
     rows and biases put back in transformers' order for the families whose converter permuted them,
-    Phi-3's attn_qkv and ffn_up as their parts' row views, float16/bfloat16 widened to float32."""
+    Phi-3's attn_qkv and ffn_up as their parts' row views, float16/bfloat16 widened to float32 except
+    the file's tensors named in `keep` (float16 weights the backend multiplies as they are)."""
 
-    def __init__(self, tensors, config: Config):
-        self.tensors, self.config = AsFloat32(tensors), config
+    def __init__(self, tensors, config: Config, keep=()):
+        self.tensors, self.config = AsFloat32(tensors, keep=keep), config
         self.name = getattr(tensors, "name", None)
         self.parts: dict[str, list] = {}
 
@@ -514,7 +577,10 @@ class _GGUFNames:
 
 def load(weights, device: str | None = None) -> DecoderForCausalLM:
     """The decoder of a GGUF (any family of FAMILIES): a lazy mapping (engine.load_gguf, with
-    `.metadata`) or a path/URL. Quantized weights stay quantized; float16 ones are widened."""
+    `.metadata`) or a path/URL. Quantized weights stay quantized. F16 matrices of the projections,
+    the head and the token embedding stay float16 where the backend multiplies them as they are
+    (linear_f16w: half the memory and the bytes a product reads, the products of the widened
+    weights); every other float16 or bfloat16 tensor, and those elsewhere, are widened to float32."""
     tensors = engine.load_gguf(weights) if isinstance(weights, (str, os.PathLike)) else weights
     metadata, file = getattr(tensors, "metadata", None), getattr(tensors, "name", None)
     if metadata is None:
@@ -529,11 +595,30 @@ def load(weights, device: str | None = None) -> DecoderForCausalLM:
     if lacking:
         raise MissingTensor(f"the {config.architecture} GGUF lacks {len(lacking)} tensor(s): {', '.join(lacking)}",
                             file=file, tensor=lacking[0])
+    if "linear_f16w" in get_backend(device).fused:
+        half = [name for name in model.half_weights() if _stored_f16(tensors, names.source(name)[0])]
+        for name in half:
+            *path, attr = name.split(".")
+            module = model
+            for part in path:
+                module = module._modules[part]
+            setattr(module, attr, model.param(*getattr(module, attr).shape, dtype=engine.float16))
+        names = _GGUFNames(tensors, config, keep={names.source(name)[0] for name in half})
     if "rope_freqs.weight" in tensors:
         model.rope_freqs = _rope_freqs(names.tensors["rope_freqs.weight"], config.head_dim, file)
     model.load_state_dict(names)
     model.metadata = metadata
     return model.to(device) if device else model
+
+
+def _stored_f16(tensors, name: str) -> bool:
+    """Whether the file holds tensor `name` as F16 (from its header where the mapping has one)."""
+    info = getattr(tensors, "info", None)
+    t = info(name) if info is not None else tensors[name]
+    kind = getattr(t, "ggml_type", None)              # a GGUF's header: its type ("f16", "q4_k", ...)
+    if kind is not None:
+        return kind == "f16"
+    return not isinstance(t, QuantizedTensor) and t.dtype is engine.float16
 
 
 def _rope_freqs(t, d: int, file) -> np.ndarray:
