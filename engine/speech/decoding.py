@@ -421,7 +421,7 @@ def decode(session, tokenizer: SpeechTokenizer, options: DecodingOptions = Decod
     candidates = []
     for _ in range((options.best_of or 1) if options.temperature > 0 else 1):
         session.rewind(len(tokens))
-        if session.selects_on_device():
+        if getattr(session, "selects_on_device", lambda: False)():     # (a session may not offer it)
             candidates.append(_sample_on_device(session, first[1], tokens, Rules(options.temperature, **rules),
                                                 rng, sample_len, n_text_ctx, s, cancel))
         else:
