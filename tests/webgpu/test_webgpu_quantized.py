@@ -108,7 +108,7 @@ def check_linear(x: np.ndarray, dense: np.ndarray, bias, got) -> None:
 
 
 # (shape of x (-1: cols), with bias): 1 and 3 rows stream the weights once, 6 and 37 rows take
-# the tiled product (one 16-row tile, one 64-row tile); the shapes between on the main types
+# the tiled product; the shapes between on the main types
 SHAPES = [((-1,), False), ((ROWS, -1), True)]
 MORE_SHAPES = [((3, -1), True), ((2, 3, -1), False)]
 
@@ -126,6 +126,50 @@ def test_linear(weights, rng, qtype, shape, with_bias):
                    engine.from_numpy(bias, "webgpu") if with_bias else None).numpy()
     check_linear(x.reshape(-1, cols), dense, bias, got.reshape(-1, ROWS))
     assert got.shape == x.shape[:-1] + (ROWS,)
+
+
+# The tiled product (more than 4 rows of x): on a software adapter (lavapipe here) one row tile
+# covering x's rows by 128 weight rows (1x8, 4x8 and 8x8 results a thread at 5, 37 and 128 rows);
+# on a GPU float32's tiles (kernels.TILES), each forced below. Weight rows TALL: odd, past one
+# 128-column tile.
+TALL = 131
+
+
+@pytest.fixture(scope="module")
+def tall_weights(gpu):
+    made = {}
+
+    def make(qtype):
+        if qtype not in made:
+            cols = cols_for(qtype)
+            raw = random_blocks(qtype, TALL, cols, seed=20 + TYPES.index(qtype))
+            made[qtype] = quants.dequantize(raw, qtype).reshape(TALL, cols), QuantizedTensor.from_raw(
+                raw, qtype, (TALL, cols), "webgpu")
+        return made[qtype]
+    return make
+
+
+@pytest.mark.parametrize("rows", [5, 37, 128])
+@pytest.mark.parametrize("qtype", TYPES)
+def test_linear_tiled(tall_weights, rng, qtype, rows):
+    dense, w = tall_weights(qtype)
+    x = rng.standard_normal((rows, dense.shape[1]), dtype=np.float32)
+    bias = rng.standard_normal(TALL, dtype=np.float32)
+    got = F.linear(engine.from_numpy(x, "webgpu"), w, engine.from_numpy(bias, "webgpu")).numpy()
+    check_linear(x, dense, bias, got)
+
+
+@pytest.mark.parametrize("qtype", ["q4_0", "q5_1", "q8_0", "q2_k", "q4_k", "q6_k"])
+def test_linear_every_tiling(tall_weights, rng, monkeypatch, qtype):
+    """Each tile configuration forced (as the GEMM shader checks force them), with x rows and weight
+    rows that fill no tile evenly."""
+    from engine.backends.webgpu import kernels as K
+    dense, w = tall_weights(qtype)
+    for tiles in K.TILES:
+        monkeypatch.setattr(K, "FORCE_TILES", tiles)
+        for rows in (5, 37, 130):
+            x = rng.standard_normal((rows, dense.shape[1]), dtype=np.float32)
+            check_linear(x, dense, None, F.linear(engine.from_numpy(x, "webgpu"), w).numpy())
 
 
 @pytest.mark.parametrize("qtype", ["q4_1", "q6_k"])

@@ -12,9 +12,9 @@ Shaders: quant_blocks.wgsl dequantizes a "unit" of 8 weights of any of the ten t
 of 4 consecutive elements), one function per type; the three kernels are written once over it:
 qembedding.wgsl (one thread per unit), qmatvec.wgsl (1 to 4 rows of x: threads of a workgroup
 walk the units of a pair of weight rows, sharing each x load between the two, then add up their
-partial sums) and qmatmul.wgsl (more rows: the
-weight tile is dequantized once per 32-element step into workgroup memory and reused by up to 64
-rows of x). Everything accumulates in float32; x is not quantized.
+partial sums) and qmatmul.wgsl (more rows: the register tiles of the float32 GEMM, K walked a
+few whole units at a time, each unit of the weight tile dequantized once into workgroup memory
+and reused by every row of x in the tile). Everything accumulates in float32; x is not quantized.
 
 float16 weights (linear_f16w; backend.py keeps a 2-D float16 tensor half-width where the device
 has shader-f16) take the same two routes: f16_matvec.wgsl for up to 4 rows of x (`linear_f16`
@@ -130,10 +130,9 @@ def linear(gpu: Gpu, x: View, bias: View | None, w: QuantizedBuffer, rows: int, 
         gpu.dispatch(_matvec_shader(w.qtype, tpr, m), [w.buf, x.buf, out, gpu.params(params), bias_buf],
                      workgroups_for(rows, 128 // tpr, gpu))
     else:
-        rm = 1 if m <= 16 else 2 if m <= 32 else 4
+        tiling, groups = _matmul_tiling(gpu, m, rows)
         params = words(m, rows, row_blocks, x.offset // 4, x_row, has_bias, bias_off, w.scales)
-        groups = (math.ceil(rows / 32), math.ceil(m / (16 * rm)), 1)
-        gpu.dispatch(_matmul_shader(w.qtype, rm), [w.buf, x.buf, out, gpu.params(params), bias_buf], groups)
+        gpu.dispatch(_matmul_shader(w.qtype, *tiling), [w.buf, x.buf, out, gpu.params(params), bias_buf], groups)
     return out
 
 
@@ -160,20 +159,46 @@ def _matvec_shader(qtype: str, tpr: int, m: int) -> str:
     return shader("qmatvec", ("quant_blocks",), TPR=tpr, M=m, **statements, **_blocks_fill(qtype))
 
 
+def _matmul_tiling(gpu: Gpu, m: int, n: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """((RM, RN, TK), workgroups) for an (m, n) output. On a GPU, the tile the float32 product
+    of that size takes (kernels.TILES, the first with kernels.TILE_TARGET workgroups), so each
+    dequantized weight is reused by as many rows of x as float32 reuses a loaded one, and the GPU
+    gets as many workgroups. A software adapter runs few workgroups at a time on a CPU, where
+    the fewest, largest tiles win: one row tile covering x's rows (16 to 128), 128 weight rows,
+    k-steps of 8 (on lavapipe ~1.7-2.2x as fast as with float32's tiles at 5 and 16 rows, ~1.15x at 37).
+    kernels.FORCE_TILES, set by the tests, forces one of kernels.TILES."""
+    from . import kernels
+
+    def grid(rm, rn):
+        return math.ceil(n / (16 * rn)), math.ceil(m / (16 * rm)), 1
+    if kernels.FORCE_TILES is not None:
+        return kernels.FORCE_TILES, grid(*kernels.FORCE_TILES[:2])
+    if gpu.info.software:
+        rm, rn = (next(r for r in (1, 2, 4, 8) if 16 * r >= size or r == 8) for size in (m, n))
+        return (rm, rn, 8), grid(rm, rn)
+    for rm, rn, tk in kernels.TILES:
+        if math.prod(grid(rm, rn)) >= kernels.TILE_TARGET:
+            return (rm, rn, tk), grid(rm, rn)
+    return kernels.TILES[-1], grid(*kernels.TILES[-1][:2])
+
+
 @lru_cache(maxsize=None)
-def _matmul_shader(qtype: str, rm: int) -> str:
+def _matmul_shader(qtype: str, rm: int, rn: int, tk: int) -> str:
     pad = " " * 12
     product = [f"{pad}let a{i} = Xs[k][lid.y + {16 * i}u];" for i in range(rm)]
-    product += [f"{pad}let b{j} = Ws[k][lid.x + {16 * j}u];" for j in range(2)]
-    product += [f"{pad}c{i}_{j} = fma(a{i}, b{j}, c{i}_{j});" for i in range(rm) for j in range(2)]
+    product += [f"{pad}let b{j} = Ws[k][lid.x + {16 * j}u];" for j in range(rn)]
+    product += [f"{pad}c{i}_{j} = fma(a{i}, b{j}, c{i}_{j});" for i in range(rm) for j in range(rn)]
     statements = {
-        "DECLARE": "\n".join(f"    var c{i}_{j} = 0.0;" for i in range(rm) for j in range(2)),
+        "DECLARE": "\n".join(f"    var c{i}_{j} = 0.0;" for i in range(rm) for j in range(rn)),
         "PRODUCT": "\n".join(product),
         "STORE": "\n".join(f"    put(row0 + lid.y + {16 * i}u, col0 + lid.x + {16 * j}u, c{i}_{j});"
-                           for i in range(rm) for j in range(2)),
+                           for i in range(rm) for j in range(rn)),
     }
-    split = "true" if quants.BY_NAME[qtype].block_size == 256 else "false"
-    return shader("qmatmul", ("quant_blocks",), RM=rm, SPLIT=split, **statements, **_blocks_fill(qtype))
+    # where unit u starts in its block (quant_blocks.wgsl): 8 u for q8_0, 4 u for the other 32-element
+    # blocks, k_at(u) for the super-blocks
+    at = "k_at(u)" if quants.BY_NAME[qtype].block_size == 256 else "8u * u" if qtype == "q8_0" else "4u * u"
+    return shader("qmatmul", ("quant_blocks",), RM=rm, RN=rn, TK=tk, UNIT_AT=at, **statements,
+                  **_blocks_fill(qtype))
 
 
 # --- float16 weights (shader-f16) -------------------------------------------------------------------
