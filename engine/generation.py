@@ -334,6 +334,7 @@ class Generator:
             return sample(logits, history, config, rng, history[len(prompt):] if penalized else ())
         chosen = self._device_tokens(logits, prompt, config, budget, rng) if on_device else None
         counters = getattr(get_backend(self.cache.device), "counters", None)
+        token = None
         try:
             for n in range(budget):
                 if self._cancelled or (cancel is not None and cancel()):

@@ -182,7 +182,7 @@ def test_options_that_need_the_logits_choose_on_the_host(gpu, tiny_llama):
 def test_whisper_decodes_on_the_device_as_on_the_host(gpu):
     """A tiny random Whisper: _sample_on_device's tokens and sum of log-probabilities equal the
     host filters' (greedy and sampled with the same seed), one submission and 16 bytes a step."""
-    torch = need_import("torch")  # noqa: F841  (the reference model's dependency)
+    need_import("torch")                                # the reference model's dependency
     from engine.speech.decoder import DecoderSession
     from tests.models.test_whisper import TINY, ours, reference_model, state_of
     state = state_of(reference_model(TINY))

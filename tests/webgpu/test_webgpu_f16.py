@@ -19,7 +19,6 @@ import pytest
 
 import engine
 import engine.nn.functional as F
-from engine.backends import webgpu
 from engine.backends.webgpu import quantized as Q
 
 LINEAR_RTOL = 1e-6
