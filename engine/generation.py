@@ -376,7 +376,7 @@ class Generator:
             if first and steps and counters is not None:     # a device's traffic per decode step
                 after = counters()
                 self.stats.update({f"{name}_per_step": (after[name] - before[name]) / steps
-                                   for name in ("submits", "read_bytes", "recorded")})
+                                   for name in ("submits", "read_bytes", "recorded", "calls")})
             if constraint is not None:
                 self.stats.update(masked_steps=constraint.masked, forced_tokens=constraint.forced,
                                   complete=constraint.complete, constraint_s=constrained_s)

@@ -472,7 +472,7 @@ function deviceStep(name, step) {
   if (!step) return [];
   const where = step.selected_on_device === false ? "on the host" : "on the device";
   return [`${name} per decode step: ${step.submits} submission(s), ${step.read_bytes} bytes read back, ` +
-          `${step.recorded} kernels recorded from Python (token chosen ${where})`];
+          `${step.recorded} kernels recorded from Python, ${step.calls} bridge crossings (token chosen ${where})`];
 }
 
 // The structured-output section: each model loaded in turn on simd, then engine.bench.structured's

@@ -120,7 +120,7 @@ def device_step(stats: dict) -> dict | None:
     if "submits_per_step" not in stats:
         return None
     return {"selected_on_device": stats.get("selected_on_device", False),
-            **{k: round(stats[f"{k}_per_step"], 3) for k in ("submits", "read_bytes", "recorded")}}
+            **{k: round(stats[f"{k}_per_step"], 3) for k in ("submits", "read_bytes", "recorded", "calls")}}
 
 
 def format_device_step(name: str, step: dict | None) -> list[str]:
@@ -129,7 +129,8 @@ def format_device_step(name: str, step: dict | None) -> list[str]:
         return []
     where = "on the device" if step.get("selected_on_device", True) else "on the host"
     return [f"{name} per decode step: {step['submits']:g} submission(s), {step['read_bytes']:g} bytes read back, "
-            f"{step['recorded']:g} kernels recorded from Python (token chosen {where})"]
+            f"{step['recorded']:g} kernels recorded from Python, {step['calls']:g} calls into WebGPU (in a page, "
+            f"bridge crossings; token chosen {where})"]
 
 
 def bench_text(pipe, prompt: str = TEXT_PROMPT, new_tokens: int = 128, repeat: int = 1, warmup: bool = True) -> dict:

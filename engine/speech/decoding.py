@@ -509,6 +509,6 @@ def _sample_on_device(session, logits, initial, rules, rng, sample_len, n_text_c
         if before is not None:                   # the device's traffic per decode step
             after, traffic = counters(), session.traffic
             traffic["steps"] = traffic.get("steps", 0) + launched[0]
-            for name in ("submits", "read_bytes", "recorded"):
+            for name in ("submits", "read_bytes", "recorded", "calls"):
                 traffic[name] = traffic.get(name, 0) + after[name] - before[name]
     return sampled, float(total), False

@@ -135,7 +135,8 @@ for device in ("webgpu", "simd"):
         out[device, n] = list(pipe.generator.tokens(ids, config))
         if device == "webgpu":
             out["stats", n] = {k: pipe.generator.stats.get(k) for k in
-                               ("selected_on_device", "submits_per_step", "read_bytes_per_step", "recorded_per_step")}
+                               ("selected_on_device", "submits_per_step", "read_bytes_per_step", "recorded_per_step",
+                                "calls_per_step")}
 pipe.to("webgpu")
 [out["webgpu", 0] == out["simd", 0], out["webgpu", 1] == out["simd", 1], out["stats", 0], out["stats", 1],
  len(out["webgpu", 0])]
@@ -143,6 +144,11 @@ pipe.to("webgpu")
     greedy_same, sampled_same, greedy, sampled, count = result
     assert greedy_same and sampled_same and count == 12
     for stats in (greedy, sampled):
+        # one bridge crossing a step: a step's submission goes with the wait on the step before,
+        # all but the first's; the last step's wait goes alone, and an attention window's edge
+        # writes the next graph's two inputs (11 steps: 12 crossings, 14 across an edge; apart, a
+        # submission and a wait would be 22)
+        assert stats.pop("calls_per_step") <= 14 / 11, stats
         assert stats == {"selected_on_device": True, "submits_per_step": 1, "read_bytes_per_step": 16,
                          "recorded_per_step": 0}, stats
     assert s.console_errors == []

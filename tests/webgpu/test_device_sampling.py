@@ -216,3 +216,40 @@ def test_whisper_decodes_on_the_device_as_on_the_host(gpu):
     traffic = session.traffic                           # the second (sampled) run: graphs captured
     assert traffic["submits"] == traffic["steps"] and traffic["read_bytes"] == 16 * traffic["steps"]
     assert traffic["recorded"] == 0
+
+
+def test_one_api_call_a_step_where_submit_and_wait_join(gpu, tiny_llama, monkeypatch):
+    """Where the api joins a submission with a wait (the browser's bridge: submit_then_mapped), the
+    device layer holds a step's submission for the wait on the step before: one api call a decode
+    step, with the same tokens. Natively, through wgpu with that method added."""
+    from models import llama
+    from engine.backends.webgpu.gpu import NativeApi
+    calls = {"submit": 0, "mapped": 0, "submit_then_mapped": 0}
+
+    def counted(name, method):
+        def call(self, *args):
+            calls[name] += 1
+            return method(self, *args)
+        return call
+
+    submit, mapped = NativeApi.submit, NativeApi.mapped
+
+    def submit_then_mapped(self, dispatches, read, wait, wait_mapping, wait_bytes):
+        mapping = submit(self, dispatches, read)
+        return mapping, mapped(self, wait, mapping if wait is read[1] else wait_mapping, wait_bytes)
+    config = GenerationConfig(max_new_tokens=24, temperature=0.8, top_k=30, seed=2)
+    prompt = [1, 17, 40, 99, 3, 12]
+    gen = Generator(llama.load(tiny_llama, "webgpu"), None, 64, set())
+    want = list(gen.tokens(prompt, config))                   # graphs captured, every step launched directly
+    monkeypatch.setattr(NativeApi, "submit_then_mapped", counted("submit_then_mapped", submit_then_mapped),
+                        raising=False)
+    monkeypatch.setattr(NativeApi, "submit", counted("submit", submit))
+    monkeypatch.setattr(NativeApi, "mapped", counted("mapped", mapped))
+    gen.reset()
+    got = list(gen.tokens(prompt, config))
+    assert got == want
+    steps = len(got) - 1
+    # every step's submission but the first went with the wait on the step before; only the last
+    # step's wait (no step after it to launch) went alone: steps + 1 calls for `steps` steps
+    assert calls["submit_then_mapped"] == steps - 1 and calls["mapped"] == 1
+    assert gen.stats["submits_per_step"] == 1 and gen.stats["read_bytes_per_step"] == 16

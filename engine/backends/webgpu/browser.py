@@ -56,6 +56,12 @@ _HELPERS = r"""
     device.queue.submit([encoder.finish()]);
     return staging ? staging.mapAsync(0x1, 0, nbytes) : undefined;               // GPUMapMode.READ
   },
+  async submitThenMapped(device, pipelines, buffers, counts, groups, source, staging, nbytes, wait, waitMapping,
+                         waitBytes) {
+    const mapping = this.submit(device, pipelines, buffers, counts, groups, source, staging, nbytes);
+    const data = await this.mapped(wait, wait === staging ? mapping : waitMapping, waitBytes);
+    return [mapping, data];
+  },
   async mapped(staging, mapping, nbytes) {
     await mapping;
     const data = new Uint8Array(staging.getMappedRange(0, nbytes).slice(0));
@@ -153,20 +159,37 @@ class BrowserApi:
     def submit(self, dispatches, read=None):
         """One bridge call: the command buffer (and, read = (source, staging, nbytes), the copy into
         the staging buffer, whose mapping promise comes back for mapped())."""
+        pipelines, buffers, counts, groups = self._encode(dispatches)
+        source, staging, nbytes = read if read is not None else (None, None, 0)
+        return self._helpers.submit(self.device, self._to_js(pipelines), self._to_js(buffers), self._to_js(counts),
+                                    self._to_js(groups), source, staging, nbytes)
+
+    def submit_then_mapped(self, dispatches, read, wait, wait_mapping, wait_bytes: int):
+        """submit(dispatches, read), then mapped(wait, ...), in one bridge call (Gpu.launch holds a
+        decode step's submission for the wait on the step before): (the new mapping, the bytes)."""
+        pipelines, buffers, counts, groups = self._encode(dispatches)
+        source, staging, nbytes = read
+        mapping, data = self._run_sync(self._helpers.submitThenMapped(
+            self.device, self._to_js(pipelines), self._to_js(buffers), self._to_js(counts), self._to_js(groups),
+            source, staging, nbytes, wait, wait_mapping, wait_bytes))
+        self._raise_error()
+        return mapping, data.to_bytes()
+
+    def mapped(self, staging, mapping, nbytes: int) -> bytes:
+        data = self._run_sync(self._helpers.mapped(staging, mapping, nbytes)).to_bytes()
+        self._raise_error()
+        return data
+
+    @staticmethod
+    def _encode(dispatches):
+        """(pipeline, buffers, workgroups) triples as the JS helper's flat lists."""
         pipelines, buffers, counts, groups = [], [], [], []
         for pipe, bufs, workgroups in dispatches:
             pipelines.append(pipe)
             buffers.extend(bufs)
             counts.append(len(bufs))
             groups.extend(workgroups)
-        source, staging, nbytes = read if read is not None else (None, None, 0)
-        return self._helpers.submit(self.device, self._to_js(pipelines), self._to_js(buffers), self._to_js(counts),
-                                    self._to_js(groups), source, staging, nbytes)
-
-    def mapped(self, staging, mapping, nbytes: int) -> bytes:
-        data = self._run_sync(self._helpers.mapped(staging, mapping, nbytes)).to_bytes()
-        self._raise_error()
-        return data
+        return pipelines, buffers, counts, groups
 
     def destroy(self) -> None:
         self.device.destroy()

@@ -77,10 +77,12 @@ class Gpu:
         self._recording: list | None = None               # dispatches kept for replay (engine.graph)
         self._params: OrderedDict[bytes, GpuBuffer] = OrderedDict()
         self._staging: dict[int, list] = {}               # mappable buffers for launch(), by size
+        self._queued = None                               # a launch held for the next wait (browser)
         # dispatches: every dispatch submitted; recorded: those a kernel recorded from Python
         # (a replay records none); submits: queue submissions; reads/read_bytes: read-backs
+        # calls: calls into the api (in the browser, each crosses the bridge to JavaScript)
         self.stats = {"reads": 0, "read_bytes": 0, "dispatches": 0, "recorded": 0, "submits": 0, "pipelines": 0,
-                      "buffers_created": 0}
+                      "buffers_created": 0, "calls": 0}
         self.features: frozenset = frozenset(getattr(api, "features", ()))   # "shader-f16" where offered
 
     # --- loss ---------------------------------------------------------------------------
@@ -92,6 +94,7 @@ class Gpu:
     def _call(self, method: str, *args):
         """api.method(*args), with a lost device reported as DeviceLost naming the adapter."""
         if self.api.lost is None:
+            self.stats["calls"] += 1
             try:
                 return getattr(self.api, method)(*args)
             except Exception as e:
@@ -126,6 +129,7 @@ class Gpu:
         if data.nbytes % 4:                                 # writes come in whole words
             data = np.concatenate([data, np.zeros(4 - data.nbytes % 4, np.uint8)])
         if data.nbytes:
+            self._send_queued()                             # a held launch comes before this write
             self._call("write", buf.raw, data)
         return buf
 
@@ -200,22 +204,41 @@ class Gpu:
         """Submit what is recorded and `dispatches` (recorded earlier, engine.graph) with a copy of
         buf's first nbytes into a mappable buffer after them: one command buffer, one
         queue.submit, one read-back (counted). The mapping is asked for at once and waited for
-        only by Pending.result(), so the host may submit the next step meanwhile."""
+        only by Pending.result(), so the host may submit the next step meanwhile.
+
+        Where the api joins a submission with a wait (`submit_then_mapped`: the browser, where
+        each call crosses the bridge), the submission is held until the next wait, a write or a
+        flush, so a decode loop that launches a step and then waits for the one before crosses
+        the bridge once a step."""
+        self._send_queued()
         pending, self._pending = self._pending, []
         size = _size_class(nbytes)
         free = self._staging.setdefault(size, [])
         staging = free.pop() if free else self._call("create_buffer", size, STAGING)
         items = [(pipe, [b.raw for b in bufs], wg) for pipe, bufs, wg in pending + list(dispatches)]
-        mapping = self._call("submit", items, (buf.raw, staging, _round4(nbytes)))
+        launched = Pending(self, staging, size, None, nbytes)
+        read = (buf.raw, staging, _round4(nbytes))
+        if hasattr(self.api, "submit_then_mapped"):
+            self._queued = (items, read, launched)
+        else:
+            launched.mapping = self._call("submit", items, read)
         self.stats["submits"] += 1
         self.stats["dispatches"] += len(dispatches)
         self.stats["reads"] += 1
         self.stats["read_bytes"] += nbytes
-        return Pending(self, staging, size, mapping, nbytes)
+        return launched
+
+    def _send_queued(self) -> None:
+        """Submit the launch held for the next wait, now (something must come after it)."""
+        if self._queued is not None:
+            items, read, launched = self._queued
+            self._queued = None
+            launched.mapping = self._call("submit", items, read)
 
     def write(self, buf: "GpuBuffer", data: np.ndarray) -> None:
         """Overwrite buf's first bytes with data (a whole number of 32-bit words), ordered before
         the next submission."""
+        self._send_queued()
         self._call("write", buf.raw, np.ascontiguousarray(data).reshape(-1).view(np.uint8))
 
     def synchronize(self) -> None:
@@ -224,6 +247,7 @@ class Gpu:
         self._call("wait")
 
     def flush(self) -> None:
+        self._send_queued()
         if self._pending:
             pending, self._pending = self._pending, []
             self._call("submit", [(pipe, [b.raw for b in bufs], wg) for pipe, bufs, wg in pending])
@@ -239,7 +263,14 @@ class Pending:
     def result(self) -> bytes:
         if self.staging is None:
             raise RuntimeError("a launched read-back is read once")
-        data = self.gpu._call("mapped", self.staging, self.mapping, _round4(self.nbytes))[:self.nbytes]
+        gpu, n = self.gpu, _round4(self.nbytes)
+        if gpu._queued is not None:                     # the held launch goes with this wait: one call
+            items, read, launched = gpu._queued
+            gpu._queued = None
+            launched.mapping, data = gpu._call("submit_then_mapped", items, read, self.staging, self.mapping, n)
+        else:
+            data = gpu._call("mapped", self.staging, self.mapping, n)
+        data = data[:self.nbytes]
         self.gpu._staging[self.size].append(self.staging)
         self.staging = None
         return data
