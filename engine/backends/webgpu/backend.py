@@ -546,8 +546,8 @@ def _linear(be, x, weight, *bias):                  # x (..., K) @ weight (N, K)
 
 def _linear_f16w(be, x, weight, *bias):             # linear with a float16 weight (N, K)
     """A half-width weight read as it is, accumulating in f32: up to Q.MATVEC_ROWS rows of x
-    stream it once (f16_matvec.wgsl), more go through the tiled GEMM (gemm_f16w_io.wgsl); a
-    float16 weight held as f32 (no shader-f16) is plain linear."""
+    stream it once (f16_matvec.wgsl), more go through the tiled GEMM (gemm_io.wgsl, widening it
+    as it loads); a float16 weight held as f32 (no shader-f16) is plain linear."""
     if weight.type != "f16" or math.prod(x.shape[:-1]) > Q.MATVEC_ROWS or weight.strides[1] != 1:
         return _linear(be, x, weight, *bias)
     x2 = _collapse(be, x, 1)                                # (M, K)

@@ -329,11 +329,9 @@ def gemm(gpu: Gpu, a: View, b: View, bias: View | None = None, bias_along: str =
     b_load = "k" if b.strides[1] == 1 and b.strides[2] != 1 else "n"
     if b.strides[2] == 1 and _aligned(n, b.offset, b.strides[0], b.strides[1]):
         b_load = "n4"
-    if half:
-        source = _tiles_shader(("gemm_f16w_io",), tiling, a_load, b_load, T="f32", BIAS=mode, EPILOGUE=epilogue,
-                               HB="vec4<f16>" if b_load == "n4" else "f16")
-    else:
-        source = _tiles_shader(("gemm_io",), tiling, a_load, b_load, T=a.type, BIAS=mode, EPILOGUE=epilogue)
+    stored = "f16" if half else a.type                       # B's elements in its buffer
+    source = _tiles_shader(("gemm_io",), tiling, a_load, b_load, T=a.type, BIAS=mode, EPILOGUE=epilogue,
+                           HB=f"vec4<{stored}>" if b_load == "n4" else stored)
     gpu.dispatch(source, [a.buf, b.buf, out, gpu.params(params), bias.buf if bias else placeholder(gpu)], groups)
     return out
 
