@@ -18,9 +18,9 @@ and reused by every row of x in the tile). Everything accumulates in float32; x 
 
 float16 weights (linear_f16w; backend.py keeps a 2-D float16 tensor half-width where the device
 has shader-f16) take the same two routes: f16_matvec.wgsl for up to 4 rows of x (`linear_f16`
-here, the weight read once as vec4<f16>), and the tiled GEMM for more (kernels.gemm with
-gemm_f16w_io.wgsl, widening each weight as it enters the shared tile). Both multiply and add in
-float32: the product over the widened weight, up to summation order.
+here, the weight read once as vec4<f16>), and the tiled GEMM for more (kernels.gemm: gemm_io.wgsl
+with B stored as f16, widening each weight as it enters the shared tile). Both multiply and add
+in float32: the product over the widened weight, up to summation order.
 """
 from __future__ import annotations
 
@@ -142,13 +142,16 @@ def _threads_per_row(units: int) -> int:
     return max(8, min(64, 1 << max(units // 4, 1).bit_length() - 1))
 
 
-@lru_cache(maxsize=None)
-def _matvec_shader(qtype: str, tpr: int, m: int) -> str:
+def _pair_statements(m: int, loads: list[str], step: str) -> dict:
+    """The statements of a matvec shader over a pair of weight rows (qmatvec.wgsl,
+    f16_matvec.wgsl) for m rows of x: its 2 m sums declared, each x row's `loads`, `step`
+    ({j}, {r}: weight row j of the pair, x row r) accumulating each sum, then the sums into
+    workgroup memory, added up and stored with the bias."""
     pad = " " * 8
     sums = [(j, r) for j in range(2) for r in range(m)]         # (weight row of the pair, x row)
-    accumulate = [f"{pad}let x{half}{r} = X[i{half} + {r}u * p.x_row];" for r in range(m) for half in (0, 1)]
-    accumulate += [f"{pad}acc{j}_{r} += dot(v{j}.lo, x0{r}) + dot(v{j}.hi, x1{r});" for j, r in sums]
-    statements = {
+    accumulate = [f"{pad}{line.format(r=r)}" for r in range(m) for line in loads]
+    accumulate += [f"{pad}{step.format(j=j, r=r)}" for j, r in sums]
+    return {
         "DECLARE": "\n".join(f"    var acc{j}_{r} = 0.0;" for j, r in sums),
         "ACCUMULATE": "\n".join(accumulate),
         "PARTS": "\n".join(f"    part[{64 * (2 * r + j)}u + lid] = acc{j}_{r};" for j, r in sums),
@@ -156,6 +159,12 @@ def _matvec_shader(qtype: str, tpr: int, m: int) -> str:
         "STORE": "\n".join(f"{pad}Y[{r}u * p.n + n] = part[{128 * r}u + lid] + b0;" for r in range(m)),
         "STORE1": "\n".join(f"{pad}Y[{r}u * p.n + n + 1u] = part[{128 * r + 64}u + lid] + b1;" for r in range(m)),
     }
+
+
+@lru_cache(maxsize=None)
+def _matvec_shader(qtype: str, tpr: int, m: int) -> str:
+    statements = _pair_statements(m, ["let x0{r} = X[i0 + {r}u * p.x_row];", "let x1{r} = X[i1 + {r}u * p.x_row];"],
+                                  "acc{j}_{r} += dot(v{j}.lo, x0{r}) + dot(v{j}.hi, x1{r});")
     return shader("qmatvec", ("quant_blocks",), TPR=tpr, M=m, **statements, **_blocks_fill(qtype))
 
 
@@ -213,7 +222,7 @@ def linear_f16(gpu: Gpu, x: View, bias: View | None, w: View) -> GpuBuffer:
     x_row, w_row = (x.strides[0] if m > 1 else 0), (w.strides[0] if n > 1 else 0)
     v = 4 if all(s % 4 == 0 for s in (k, x.offset, x_row, w.offset, w_row)) else 1
     bias_buf = bias.buf if bias is not None else placeholder(gpu)
-    tpr = max(8, min(64, 1 << max(k // v // 8, 1).bit_length() - 1))     # ~8 chunks of each row a thread
+    tpr = _threads_per_row(k // v // 2)                 # as units of 8 weights: ~8 chunks of each row a thread
     params = words(n, k // v, x.offset // v, x_row // v, w.offset // v, w_row // v, int(bias is not None),
                    bias.offset if bias is not None else 0)
     gpu.dispatch(_f16_matvec_shader(tpr, m, v), [w.buf, x.buf, out, gpu.params(params), bias_buf],
@@ -223,18 +232,7 @@ def linear_f16(gpu: Gpu, x: View, bias: View | None, w: View) -> GpuBuffer:
 
 @lru_cache(maxsize=None)
 def _f16_matvec_shader(tpr: int, m: int, v: int) -> str:
-    pad = " " * 8
-    sums = [(j, r) for j in range(2) for r in range(m)]         # (weight row of the pair, x row)
-    accumulate = [f"{pad}let x{r} = X[i + {r}u * p.x_row];" for r in range(m)]
-    accumulate += [f"{pad}acc{j}_{r} += dot(v{j}, x{r});" if v == 4 else
-                   f"{pad}acc{j}_{r} = fma(v{j}, x{r}, acc{j}_{r});" for j, r in sums]
-    statements = {
-        "DECLARE": "\n".join(f"    var acc{j}_{r} = 0.0;" for j, r in sums),
-        "ACCUMULATE": "\n".join(accumulate),
-        "PARTS": "\n".join(f"    part[{64 * (2 * r + j)}u + lid] = acc{j}_{r};" for j, r in sums),
-        "SUM": "\n".join(f"{pad}    part[{64 * i}u + lid] += part[{64 * i}u + lid + s];" for i in range(2 * m)),
-        "STORE": "\n".join(f"{pad}Y[{r}u * p.n + n] = part[{128 * r}u + lid] + b0;" for r in range(m)),
-        "STORE1": "\n".join(f"{pad}Y[{r}u * p.n + n + 1u] = part[{128 * r + 64}u + lid] + b1;" for r in range(m)),
-    }
+    statements = _pair_statements(m, ["let x{r} = X[i + {r}u * p.x_row];"],
+                                  "acc{j}_{r} += dot(v{j}, x{r});" if v == 4 else "acc{j}_{r} = fma(v{j}, x{r}, acc{j}_{r});")
     tw, tx = ("vec4<f16>", "vec4<f32>") if v == 4 else ("f16", "f32")
     return shader("f16_matvec", TPR=tpr, M=m, TW=tw, TX=tx, **statements)
