@@ -6,7 +6,6 @@ real weights through their pipelines (Pipeline.forward, engine.graph.Passes); th
 (Whisper.encode) and an LLM prefill chunk (Generator._forward) on tiny random models."""
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
@@ -82,26 +81,14 @@ def test_minilm(gpu, minilm_folder, rows):
     assert len(pipe._passes.graphs) == 1
 
 
-def yolo_weights(folder, name: str):
-    """The model as the site serves it (tests/tasks/test_detection_pipelines.write_site)."""
-    import models.yolo as Y
-    from engine.formats.pth import read_module_checkpoint
-    from tests.yolo_files import checkpoint
-    ckpt = read_module_checkpoint(checkpoint(name), name=f"{name}.pt")
-    config = Y.config_from_checkpoint(ckpt)
-    folder.mkdir(parents=True, exist_ok=True)
-    engine.save_safetensors({k: v.numpy() for k, v in Y.inference_tensors(ckpt, config)}, folder / "model.safetensors")
-    (folder / "config.json").write_text(json.dumps(config.to_dict()))
-    return folder / "model.safetensors"
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name, task, photo", [("yolov10n", "object-detection", "bus"),
                                                ("yolo11n_pose", "pose-estimation", "zidane")])
 def test_yolo(gpu, tmp_path, name, task, photo):
     from engine.vision import read_image
     from tests.tasks.test_detection_pipelines import SAMPLES
-    weights = yolo_weights(tmp_path / name, name)
+    from tests.tasks.test_detection_pipelines import write_site
+    weights = write_site(tmp_path / name, name)
     pipe, cpu = (engine.pipeline(task, weights=weights, device=device) for device in ("webgpu", "simd"))
     image = read_image(SAMPLES / f"{photo}.jpg")
     mirrored = np.ascontiguousarray(image[:, ::-1])                  # the same input shape, other boxes
