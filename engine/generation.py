@@ -255,9 +255,8 @@ class Generator:
         """Whether tokens are chosen on the device (engine.sampler): on a backend that keeps tensors
         there and has the kernel, with decode steps captured, and no option that needs the logits
         on the host (a grammar, logprobs)."""
-        backend = get_backend(self.cache.device)
-        return (self.steps.enabled and "select_token" in backend.fused and backend.storage != "numpy"
-                and grammar is None and config.logprobs is None)
+        return (self.steps.enabled and sampler.selects(self.cache.device) and grammar is None
+                and config.logprobs is None)
 
     def _device_tokens(self, logits, prompt: list[int], config: GenerationConfig, budget: int, rng):
         """tokens()'s ids chosen on the device (engine.sampler): each decode step is one captured
@@ -271,14 +270,8 @@ class Generator:
         selector.start(Rules(config.temperature, config.top_k, config.top_p, config.repetition_penalty,
                              config.presence_penalty, config.frequency_penalty), prompt,
                        rng if config.temperature > 0 else None)
-        scratch = [tensor([[0]], dtype=int64, device=device), tensor([0], dtype=int64, device=device)]
-        first = selector.select(logits, *scratch).numpy()                 # the prompt's next token
-        sampled = iter(range(1, budget + 1))
-
-        def launch(token, position):
-            selector.refill(next(sampled))
-            return self._launch(selector, position, token)
-        for out in sampler.pipeline(first, self.cache.length, budget, launch, self._same_step):
+        for out in selector.choices(logits, self.cache.length, budget,
+                                    lambda token, position: self._launch(selector, position, token), self._same_step):
             yield int(out[0])
 
     def _step_key(self, position: int):
@@ -376,7 +369,7 @@ class Generator:
             if first and steps and counters is not None:     # a device's traffic per decode step
                 after = counters()
                 self.stats.update({f"{name}_per_step": (after[name] - before[name]) / steps
-                                   for name in ("submits", "read_bytes", "recorded", "calls")})
+                                   for name in sampler.TRAFFIC})
             if constraint is not None:
                 self.stats.update(masked_steps=constraint.masked, forced_tokens=constraint.forced,
                                   complete=constraint.complete, constraint_s=constrained_s)

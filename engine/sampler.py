@@ -5,7 +5,8 @@ instead of the whole vocabulary's logits.
     selector = TokenSelector(vocab, device)
     selector.start(rules, prompt_ids, rng)          # once per sequence
     step = lambda ids, positions: selector.select(model(ids, positions, ...)[0, -1], ids, positions)
-    out = step(ids, positions)                      # (4,) float32: token, log-probability, 0, 0
+    for out in selector.choices(logits, position, count, launch, follows):   # launch: the step captured
+        token, logprob = int(out[0]), out[1]                                  # and submitted (pipeline)
 
 The kernel ("select_token", engine.ops.FUSED) takes one position's logits (V,) and state it
 keeps on the device between steps:
@@ -44,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dtypes import float32, int32
+from .dtypes import float32, int32, int64
 from .functions import run_fused
 from .selection import (BEGIN, CONFIG, EOT, FREQUENCY, LAST, LAST_TIMESTAMP, MAX_INITIAL, NO_TIMESTAMPS,
                         PENULTIMATE, PRESENCE, REPETITION, SEEN, STATE, SUPPRESS, SUPPRESS_FIRST, TEMPERATURE,
@@ -85,6 +86,19 @@ class Rules:
 
 
 # --- the state on a device, for a decode loop --------------------------------------------------
+# what a device's decode step costs, as the backend counts it (backend.counters(): submissions,
+# bytes read back, dispatches recorded from Python, calls into WebGPU), reported per step
+TRAFFIC = ("submits", "read_bytes", "recorded", "calls")
+
+
+def selects(device) -> bool:
+    """Whether `device` chooses tokens where its tensors live: a backend that keeps them off the
+    host (a GPU) and has the select_token kernel. On the host the host's sampler is as fast."""
+    from .device import get_backend
+    backend = get_backend(device)
+    return "select_token" in backend.fused and backend.storage != "numpy"
+
+
 class TokenSelector:
     """A sequence's marks, state and config as tensors on `device`, written at `start` and then
     only by the kernel; `select` is called inside the captured decode step."""
@@ -99,6 +113,7 @@ class TokenSelector:
         self.rules: Rules | None = None
         self._rng = None
         self._filled = 0                    # the draws on the device cover the steps before this one
+        self.launched = 0                   # decode steps launched through choices(), ever
 
     def start(self, rules: Rules, seen=(), rng: np.random.Generator | None = None) -> None:
         """A new sequence: `seen` the ids so far (the repetition penalty's prompt), `rng` the seeded
@@ -137,6 +152,22 @@ class TokenSelector:
         _own(positions)
         return run_fused("select_token", [logits.float() if logits.dtype != float32 else logits, self.marks,
                                           self.state, self.config, ids, positions])
+
+
+    def choices(self, logits, position: int, count: int, launch, follows):
+        """The answers [token, log-probability, 0, 0] (NumPy) of `count` choices after start(): the
+        first from `logits` (V,) (the prompt's last position, a tensor on the device), then one a
+        decode step through pipeline(), with the draws refilled before each step;
+        launch(token, position) submits a step that calls select() inside it."""
+        scratch = [tensor([[0]], dtype=int64, device=self.device), tensor([0], dtype=int64, device=self.device)]
+        first = self.select(logits, *scratch).numpy()
+        sampled = iter(range(1, count + 1))
+
+        def step(token, at):
+            self.refill(next(sampled))
+            self.launched += 1
+            return launch(token, at)
+        return pipeline(first, position, count, step, follows)
 
 
 def _own(t) -> None:

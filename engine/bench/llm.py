@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 
+from ..sampler import TRAFFIC
 from . import machine
 
 PROMPT = [{"role": "user", "content": "What is the capital of France?"}]
@@ -120,7 +121,7 @@ def device_step(stats: dict) -> dict | None:
     if "submits_per_step" not in stats:
         return None
     return {"selected_on_device": stats.get("selected_on_device", False),
-            **{k: round(stats[f"{k}_per_step"], 3) for k in ("submits", "read_bytes", "recorded", "calls")}}
+            **{k: round(stats[f"{k}_per_step"], 3) for k in TRAFFIC}}
 
 
 def format_device_step(name: str, step: dict | None) -> list[str]:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..sampler import TRAFFIC
 from .llm import format_device_step
 
 SAMPLE = "gettysburg-en.wav"
@@ -109,7 +110,7 @@ def run_pipeline(pipe, audio: np.ndarray, repeat: int = 1) -> dict:
             "encode_s": round(encode, 3), "decode_s": round(decode, 3), "windows": runs[0]["windows"],
             "tokens": tokens, "decode_tok_s": round(tokens / decode, 1), "text": runs[0]["text"],
             "graphs": pipe.session(pipe.model).captured,
-            "device_step": {k: round(traffic[k] / traffic["steps"], 3) for k in ("submits", "read_bytes", "recorded", "calls")}
+            "device_step": {k: round(traffic[k] / traffic["steps"], 3) for k in TRAFFIC}
             if traffic.get("steps") else None}
 
 

@@ -25,11 +25,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import graph
-from ..device import get_backend
 from ..dtypes import int64
 from ..errors import InputError
 from ..functions import arange
-from ..sampler import TokenSelector
+from ..sampler import TokenSelector, selects
 from ..tensor import tensor
 
 
@@ -135,8 +134,7 @@ class DecoderSession:
     def selects_on_device(self) -> bool:
         """Whether decode steps choose their token on the device: a backend that keeps tensors
         there and has select_token, with steps captured."""
-        backend = get_backend(self.cache.device)
-        return self.steps.enabled and "select_token" in backend.fused and backend.storage != "numpy"
+        return self.steps.enabled and selects(self.cache.device)
 
     def selector(self, vocab: int) -> TokenSelector:
         """The session's token selector (its state on the device, kept for the captured steps)."""
@@ -144,10 +142,6 @@ class DecoderSession:
             self._selector = TokenSelector(vocab, self.cache.device)
             self.steps.clear()                      # steps captured with another selector
         return self._selector
-
-    def scratch(self) -> list:
-        """Inputs for a selection outside a step (the first token's), which it advances."""
-        return [tensor([[0]], dtype=int64, device=self.device), tensor([0], dtype=int64, device=self.device)]
 
     def launch(self, selector: TokenSelector, token, position: int):
         """Submit the decode step at `position` that feeds `token` (None: the one the step before

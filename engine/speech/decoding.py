@@ -47,7 +47,7 @@ import numpy as np
 
 from ..device import get_backend
 from ..errors import InputError
-from ..sampler import Rules, pipeline
+from ..sampler import TRAFFIC, Rules
 from ..tensor import tensor
 
 CHUNK_LENGTH = 30                              # seconds per window (engine.audio.CHUNK_LENGTH)
@@ -479,21 +479,17 @@ def _sample_on_device(session, logits, initial, rules, rng, sample_len, n_text_c
     from `rng` as the host's do, UNIFORMS at a time."""
     selector = session.selector(len(logits))
     selector.start(rules, (), rng)
-    first = selector.select(tensor(np.asarray(logits, np.float32), device=session.device), *session.scratch())
     sampled: list[int] = []
     total = np.float32(0.0)
-    steps = iter(range(1, sample_len + 1))
-    launched = [0]
-
-    def launch(token, position):
-        selector.refill(next(steps))
-        launched[0] += 1
-        return session.launch(selector, token, position)
-    chosen = pipeline(first.numpy(), session.length, sample_len, launch, session.follows)
     counters = getattr(get_backend(session.device), "counters", None)
-    before = counters() if counters is not None else None
+    before = launched = None                     # the device's counts after the first token (not a step)
+    chosen = selector.choices(tensor(np.asarray(logits, np.float32), device=session.device), session.length,
+                              sample_len, lambda token, position: session.launch(selector, token, position),
+                              session.follows)
     try:
         for out in chosen:
+            if before is None and counters is not None:
+                before, launched = counters(), selector.launched
             if cancel is not None and cancel():
                 return sampled, float(total), True
             token = int(out[0])
@@ -508,7 +504,7 @@ def _sample_on_device(session, logits, initial, rules, rng, sample_len, n_text_c
         chosen.close()
         if before is not None:                   # the device's traffic per decode step
             after, traffic = counters(), session.traffic
-            traffic["steps"] = traffic.get("steps", 0) + launched[0]
-            for name in ("submits", "read_bytes", "recorded", "calls"):
+            traffic["steps"] = traffic.get("steps", 0) + selector.launched - launched
+            for name in TRAFFIC:
                 traffic[name] = traffic.get(name, 0) + after[name] - before[name]
     return sampled, float(total), False
