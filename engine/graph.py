@@ -172,9 +172,7 @@ class Graph:
         """Run the captured kernels on new input values (array-likes of the captured shapes);
         returns the output Tensor(s), viewing the graph's buffers (until the next replay)."""
         self._write(values)
-        with np.errstate(all="ignore"):
-            for call in self.calls:
-                call()
+        self._run()
         return self.outputs[0] if self._single else tuple(self.outputs)
 
     def launch(self, *values):
@@ -188,11 +186,14 @@ class Graph:
             self._write(values)
         out = self.outputs[0]
         if self.dispatches is None:
-            with np.errstate(all="ignore"):
-                for call in self.calls:
-                    call()
+            self._run()
             return _Ready(out.numpy())
         return self.backend.launch(self.dispatches, out._buf, out._layout)
+
+    def _run(self) -> None:
+        with np.errstate(all="ignore"):
+            for call in self.calls:
+                call()
 
     def _write(self, values) -> None:
         if len(values) != len(self.inputs):
