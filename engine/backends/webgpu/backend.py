@@ -65,23 +65,30 @@ def _from_device_values(a: np.ndarray, dtype: dtypes.DType) -> np.ndarray:
     return a.astype(dtype.storage)
 
 
-def _values(data: bytes, dtype: dtypes.DType, layout: Layout, lo: int) -> np.ndarray:
-    """The layout's elements from the bytes of its buffer's first words."""
-    device = np.dtype(_DEVICE_NUMPY[TYPE[dtype]])
+def _values(data: bytes, storage: "Storage", layout: Layout, lo: int) -> np.ndarray:
+    """The layout's elements from the bytes of the first elements of the storage's buffer (its
+    device values, or float16 values as they are where it is half-width)."""
+    device = np.dtype(np.float16 if storage.half else _DEVICE_NUMPY[TYPE[storage.dtype]])
     flat = np.frombuffer(data, device)[lo:] if data else np.empty(0, device)
-    view = np.lib.stride_tricks.as_strided(flat, layout.shape, tuple(4 * s for s in layout.strides)) \
+    view = np.lib.stride_tricks.as_strided(flat, layout.shape, tuple(device.itemsize * s for s in layout.strides)) \
         if layout.numel else np.empty(layout.shape, device)
-    return _from_device_values(np.array(view, copy=True), dtype)
+    values = np.array(view, copy=True)
+    return values if storage.half else _from_device_values(values, storage.dtype)
+
+
+def _width(storage: "Storage") -> int:
+    """Bytes per element in the storage's buffer."""
+    return 2 if storage.half else 4
 
 
 class _Launched:
     """A graph's output on its way back (WebGPUBackend.launch)."""
 
-    def __init__(self, pending, dtype, layout, lo):
-        self.pending, self.dtype, self.layout, self.lo = pending, dtype, layout, lo
+    def __init__(self, pending, storage, layout, lo):
+        self.pending, self.storage, self.layout, self.lo = pending, storage, layout, lo
 
     def result(self) -> np.ndarray:
-        return _values(self.pending.result(), self.dtype, self.layout, self.lo)
+        return _values(self.pending.result(), self.storage, self.layout, self.lo)
 
 
 class WebGPUBackend:
@@ -136,12 +143,7 @@ class WebGPUBackend:
     def copy_out(self, storage: Storage, layout: Layout) -> np.ndarray:
         """Reads back the span the layout touches (counted by the device layer)."""
         lo, hi = layout.span()
-        if storage.half:                                   # the float16 values as they are
-            flat = np.frombuffer(self.gpu.read(storage.buf, 2 * hi), np.float16)[lo:] if hi > lo else \
-                np.empty(0, np.float16)
-            return np.array(np.lib.stride_tricks.as_strided(flat, layout.shape, tuple(2 * s for s in layout.strides))
-                            if layout.numel else np.empty(layout.shape, np.float16), copy=True)
-        return _values(self.gpu.read(storage.buf, 4 * hi) if hi > lo else b"", storage.dtype, layout, lo)
+        return _values(self.gpu.read(storage.buf, _width(storage) * hi) if hi > lo else b"", storage, layout, lo)
 
     def sync(self) -> None:
         """Wait until every recorded dispatch has run."""
@@ -177,7 +179,7 @@ class WebGPUBackend:
         """engine.graph's Graph.launch: the dispatches and the output's read-back in one
         submission; the answer's result() waits for it."""
         lo, hi = layout.span()
-        return _Launched(self.gpu.launch(dispatches, storage.buf, 4 * hi), storage.dtype, layout, lo)
+        return _Launched(self.gpu.launch(dispatches, storage.buf, _width(storage) * hi), storage, layout, lo)
 
     def write_input(self, storage: Storage, values: np.ndarray) -> None:
         """A graph input's new values (its whole buffer, contiguous), written on the device; the
