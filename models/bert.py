@@ -70,9 +70,10 @@ class BertEmbeddings(nn.Module):
         self.token_type_embeddings = nn.Embedding(c.type_vocab_size, c.hidden_size)
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
 
-    def forward(self, input_ids: np.ndarray, token_type_ids: np.ndarray):   # (N, L) int64, on the host
-        n, length = input_ids.shape
-        words = F.embedding(input_ids, self.word_embeddings.weight)          # (N, L, H)
+    def forward(self, input_ids, token_type_ids):   # (N, L) int64 ids (or (N, L, H) float rows already gathered)
+        length = input_ids.shape[1]
+        rows = not isinstance(input_ids, np.ndarray) and input_ids.dtype.is_floating_point
+        words = input_ids if rows else F.embedding(input_ids, self.word_embeddings.weight)   # (N, L, H)
         positions = self.position_embeddings.weight[:length]                # (L, H)
         types = F.embedding(token_type_ids, self.token_type_embeddings.weight)   # (N, L, H)
         return self.LayerNorm(words + types + positions)                    # (N, L, H)
@@ -189,26 +190,45 @@ class BertModel(nn.Module):
         valid = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask)
         types = np.zeros_like(ids) if token_type_ids is None else np.asarray(token_type_ids, np.int64)
         x = self.embeddings(ids, types)                           # (N, L, H)
-        keys = valid.astype(bool).reshape(n, 1, 1, length)        # (N, 1, 1, L): True = attend
-        mask = engine.from_numpy(np.ascontiguousarray(keys), x.device)
+        mask = engine.from_numpy(_keys(valid), x.device)
         return self.encoder(x, mask)                              # (N, L, H)
 
 
-def mean_pooling(hidden, attention_mask: np.ndarray):
-    """sentence-transformers' mean pooling: the average of the hidden states (N, L, H) over
-    the tokens whose mask is 1 (the count clamped to at least 1e-9, as the reference)."""
-    mask = np.asarray(attention_mask, np.float32)                 # (N, L)
-    weights = mask / np.maximum(mask.sum(1, keepdims=True), np.float32(1e-9))
-    w = engine.from_numpy(np.ascontiguousarray(weights[:, None, :]), hidden.device)   # (N, 1, L)
-    return (w @ hidden).squeeze(1)                                # (N, H)
+def _keys(valid: np.ndarray) -> np.ndarray:
+    """The attention mask (N, L) as the keys each query attends to: (N, 1, 1, L) bool, True = attend."""
+    n, length = valid.shape
+    return np.ascontiguousarray(valid.astype(bool).reshape(n, 1, 1, length))
+
+
+def embed_inputs(model: BertModel, batch: dict) -> tuple[np.ndarray, ...]:
+    """A token batch (input_ids, attention_mask, token_type_ids as (N, L) arrays) as the arrays
+    `pooled` takes: the word ids (or, where the word embedding is served by rows, a RowTable, the
+    rows gathered on the host), the token types, the attention's keys and sentence-transformers'
+    mean-pooling weights (the mask over its count, clamped to at least 1e-9 as the reference)."""
+    ids, valid = np.asarray(batch["input_ids"], np.int64), batch["attention_mask"]
+    types = batch.get("token_type_ids")
+    types = np.zeros_like(ids) if types is None else np.asarray(types, np.int64)
+    table = model.embeddings.word_embeddings.weight
+    words = table.gather(ids).reshape(*ids.shape, -1) if isinstance(table, RowTable) else ids
+    mask = np.asarray(valid, np.float32)                          # (N, L)
+    weights = np.ascontiguousarray((mask / np.maximum(mask.sum(1, keepdims=True), np.float32(1e-9)))[:, None])
+    return words, types, _keys(np.asarray(valid)), weights
+
+
+def pooled(model: BertModel, words, types, keys, weights):
+    """embed_inputs' arrays as tensors -> (N, H) unit vectors: the encoder, mean pooling and L2
+    normalisation (all-MiniLM-L6-v2's modules), reading nothing back, so a pipeline can capture
+    it per input shape (engine.graph.Passes)."""
+    hidden = model.encoder(model.embeddings(words, types), keys)  # (N, L, H)
+    return F.normalize((weights @ hidden).squeeze(1), p=2.0, dim=1)   # (N, H)
 
 
 def embed(model: BertModel, batch: dict) -> np.ndarray:
     """Token batch (input_ids, attention_mask, token_type_ids as (N, L) arrays) -> (N, H)
     float32 unit vectors: mean pooling then L2 normalisation (all-MiniLM-L6-v2's modules)."""
-    hidden = model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
-    pooled = mean_pooling(hidden, batch["attention_mask"])        # (N, H)
-    return F.normalize(pooled, p=2.0, dim=1).numpy()
+    arrays = embed_inputs(model, batch)
+    device = model.embeddings.position_embeddings.weight.device
+    return pooled(model, *[engine.from_numpy(a, device) for a in arrays]).numpy()
 
 
 # --- loading ----------------------------------------------------------------------------------

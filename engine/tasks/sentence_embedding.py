@@ -103,28 +103,17 @@ class SentenceEmbedding(Pipeline):
         return np.concatenate(out)
 
     def _encode(self, model, part: dict) -> np.ndarray:
-        """One chunk's (N, D) unit vectors: the encoder, mean pooling and normalisation as one pass
-        of arrays, captured per (N, L) and replayed where the backend replays a whole pass
-        (engine.graph.Passes: webgpu), else run eagerly with the kernels the model file's `embed`
-        runs. Its inputs are the token ids (or, from a row table, their rows gathered on the host),
-        the token types, the attention mask and the pooling weights, so no value is read back or
-        fixed inside the pass."""
+        """One chunk's (N, D) unit vectors. Where the model file splits its `embed` into host arrays
+        and a pass over them (`embed_inputs`, `pooled`: models/bert.py), the pass is captured per
+        (N, L) and replayed where the backend replays a whole pass (engine.graph.Passes: webgpu),
+        else run eagerly; otherwise the file's `embed`."""
         from ..graph import Passes
-        from ..rows import RowTable
-        if not hasattr(model, "embeddings") or not hasattr(model, "encoder"):      # not BERT's modules
-            return self.entry.module.embed(model, part)
-        ids, valid = part["input_ids"].astype(np.int64), part["attention_mask"]
-        types = part.get("token_type_ids")
-        types = np.zeros_like(ids) if types is None else types.astype(np.int64)
-        n, length = ids.shape
-        table = model.embeddings.word_embeddings.weight
-        words = table.gather(ids).reshape(n, length, -1) if isinstance(table, RowTable) else ids
-        keys = np.ascontiguousarray(valid.astype(bool).reshape(n, 1, 1, length))   # True = attend
-        mask = valid.astype(np.float32)                                            # mean pooling's weights
-        weights = np.ascontiguousarray((mask / np.maximum(mask.sum(1, keepdims=True), np.float32(1e-9)))[:, None])
+        module = self.entry.module
+        if not hasattr(module, "pooled"):
+            return module.embed(model, part)
         passes = self.__dict__.setdefault("_passes", Passes())                    # dropped by to() as forward's
-        return passes.run((id(model), "embed"), functools.partial(_embedding_pass, model),
-                          (words, types, keys, weights), self.device).numpy()
+        return passes.run((id(model), "embed"), functools.partial(module.pooled, model),
+                          module.embed_inputs(model, part), self.device).numpy()
 
     def __call__(self, texts) -> np.ndarray:
         """A string -> (D,); a list of strings -> (N, D) float32 unit vectors."""
@@ -150,20 +139,6 @@ class SentenceEmbedding(Pipeline):
         scores = self.similarity(vectors[:1], vectors[1:])[0]
         order = np.argsort(-scores, kind="stable")[:top_k]
         return [{"index": int(i), "text": candidates[i], "score": float(scores[i])} for i in order]
-
-
-def _embedding_pass(model, words, types, keys, weights):
-    """BERT's forward pass and sentence-transformers' pooling (models/bert.py: BertModel, then
-    embed) over tensors: words (N, L) int64 ids or (N, L, H) rows, types (N, L) int64, keys
-    (N, 1, 1, L) bool, weights (N, 1, L) float32 -> (N, H) unit vectors."""
-    import engine.nn.functional as F
-    emb = model.embeddings
-    if not words.dtype.is_floating_point:
-        words = F.embedding(words, emb.word_embeddings.weight)                     # (N, L, H)
-    types = F.embedding(types, emb.token_type_embeddings.weight)                  # (N, L, H)
-    x = emb.LayerNorm(words + types + emb.position_embeddings.weight[:words.shape[1]])   # (N, L, H)
-    hidden = model.encoder(x, keys)                                                # (N, L, H)
-    return F.normalize((weights @ hidden).squeeze(1), p=2.0, dim=1)                # (N, H)
 
 
 PIPELINE = SentenceEmbedding
