@@ -161,11 +161,13 @@ def checkpoint_head(entry, paths: list[Path]) -> bytes:
 
 
 def checkpoint_format(entry, head: bytes = b"") -> str:
-    """"pth", "ctranslate2" or "safetensors": how the build reads the entry's checkpoint, by its
+    """"pth", "ctranslate2", "onnx" or "safetensors": how the build reads the entry's checkpoint, by its
     file name (a part suffix ".partN" aside) and, for another *.bin, by its first bytes."""
     name = checkpoint_name(entry)
     if name.endswith((".pth", ".pt")):
         return "pth"
+    if name.endswith(".onnx"):
+        return "onnx"
     if name == "model.bin":
         return "ctranslate2"
     if name.endswith(".bin"):
@@ -193,6 +195,12 @@ def read_weights(entry, paths: list[Path]):
     if kind == "pth":
         from engine.formats.pth import load_pth       # our torch-free reader: no pickle code runs
         return where, load_pth(data, name=name), {}
+    if kind == "onnx":                  # the tensors in the graph's order, its nodes and metadata
+        from .onnx_weights import read_onnx
+        try:
+            return where, read_onnx(data, name=where), {}
+        except WeightsError as e:
+            raise BuildError(f"{entry.name}: {e}") from None
     if kind == "ctranslate2":
         try:
             weights = engine.load_ctranslate2(BytesSource(data, name=where))

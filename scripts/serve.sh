@@ -5,6 +5,6 @@ source "$(dirname "$0")/setup.sh"
 ensure_base
 ensure_apt clang-19 lld-19          # the WebAssembly SIMD kernels the site ships
 ensure_apt brotli                   # the .br copies of the runtime (without it: .gz only)
-ensure_venv image
+ensure_venv image,site
 cd "$ROOT"
 exec "$VENV/bin/python" build.py serve "$@"

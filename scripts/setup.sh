@@ -6,6 +6,7 @@ VENV="${ENGINE_VENV:-$ROOT/.venv}"
 # the reference for Whisper (tests/models/test_whisper.py, tests/speech, tests/audio), installed without
 # its declared requirements (triton and a CUDA torch): the test extra lists the ones it needs
 OPENAI_WHISPER=20250625
+RAPIDOCR=1.4.4          # the OCR reference (tests/ocr), with --no-deps: see pyproject.toml
 
 _sudo() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -42,6 +43,9 @@ ensure_venv() {
     fi
     if [ "$extras" = test ] && ! "$VENV/bin/python" -m pip install -q --no-deps "openai-whisper==$OPENAI_WHISPER" >>"$log" 2>&1; then
       tail -n 30 "$log" >&2; echo "setup: pip install openai-whisper failed (full log: $log)" >&2; exit 1
+    fi
+    if [ "$extras" = test ] && ! "$VENV/bin/python" -m pip install -q --no-deps "rapidocr-onnxruntime==$RAPIDOCR" >>"$log" 2>&1; then
+      tail -n 30 "$log" >&2; echo "setup: pip install rapidocr-onnxruntime failed (full log: $log)" >&2; exit 1
     fi
     touch "$stamp"
   fi
