@@ -195,12 +195,16 @@ def read_weights(entry, paths: list[Path]):
     if kind == "pth":
         from engine.formats.pth import load_pth       # our torch-free reader: no pickle code runs
         return where, load_pth(data, name=name), {}
-    if kind == "onnx":                  # the tensors in the graph's order, its nodes and metadata
+    if kind == "onnx":       # {role: OnnxCheckpoint} of every .onnx file of the entry (PP-OCR's three networks)
         from .onnx_weights import read_onnx
-        try:
-            return where, read_onnx(data, name=where), {}
-        except WeightsError as e:
-            raise BuildError(f"{entry.name}: {e}") from None
+        files = {}
+        for role in [r for source in entry.sources for r, path in source.files.items() if path.endswith(".onnx")]:
+            at, raw = (where, data) if role == "weights" else source_file(entry, paths, role)
+            try:
+                files[role] = read_onnx(raw, name=at)
+            except WeightsError as e:
+                raise BuildError(f"{entry.name}: {e}") from None
+        return where, files, {}
     if kind == "ctranslate2":
         try:
             weights = engine.load_ctranslate2(BytesSource(data, name=where))

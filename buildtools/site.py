@@ -91,10 +91,10 @@ def write_samples(out: Path, wheel_path: Path) -> None:
     (folder / "samples.json").write_text(json.dumps(listing, indent=1) + "\n")
 
 
-def _copy_speech_samples(out: Path, files: list[Path], kind: str = "speech") -> None:
-    """dist/samples/<kind>/: the committed speech samples (samples/make_speech_samples.py), or the
-    detection photos (samples/detection/), and their listing, for a card's "try a sample" and the
-    bench page."""
+def _copy_samples(out: Path, files: list[Path], kind: str = "speech") -> None:
+    """dist/samples/<kind>/: the committed speech samples (samples/make_speech_samples.py), the
+    detection photos (samples/detection/) or the OCR pages (samples/make_ocr_samples.py), and their
+    listing, for a card's "try a sample" and the bench page."""
     folder = out / "samples" / kind
     folder.mkdir(parents=True, exist_ok=True)
     for path in files:
@@ -343,10 +343,13 @@ def build(dist: Path, cache: Path, offline: bool = False, max_shard_kb: int | No
 
     speech = sorted((root / "samples" / "speech").glob("*.wav")) + [root / "samples" / "speech" / "samples.json"]
     b.run(Step("speech-samples", {"files": b.files(speech, root)},
-               lambda out: _copy_speech_samples(out, speech)))
+               lambda out: _copy_samples(out, speech)))
     photos = sorted((root / "samples" / "detection").glob("*.jpg")) + [root / "samples" / "detection" / "samples.json"]
     b.run(Step("detection-samples", {"files": b.files(photos, root)},
-               lambda out: _copy_speech_samples(out, photos, "detection")))
+               lambda out: _copy_samples(out, photos, "detection")))
+    pages = sorted((root / "samples" / "ocr").glob("*.png")) + [root / "samples" / "ocr" / "samples.json"]
+    b.run(Step("ocr-samples", {"files": b.files(pages, root)},
+               lambda out: _copy_samples(out, pages, "ocr")))
 
     if peers:                                   # buildtools/peers.py: wllama, ONNX Runtime Web and its models
         peer_builds.build_peers(b, fetched, root, cache, offline, log)

@@ -11,8 +11,9 @@ ensure_base
 # kernels (Debian's default clang 14 emits an outdated relaxed-SIMD opcode); gcc: native kernels;
 # mesa-vulkan-drivers: lavapipe, a Vulkan device on the CPU for the WebGPU shaders natively;
 # brotli + libnginx-mod-http-brotli-static: the build's .br copies and nginx serving them;
-# espeak-ng + sox: test speech and the WAV/resampler references (tests/audio/clips.py)
-ensure_apt nginx chromium clang-19 lld-19 gcc mesa-vulkan-drivers brotli libnginx-mod-http-brotli-static espeak-ng sox
+# espeak-ng + sox: test speech and the WAV/resampler references (tests/audio/clips.py); fonts-dejavu-core:
+# the text the OCR tests render (tests/ocr)
+ensure_apt nginx chromium clang-19 lld-19 gcc mesa-vulkan-drivers brotli libnginx-mod-http-brotli-static espeak-ng sox fonts-dejavu-core
 ensure_venv test
 cd "$ROOT"
 # pytest-xdist, one worker per core; tests/conftest.py keeps each module's tests on one worker and
