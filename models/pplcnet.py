@@ -121,20 +121,28 @@ class LearnableAffine(nn.Module):
 
 
 class Act(nn.Module):
-    """lab(hardswish(x))."""
+    """lab(hardswish(x)); fold() turns it into relu6(x + 3) (one clamp pass), x * that, then one
+    per-channel multiply-add (F.batch_norm's fused kernel) holding the 1/6 and the affine."""
 
-    def __init__(self):
+    def __init__(self, channels: int):
         super().__init__()
+        self.channels = channels
         self.lab = LearnableAffine()
-        self.folded: tuple[float, float] | None = None
+        self.folded = False
 
     def forward(self, x):
-        scale, bias = self.folded or self.lab.values()
-        # hardswish's 1/6 and the affine scale in one multiply
-        return x * F.clamp(x + 3.0, 0.0, 6.0) * (scale / 6.0) + bias
+        if not self.folded:
+            scale, bias = self.lab.values()
+            return hardswish(x) * scale + bias
+        t = F.hardtanh(x + 3.0, 0.0, 6.0)                         # relu6(x + 3)
+        return F.batch_norm(x * t, self.zero, self.one, self.scale6, self.shift, eps=0.0)
 
     def fold(self) -> None:
-        self.folded = self.lab.values()
+        scale, bias = self.lab.values()
+        device = self.lab.scale.device
+        for name, value in (("zero", 0.0), ("one", 1.0), ("scale6", scale / 6.0), ("shift", bias)):
+            self.register_buffer(name, from_numpy(np.full(self.channels, value, np.float32), device), persistent=False)
+        self.folded = True
 
 
 class RepLayer(nn.Module):
@@ -145,7 +153,7 @@ class RepLayer(nn.Module):
         super().__init__()
         self.reparam_conv = nn.Conv2d(in_channels, out_channels, kernel, stride, (kernel - 1) // 2, groups=groups)
         self.lab = LearnableAffine()
-        self.act = Act() if tuple(stride) != (2, 2) else None
+        self.act = Act(out_channels) if tuple(stride) != (2, 2) else None
         self.folded = False
 
     def forward(self, x):
