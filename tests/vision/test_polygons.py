@@ -1,10 +1,10 @@
 """engine.vision.polygons against OpenCV, pyclipper, shapely and rapidocr's DBPostProcess.
 
 Exact: fill_polygon (cv2.fillPoly) for polygons inside the mask, box_points, order_points,
-polygon_area / polygon_perimeter (to float rounding), unclip (pyclipper) on rapidocr-like
-boxes up to where the points start (compared as cyclic sequences; a rare small box may differ
-by a point, so >= 99.5% must be identical and the rest within 1 px of a corner of its
-minimum-area rectangle; a few px-wide box can be 1.5 px off).
+polygon_area / polygon_perimeter (to float rounding), unclip (pyclipper) on boxes whose
+short side is >= 3 (the ones DBPostProcess unclips) up to where the points start (compared
+as cyclic sequences; >= 99.5% must be identical, in practice all are); thinner boxes may
+differ by a point, each corner of the minimum-area rectangle within 1.5 px.
 Tolerances: min_area_rect's rectangle (as its corners) to 1e-3 px, except where several
 rectangles have the same area (OpenCV's float32 scan may pick another; then the areas agree);
 OpenCV may also write an axis-aligned rectangle as (w, h, 0) where we write (h, w, 90);
@@ -120,13 +120,18 @@ def cyclic_equal(a, b):
     return any(a == c[s:] + c[:s] for c in (b, b[::-1]) for s in range(len(c)))
 
 
-def test_unclip_matches_pyclipper():
+@pytest.mark.parametrize("thin", [False, True], ids=["boxes", "thin boxes"])
+def test_unclip_matches_pyclipper(thin):
+    """DBPostProcess unclips only boxes whose short side is >= 3; thinner ones (distance < 1)
+    may differ where Clipper's union resolves the rounding's self-intersections."""
     cv2 = need_import("cv2")
     pyclipper = need_import("pyclipper")
     shapely = need_import("shapely.geometry")
     rng = np.random.default_rng(5)
     total, differ = 0, 0
     for rect in random_rects(rng, 1500):
+        if (min(rect[1]) < 3) != thin:
+            continue
         box = cv2.boxPoints(rect)
         polygon = shapely.Polygon(box)
         offset = pyclipper.PyclipperOffset()
@@ -141,7 +146,7 @@ def test_unclip_matches_pyclipper():
         b = cv2.boxPoints(cv2.minAreaRect(np.array(theirs[0], np.float32)))
         nearest = np.linalg.norm(a[:, None] - b[None], axis=-1).min(axis=1)
         assert nearest.max() <= 1.5, (box.tolist(), ours.tolist(), theirs)
-    assert differ <= total * 0.005
+    assert differ <= total * (0.4 if thin else 0.005), (differ, total)
 
 
 def test_unclip_degenerate_and_bad_input():
