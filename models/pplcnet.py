@@ -386,7 +386,7 @@ def read_layers(checkpoint, start: int = 0, stop: int | None = None):
             const, other = graph.split(node)
             if const is not None and const[0].ndim == 2 and graph.constant(node.inputs[1]) is not None:
                 tensors, names, last = {"weight": const[0].astype(np.float32)}, {"weight": const[1]}, i
-                add = graph.followed_by_add(node.outputs[0], const[0].shape[1])
+                add = graph.followed_by_add(node.outputs[0], None)
                 if add is not None:
                     last, (bias, names["bias"]) = add[0], add[1]
                     tensors["bias"] = bias.astype(np.float32).reshape(-1)
