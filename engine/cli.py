@@ -3,7 +3,7 @@
 The task modules (engine/tasks/) bring their own subcommands: `digit IMAGE...`, `classify
 IMAGE...`, `embed TEXT...`, `similarity QUERY CANDIDATE...`, `generate PROMPT`, `chat`, and
 whatever a new task module adds. This module adds the commands that are no task's: `tokenize
---model NAME TEXT...`, `tasks`, `bench mnist|effnet|minilm|gemm|ops|qlinear|llm|whisper|yolo|structured`, `inspect FILE`.
+--model NAME TEXT...`, `tasks`, `bench mnist|effnet|minilm|gemm|ops|qlinear|llm|whisper|yolo|ocr|structured`, `inspect FILE`.
 
 `python -m engine --threads N COMMAND ...` runs the C kernels on N threads (engine.set_num_threads).
 
@@ -66,7 +66,7 @@ def _add_inspect_arguments(i: argparse.ArgumentParser) -> None:
 def _add_bench_arguments(b: argparse.ArgumentParser) -> None:
     from .device import known
     b.add_argument("model", choices=["mnist", "effnet", "minilm", "gemm", "ops", "qlinear", "llm", "whisper", "yolo",
-                                    "structured"])
+                                    "ocr", "structured"])
     b.add_argument("--new-tokens", type=int, default=None, help="llm: tokens generated per run (default 128); "
                                                                 "structured: at most, per answer (default 48)")
     b.add_argument("--repeat", type=int, default=None, help="timed runs per case, the median reported (default "
@@ -92,6 +92,11 @@ def _add_bench_arguments(b: argparse.ArgumentParser) -> None:
     y.add_argument("--rounds", type=int, default=None, help="interleaved rounds, the median reported (default 3)")
     y.add_argument("--reference-python", default=None, metavar="PYTHON",
                    help="a Python with ultralytics and torch: also time ultralytics there (scripts/yolo_reference.py)")
+    o = b.add_argument_group("ocr")
+    o.add_argument("--model", dest="ocr_model", default=None, metavar="NAME", help="pp-ocrv4 (default) or pp-ocrv5")
+    o.add_argument("--image", default=None, help="the image to read (default: samples/ocr/screenshot.png)")
+    o.add_argument("--onnx", default=None, metavar="DIR", help="a folder with the peers' ONNX files (ppocrv4-det.onnx, "
+                                                              "...; default: rapidocr's, the built peers' or the cache's)")
     q = b.add_argument_group("qlinear")
     q.add_argument("--types", default=None, help="GGML types, comma-separated (default q4_0,q4_1,q8_0,q4_k,q6_k)")
     q.add_argument("--shapes", default=None, help="INxOUT features, comma-separated (default "
@@ -135,6 +140,10 @@ def _bench_once(args) -> int:
         return _bench_yolo(args)
     if args.model == "structured":
         return _bench_structured(args)
+    if args.model == "ocr":
+        return _bench_ocr(args)
+    if args.ocr_model is not None or args.image is not None or args.onnx is not None:
+        raise EngineError(f"--model, --image and --onnx are options of bench ocr, not of bench {args.model}")
     if args.sizes is not None or args.rounds is not None or args.reference_python is not None:
         raise EngineError(f"--sizes, --rounds and --reference-python are options of bench yolo, not of bench {args.model}")
     if args.audio is not None or args.models is not None or args.no_reference or args.vad:
@@ -234,6 +243,25 @@ def _bench_yolo(args) -> int:
     result = bench_yolo(devices, sizes=sizes, repeat=args.repeat or 10, rounds=args.rounds or 3,
                         reference_python=args.reference_python)
     print(json.dumps(result) if args.json else format_yolo(result))
+    return 0
+
+
+def _bench_ocr(args) -> int:
+    from .bench.ocr import MODELS, bench_ocr, format_ocr
+    if any(v is not None for v in (args.types, args.shapes, args.rows, args.min_time, args.audio, args.models,
+                                   args.sizes, args.reference_python, args.new_tokens)) or args.quick or args.profile \
+            or args.vad:
+        raise EngineError("bench ocr takes --model, --image, --onnx, --device, --weights, --repeat, --rounds, "
+                          "--no-reference, --threads and --json")
+    model = args.ocr_model or MODELS[0]
+    if model not in MODELS:
+        raise EngineError(f"--model: one of {', '.join(MODELS)}, got {model!r}")
+    if (args.repeat is not None and args.repeat < 1) or (args.rounds is not None and args.rounds < 1):
+        raise EngineError("bench ocr needs --repeat >= 1 and --rounds >= 1")
+    result = bench_ocr(tuple(args.device) if args.device else (None,), model=model, image=args.image,
+                       repeat=args.repeat or 5, rounds=args.rounds or 3, onnx=args.onnx,
+                       reference=not args.no_reference, weights=args.weights)
+    print(json.dumps(result) if args.json else format_ocr(result))
     return 0
 
 
@@ -356,7 +384,9 @@ GENERAL = {
                     "and decode tokens/s) on every available backend and on torch/transformers; `bench whisper` times speech "
                     "recognition (real-time factor, encoder and decoder) per backend against openai-whisper on torch; "
                     "`bench yolo` times YOLO11n-pose and YOLOv10n (network and whole pipeline, 640 and 320) per "
-                    "backend, against ultralytics on torch with --reference-python.",
+                    "backend, against ultralytics on torch with --reference-python; `bench ocr` times PP-OCR on "
+                    "samples/ocr/screenshot.png (each stage and the whole pipeline, and the networks alone on the "
+                    "batches it fed them) against rapidocr-onnxruntime and onnxruntime at the same thread count.",
         add_arguments=_add_bench_arguments, run=_bench),
 }
 

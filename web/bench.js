@@ -13,6 +13,7 @@
 // `python build.py --peers`) the same case on llama.cpp in WebAssembly in this page, for the ratios.
 // ?speech=1 (or ?speech=simd,webgpu) adds Whisper's real-time factor on the 28 s speech sample (benchSpeech).
 // ?yolo=1 adds YOLO detection and pose against ONNX Runtime Web, and a live-camera loop (bench-yolo.js).
+// ?ocr=1 adds PP-OCR on the screenshot sample against ONNX Runtime Web at 1 and 2 threads (bench-ocr.js).
 // ?structured=1 (or =NAME,...) adds decoding with a JSON Schema against free decoding on SmolLM2 and
 // Qwen2.5-0.5B (benchStructured, engine/bench/structured.py).
 // ?startup=N (1: 3 rounds) compares the site's start with a bare Pyodide start (bare-start.js) in this
@@ -32,6 +33,7 @@
 // ?llm_profile=1: then ours' time per kernel (a prefill chunk, a decode step) at each count.
 import { EngineClient } from "./engine-client.js";
 import { benchYolo } from "./bench-yolo.js";
+import { benchOcr, ocrThreads } from "./bench-ocr.js";
 
 const params = new URLSearchParams(location.search);
 const repeat = Number(params.get("repeat")) || 20;
@@ -48,6 +50,7 @@ const llmModel = llmParts.find((v) => !BACKENDS.has(v)) || null;
 const llmThreads = counts("llm_threads").length ? counts("llm_threads") : llmModel ? threadCounts : [];
 const ortThreads = params.has("ort") && params.get("ort") !== "0" ? (counts("ort_threads").length ? counts("ort_threads") : [1, 2]) : [];
 // with ?llm=<model>, ?threads= is the LLM's counts: the thread section runs only when asked for besides
+const ocrSection = params.has("ocr") && params.get("ocr") !== "0";
 const threadSection = ortThreads.length > 0 || (threadCounts.length > 0 &&
   (!llmModel || counts("llm_threads").length > 0 || params.has("thread_cases")));
 
@@ -152,14 +155,15 @@ async function main() {
   }
   if (params.has("speech") && params.get("speech") !== "0") await section("speech", () => benchSpeech(client, results));
   if (params.has("yolo") && params.get("yolo") !== "0") await section("yolo", () => benchYolo(client, results, params, info));
+  if (ocrSection) await section("ocr", () => benchOcr(client, results, params, info));
   return results;
 }
 
 // The kernel threads the worker starts with: the largest of ?threads= (every section before the
-// thread section runs on it), else 1, so that the other sections' numbers stay one core's unless
+// thread section runs on it) and of the OCR section's counts when it runs, else 1, so that the other sections' numbers stay one core's unless
 // asked; 1 when the page is not cross-origin isolated (a pool needs a SharedArrayBuffer).
 function threadsWanted() {
-  const wanted = [...threadCounts, ...llmThreads];
+  const wanted = [...threadCounts, ...llmThreads, ...(ocrSection ? ocrThreads(params) : [])];
   return self.crossOriginIsolated === true && wanted.length ? Math.max(...wanted) : 1;
 }
 
