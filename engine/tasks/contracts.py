@@ -39,6 +39,21 @@ class Detector(Model, Protocol):
     def forward(self, x): ...
 
 
+class TextReader(Model, Protocol):
+    """PP-OCR's three networks (engine/tasks/ocr.py): det(x) (N, 3, H, W) -> (N, 1, H, W) text
+    probabilities, cls(x) (N, 3, 48, 192) -> (N, 2) probabilities of 0 and 180 degrees, rec(x)
+    (N, 3, 48, W) -> (N, W / 8, classes) probabilities; `settings` (thresholds and input shapes)
+    and the recognizer's `characters` (class 0: CTC's blank)."""
+    settings: Mapping
+    characters: list
+
+    def det(self, x): ...
+
+    def cls(self, x): ...
+
+    def rec(self, x): ...
+
+
 class SentenceEncoder(Model, Protocol):
     """forward(input_ids, attention_mask, token_type_ids) -> (N, L, hidden) states, which the model
     file's `embed(model, batch)` pools."""

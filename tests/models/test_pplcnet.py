@@ -151,7 +151,7 @@ def test_real_detector_backbone_matches_onnxruntime():
 
     from buildtools.onnx_weights import read_onnx
     from tests.ocr_files import wheel_path
-    with zipfile.ZipFile(wheel_path("pp-ocrv4-rec")) as archive:    # the recognizer's wheel holds the detector too
+    with zipfile.ZipFile(wheel_path("pp-ocrv4")) as archive:        # the model set's wheel: its detector
         data = archive.read("rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx")
     checkpoint_ = read_onnx(data, "ch_PP-OCRv4_det_infer.onnx")
     config = P.Config.detector()

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 import engine
-from engine import registry
 from engine.errors import InputError, WeightsError
 from models import ppocr_rec as R
 from tests.helpers import need_import
@@ -104,12 +103,13 @@ def real(request):
     from buildtools.onnx_weights import read_onnx
     from tests.ocr_files import checkpoint, member
     name = request.param
-    entry = registry.model(name)
     data = checkpoint(name)
-    ck = read_onnx(data, name)
-    files = {"weights": ck}                                   # what the build gives an ONNX entry
-    config = entry.generate["config.json"](files, lambda role: member(name, role))
-    return name, data, config, list(entry.convert(files))
+    files = {"rec": read_onnx(data, name)}                    # what the build gives the model set (its "rec")
+    if name == "pp-ocrv5-rec":
+        config = R.config_json_v5(files, lambda role: member("pp-ocrv5", role), role="rec")
+    else:
+        config = R.config_json_v4(files, None, role="rec")
+    return name, data, config, list(R.convert(files, role="rec"))
 
 
 def text_line(width=320):
@@ -140,9 +140,9 @@ def test_real_recognizer_matches_onnxruntime(real, dtype, tmp_path):
     if dtype == "float16":                                    # as the site serves it: shards + config.json
         engine.save_safetensors(weights, tmp_path / "model.safetensors", max_shard_bytes=1 << 21)
         (tmp_path / "config.json").write_bytes(config)
-        model = registry.model(name).load(tmp_path)
+        model = R.load(tmp_path)
     else:
-        model = registry.model(name).load(weights, config=config)
+        model = R.load(weights, config=config)
     characters = json.loads(config)["characters"]
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)

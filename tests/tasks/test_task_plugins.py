@@ -209,7 +209,7 @@ PAGE_COMMANDS = {"devices", "tasks", "set_device", "inspect_model", "run", "pred
                  "embed_texts", "chat", "complete_text", "chat_stop", "chat_reset", "chat_context", "chat_defaults", "bench_digit",
                  "bench_image", "bench_text", "bench_gemm", "bench_ops", "bench_qlinear", "bench_llm", "bench_threads",
                  "bench_peer_cases", "transcribe_audio", "transcribe_stop", "speech_transcript", "speech_model",
-                 "detect_image", "bench_yolo", "bench_yolo_cases"}
+                 "detect_image", "bench_yolo", "bench_yolo_cases", "read_text"}
 
 
 def test_the_worker_exports_every_command_of_the_page_and_imports_no_task_s_heavy_parts():
@@ -229,7 +229,7 @@ def test_the_worker_exports_every_command_of_the_page_and_imports_no_task_s_heav
     out = json.loads(r.stdout)
     assert PAGE_COMMANDS <= set(out["exports"]) and len(out["exports"]) == len(set(out["exports"]))
     assert out["callable"]
-    assert out["tasks"] == ["digit_classification", "image_classification", "object_detection", "pose_estimation",
+    assert out["tasks"] == ["digit_classification", "image_classification", "object_detection", "ocr", "pose_estimation",
                             "sentence_embedding", "speech_recognition", "text_generation", "voice_activity"]
     assert out["loaded"] == [], out["loaded"]
 
