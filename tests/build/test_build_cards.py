@@ -21,7 +21,7 @@ def test_every_card_of_the_checkout_is_found_in_the_order_of_its_task_module():
     assert [(c.tab, c.task, c.label) for c in found] == [
         ("digit", "digit-classification", "Digit"), ("photo", "image-classification", "Photo"),
         ("detect", "object-detection", "Detect"), ("sentences", "sentence-embedding", "Sentences"), ("chat", "text-generation", "Chat"),
-        ("speech", "speech-recognition", "Speech")]
+        ("speech", "speech-recognition", "Speech"), ("ocr", "ocr", "Read text")]
     served = set(engine.registry.tasks())
     assert all(c.task in served for c in found)           # every card's task is a registry task
     assert sorted(p.stem for p in (WEB / "cards").glob("*.py")) == sorted(c.task for c in found)
@@ -56,7 +56,7 @@ def test_the_page_is_put_together(tmp_path):
 def test_cards_of_tasks_the_registry_lacks_come_last(tmp_path):
     found = cards.find(WEB, ["text-generation", "digit-classification"])
     assert [c.task for c in found] == ["text-generation", "digit-classification", "image-classification",
-                                       "object-detection", "sentence-embedding", "speech-recognition"]
+                                       "object-detection", "ocr", "sentence-embedding", "speech-recognition"]
 
 
 @pytest.fixture

@@ -50,7 +50,8 @@ def test_the_hash_opens_its_card_and_only_its_model_loads(dev_server, session_fa
     tabs = page.eval_on_selector_all("[role=tablist] [role=tab]", "els => els.map(e => [e.dataset.tab, "
                                      "e.getAttribute('href'), e.textContent])")
     assert tabs == [["digit", "#digit", "Digit"], ["photo", "#photo", "Photo"], ["detect", "#detect", "Detect"],
-                    ["sentences", "#sentences", "Sentences"], ["chat", "#chat", "Chat"], ["speech", "#speech", "Speech"]]
+                    ["sentences", "#sentences", "Sentences"], ["chat", "#chat", "Chat"], ["speech", "#speech", "Speech"],
+                    ["ocr", "#ocr", "Read text"]]
     # another card opened: its model loads now, and works
     s.open_card("digit")
     assert page.evaluate("location.hash") == "#digit"
@@ -90,7 +91,7 @@ def test_the_opened_card_is_the_only_one_painted_before_the_pages_python_runs(de
     page.wait_for_function("window.engineClient && window.engineClient.tasksWanted")
     assert page.evaluate("window.engineClient.tasksWanted") == ["sentence-embedding", "digit-classification",
                                                                 "image-classification", "object-detection",
-                                                                "text-generation", "speech-recognition"]
+                                                                "text-generation", "speech-recognition", "ocr"]
     s.wait_ready()
     wait_shown(page, "sentences")
     assert page.evaluate("document.getElementById('opening-card')") is None
@@ -134,7 +135,7 @@ def test_back_and_forward_and_the_keyboard(dev_server, session_factory):
 
     # arrows move between the tabs (wrapping), Home and End to the ends; Space or Enter opens one;
     # the selected tab is the one Tab reaches (the others: tabindex -1)
-    assert page.eval_on_selector_all("[role=tab]", "els => els.map(e => e.tabIndex)") == [-1, -1, -1, 0, -1, -1]
+    assert page.eval_on_selector_all("[role=tab]", "els => els.map(e => e.tabIndex)") == [-1, -1, -1, 0, -1, -1, -1]
     page.focus("#tab-sentences")
     focused = "() => document.activeElement.dataset.tab"
     page.keyboard.press("ArrowRight")
@@ -142,8 +143,10 @@ def test_back_and_forward_and_the_keyboard(dev_server, session_factory):
     page.keyboard.press("ArrowRight")
     assert page.evaluate(focused) == "speech"
     page.keyboard.press("ArrowRight")
+    assert page.evaluate(focused) == "ocr"
+    page.keyboard.press("ArrowRight")
     assert page.evaluate(focused) == "digit"
-    for _ in range(3):
+    for _ in range(4):
         page.keyboard.press("ArrowLeft")
     assert page.evaluate(focused) == "sentences"
     page.keyboard.press("Home")
