@@ -62,11 +62,11 @@ class TextReader(Pipeline):
         return self.model.settings
 
     def network(self, name: str, x: np.ndarray) -> np.ndarray:
-        """One of the three networks on a NumPy batch, through a pass captured per shape where
-        the backend replays faster (engine.graph.Passes)."""
-        from ..graph import Passes
-        passes = self.__dict__.setdefault("_passes", Passes(limit=4))
-        return self.run(lambda model: passes.run((id(model), name), getattr(model, name), (x,), self.device).numpy())
+        """One of the three networks on a NumPy batch, eagerly: not through captured passes
+        (engine.graph.Passes), whose buffers stay held per input shape (the recognizer's batches
+        each have their own width: in a page with the kernel pool 0.7-0.9 GB a shape)."""
+        from ..tensor import from_numpy
+        return self.run(lambda model: getattr(model, name)(from_numpy(x, self.device)).numpy())
 
     def _batched(self, name: str, crops: list, make, size: int) -> list:
         """The network `name` over the crops, narrowest first in batches of `size`; its outputs
