@@ -7,7 +7,8 @@
 // time, at the same thread count), so both sides have the same pre- and post-processing; ratios
 // ours/peer for the whole pipeline and for the networks alone. ?ocr_rounds=N (2) interleaved rounds
 // (the peer first in every other round; medians shown), ?ocr_repeat=N (3) runs per case after an
-// untimed one, ?ocr_ort=0 without the peer. The peer's outputs are checked against ours.
+// untimed one, ?ocr_ort=0 without the peer, ?ocr_ort_threads=1,2 the peer's counts when they differ
+// from ours'. The peer's outputs are checked against ours.
 const STAGES = ["det", "cls", "rec"];
 const IMAGE = "samples/ocr/screenshot.png";
 
@@ -92,6 +93,7 @@ export async function benchOcr(client, results, params, info) {
   card.hidden = false;
   const model = params.get("ocr_model") || "pp-ocrv4";
   const threads = ocrThreads(params);
+  const peerThreads = counts(params.get("ocr_ort_threads"), threads);
   const rounds = Number(params.get("ocr_rounds")) || 2;
   const repeat = Number(params.get("ocr_repeat")) || 3;
   const withPeer = params.get("ocr_ort") !== "0";
@@ -104,18 +106,22 @@ export async function benchOcr(client, results, params, info) {
   const out = results.ocr = {
     model, image, image_shape: reference.image_shape, input: reference.stats.input, lines: reference.lines,
     batches: Object.fromEntries(STAGES.map((s) => [s, reference.feeds[s].map((f) => f.x.dims)])),
-    threads, rounds, repeat, ours: [], ort: withPeer ? [] : null, ort_version: null,
+    threads, ort_threads: peerThreads, rounds, repeat, ours: [], ort: withPeer ? [] : null, ort_version: null,
   };
   const runOurs = async (round) => {
     for (const n of threads) {
       cardStatus.textContent = `round ${round + 1}: ours, ${n} thread${n > 1 ? "s" : ""}`;
       const set = await client.python("bench_threads", n);
-      const times = await inWorker(client, `await _ocr.page_times(${JSON.stringify(image)}, ${repeat})`);
-      out.ours.push({ round, requested: n, used: set.used, reason: set.reason, ...times });
+      try {
+        const times = await inWorker(client, `await _ocr.page_times(${JSON.stringify(image)}, ${repeat})`);
+        out.ours.push({ round, requested: n, used: set.used, reason: set.reason, ...times });
+      } catch (err) {                    // e.g. out of memory: said in the table, the other counts still run
+        out.ours.push({ round, requested: n, used: set.used, reason: set.reason, error: String(err.message || err).split("\n").filter(Boolean).at(-1) });
+      }
     }
   };
   const runPeer = async (round) => {
-    for (const n of threads) {
+    for (const n of peerThreads) {
       cardStatus.textContent = `round ${round + 1}: ONNX Runtime Web, ${n} thread${n > 1 ? "s" : ""}`;
       if (n > 1 && self.crossOriginIsolated !== true) {
         out.ort.push({ round, threads: n, skipped: "the page is not cross-origin isolated: ONNX Runtime Web would run on 1 thread" });
@@ -143,8 +149,8 @@ export async function benchOcr(client, results, params, info) {
 function summarize(out) {
   out.summary = [];
   out.ratios = [];
-  for (const n of out.threads) {
-    const ours = out.ours.filter((r) => r.requested === n);
+  for (const n of [...new Set([...out.threads, ...out.ort_threads])].sort((a, b) => a - b)) {
+    const ours = out.ours.filter((r) => r.requested === n && !r.error);
     const peer = (out.ort || []).filter((r) => r.threads === n && r.cases);
     const peerStage = (stage) => {
       const sums = peer.map((r) => {
@@ -215,6 +221,7 @@ function table(out) {
   const said = new Set();
   const say = (line) => { if (!said.has(line)) { said.add(line); lines.push(line); } };
   for (const r of out.ours) if (r.used !== r.requested) say(`ours, ${r.requested} threads asked: ran on ${r.used} (${r.reason})`);
+  for (const r of out.ours) if (r.error) say(`ours, ${r.requested} thread${r.requested > 1 ? "s" : ""}: ${r.error}`);
   for (const r of out.ort || []) {
     if (r.skipped || r.error) say(`ONNX Runtime Web, ${r.threads} threads: ${r.skipped || r.error}`);
     for (const [name, c] of Object.entries(r.cases || {})) if (c.error) say(`ONNX Runtime Web, ${name}: ${c.error}`);

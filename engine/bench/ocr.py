@@ -202,6 +202,7 @@ def bench_ocr(devices=(None,), model: str = "pp-ocrv4", image: str | None = None
     """{"cases": [{"side", "kind" ("pipeline" | "network"), "stage" ("det" | "cls" | "rec" | "total"),
     "ms", "best_ms"}...], "ratios": [...], "texts": {...}, ...}: ours on each of `devices` (None: the
     pipeline's own default) against rapidocr and onnxruntime (`reference`) at the engine's thread count."""
+    from ..device import default_device
     from ..tasks import pipeline
     from ..threads import get_num_threads
     threads = get_num_threads()
@@ -210,7 +211,7 @@ def bench_ocr(devices=(None,), model: str = "pp-ocrv4", image: str | None = None
     pipes = {}
     for device in devices:
         pipe = pipeline("ocr", model=model, device=device, **({"weights": weights} if weights else {}))
-        pipes[pipe.device or "numpy"] = pipe
+        pipes[pipe.device or default_device()] = pipe
     first = next(iter(pipes.values()))
     batches, result = captured_inputs(first, picture)
     ours_texts = [line["text"] for line in result["lines"]]
