@@ -15,9 +15,10 @@
 
 /* Bumped whenever an exported signature or its meaning changes; the Python side refuses a
  * library built from other sources. */
-#define ENGINE_KERNELS_ABI 8
+#define ENGINE_KERNELS_ABI 9
 
-enum activation { ACT_NONE = 0, ACT_RELU = 1, ACT_RELU6 = 2, ACT_GELU = 3, ACT_GELU_TANH = 4, ACT_SILU = 5 };
+enum activation { ACT_NONE = 0, ACT_RELU = 1, ACT_RELU6 = 2, ACT_GELU = 3, ACT_GELU_TANH = 4, ACT_SILU = 5,
+                  ACT_HARDSWISH = 6 };
 
 typedef float v4f __attribute__((vector_size(16)));
 typedef int32_t v4i __attribute__((vector_size(16)));
@@ -171,6 +172,8 @@ static inline v4f activate4(v4f x, int act) {
         return x * sigmoid4(u);
     }
     case ACT_SILU: return x * sigmoid4(x);
+    case ACT_HARDSWISH:                    /* x relu6(x + 3) / 6, divided as torch does */
+        return x * min4(max4(x + splat(3.0f), splat(0.0f)), splat(6.0f)) / splat(6.0f);
     default: return x;
     }
 }
@@ -182,6 +185,7 @@ static inline v4f relu64(v4f x) { return activate4(x, ACT_RELU6); }
 static inline v4f gelu4(v4f x) { return activate4(x, ACT_GELU); }
 static inline v4f gelu_tanh4(v4f x) { return activate4(x, ACT_GELU_TANH); }
 static inline v4f silu4(v4f x) { return activate4(x, ACT_SILU); }
+static inline v4f hardswish4(v4f x) { return activate4(x, ACT_HARDSWISH); }
 
 #define ACTIVATE_SPAN(fn)                                                                      \
     do {                                                                                       \
@@ -203,6 +207,7 @@ static __attribute__((noinline, unused)) void activate_span(size_t count, const 
     case ACT_GELU: ACTIVATE_SPAN(gelu4); break;
     case ACT_GELU_TANH: ACTIVATE_SPAN(gelu_tanh4); break;
     case ACT_SILU: ACTIVATE_SPAN(silu4); break;
+    case ACT_HARDSWISH: ACTIVATE_SPAN(hardswish4); break;
     default:
         if (y != x)
             for (size_t i = 0; i < count; ++i) y[i] = x[i];

@@ -125,7 +125,7 @@ static void pack_b_half(size_t kc, size_t nc, const uint16_t *b, ptrdiff_t rs, p
  * (GELU, SiLU: polynomials and exp) on each finished block of C, row by row (activate_span):
  * inlined into the tile loop they cost it registers, and measured no faster than a pass over
  * the block, which is still in cache. */
-static inline int cheap_act(int act) { return act == ACT_RELU || act == ACT_RELU6; }
+static inline int cheap_act(int act) { return act == ACT_RELU || act == ACT_RELU6 || act == ACT_HARDSWISH; }
 
 /* bias (if any) and a cheap activation on a row of 8 results `lo`, `hi` at (i, j) */
 static inline void finish_row(v4f *lo, v4f *hi, const epilogue *ep, size_t i, size_t j, size_t nr) {

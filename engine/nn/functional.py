@@ -496,6 +496,13 @@ def silu(input: Tensor) -> Tensor:  # noqa: A002
     return mul(x, sigmoid(x))
 
 
+def hardswish(input: Tensor) -> Tensor:  # noqa: A002
+    """x * relu6(x + 3) / 6 (Howard et al. 2019, "Searching for MobileNetV3",
+    https://arxiv.org/abs/1905.02244), divided by 6 last as torch does."""
+    x = to_floating(input)
+    return div(mul(x, relu6(add(x, 3.0))), 6.0)
+
+
 def silu_mul(gate: Tensor, up: Tensor) -> Tensor:
     """silu(gate) * up: the product of a SwiGLU feed-forward layer (Shazeer 2020, "GLU Variants
     Improve Transformer", https://arxiv.org/abs/2002.05202), whose gate and up projections are
@@ -629,4 +636,5 @@ def _repeat_heads(x: Tensor, rep: int) -> Tensor:
 
 # conv2d_act's activations: the names the simd kernels' epilogue knows, each with its composite
 CONV_ACTIVATIONS = {"none": lambda x: x, "relu": relu, "relu6": relu6, "gelu": gelu,
-                    "gelu_tanh": lambda x: gelu(x, approximate="tanh"), "silu": silu}
+                    "gelu_tanh": lambda x: gelu(x, approximate="tanh"), "silu": silu,
+                    "hardswish": hardswish}

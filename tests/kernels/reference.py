@@ -24,6 +24,8 @@ def activation_reference(z: np.ndarray, name: str) -> np.ndarray:
         return 0.5 * z * (1 + np.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z ** 3)))
     if name == "silu":
         return z / (1 + np.exp(-z))
+    if name == "hardswish":
+        return z * np.clip(z + 3, 0, 6) / 6
     raise ValueError(name)
 
 

@@ -89,7 +89,7 @@ def test_conv2d_with_bias(rng, kwargs):
     agree(lambda x, w, b: F.conv2d(x[0], w, b, **kwargs), x, w, b, atol=1e-5)       # unbatched
 
 
-@pytest.mark.parametrize("activation", ["relu", "relu6", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("activation", ["relu", "relu6", "gelu", "gelu_tanh", "silu", "hardswish"])
 @pytest.mark.parametrize("groups", [1, 6])
 def test_conv2d_act_fuses_the_activation(rng, activation, groups):
     x = rng.standard_normal((2, 6, 9, 10), dtype=np.float32) * 4

@@ -64,7 +64,7 @@ def test_conv2d(rng, case):
                                   K.conv2d(x, weight, bias, stride, pads, dilation, groups))
 
 
-@pytest.mark.parametrize("activation", ["none", "relu", "relu6", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("activation", ["none", "relu", "relu6", "gelu", "gelu_tanh", "silu", "hardswish"])
 def test_conv2d_epilogue(rng, activation):
     for case in (CASES[1], CASES[2], CASES[6]):               # im2col, direct 1x1, depthwise
         n, c, h, w, o, kh, kw, stride, pads, dilation, groups = case
@@ -76,7 +76,7 @@ def test_conv2d_epilogue(rng, activation):
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c[10] == c[1] == c[4]], ids=lambda c: f"{c[5]}x{c[6]}s{c[7]}")
-@pytest.mark.parametrize("activation", ["none", "relu6", "silu"])
+@pytest.mark.parametrize("activation", ["none", "relu6", "silu", "hardswish"])
 def test_depthwise_export(rng, case, activation):
     n, c, h, w, o, kh, kw, stride, pads, dilation, groups = case
     x, weight, bias = make(rng, n, c, h, w, o, kh, kw, groups)

@@ -10,7 +10,7 @@ from tests.kernels.reference import activation_reference, assert_within, gemm_re
 # (M, K, N): 1s, primes, non-multiples of MR=4/NR=8, K=1, K over KC=256, M over MC=96, N over NC=512
 SHAPES = [(1, 1, 1), (1, 7, 1), (7, 1, 5), (1, 13, 17), (13, 1, 1), (5, 3, 2), (4, 8, 8), (6, 16, 9),
           (17, 31, 29), (3, 257, 5), (2, 600, 3), (97, 101, 89), (130, 520, 530), (16, 64, 33), (1, 1280, 1000)]
-ACTIVATIONS = ["none", "relu", "relu6", "gelu", "gelu_tanh", "silu"]
+ACTIVATIONS = ["none", "relu", "relu6", "gelu", "gelu_tanh", "silu", "hardswish"]
 
 
 def layouts(x: np.ndarray):

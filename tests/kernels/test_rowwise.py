@@ -94,7 +94,7 @@ def test_rms_norm(rng, n):
         assert_within(out, expected, 1e-5 * np.abs(expected) + 1e-6, f"weight={w is not None}")
 
 
-@pytest.mark.parametrize("activation", ["none", "relu", "relu6", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("activation", ["none", "relu", "relu6", "gelu", "gelu_tanh", "silu", "hardswish"])
 @pytest.mark.parametrize("shape", [(2, 3, 5, 7), (1, 4, 1, 1), (3, 1, 9), (2, 5)])
 def test_scale_shift(rng, shape, activation):
     x = rng.standard_normal(shape, dtype=np.float32) * 4

@@ -15,7 +15,7 @@ from tests.kernels.reference import (activation_reference, assert_within, assert
 from tests.kernels.test_rowwise import norm_tolerance
 
 
-@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "silu", "relu", "relu6"])
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "silu", "relu", "relu6", "hardswish"])
 @pytest.mark.parametrize("count", [1, 3, 4, 7, 8, 9, 1001])
 def test_activation(rng, activation, count):
     x = (rng.standard_normal(count) * 4).astype(np.float32)

@@ -169,7 +169,7 @@ def rowwise_checks(rng, errors):
 
 def transformer_checks(rng, errors):
     x = (rng.standard_normal(1001) * 4).astype(np.float32)
-    for name in ("gelu", "gelu_tanh", "silu"):
+    for name in ("gelu", "gelu_tanh", "silu", "hardswish"):
         errors[f"activation {name}"] = worst(K.activation(x, name), activation_reference(x, name),
                                              2e-6 * np.abs(x) + 1e-37)
     gate_up = (rng.standard_normal((5, 2 * 1001)) * 4).astype(np.float32)   # SwiGLU's halves, read in place

@@ -59,13 +59,14 @@ def test_conv2d_non_contiguous_unbatched_and_errors():
         F.conv2d(engine.ones(1, 3, 5, 5), w, stride=2, padding="same")
 
 
-@pytest.mark.parametrize("activation", ["none", "relu", "relu6", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("activation", ["none", "relu", "relu6", "gelu", "gelu_tanh", "silu", "hardswish"])
 def test_conv2d_act_per_side_padding(activation):
     x, tx = pair(2, 6, 9, 10)
     w, tw = pair(6, 1, 5, 5)
     b, tb = pair(6)
     acts = {"none": lambda t: t, "relu": torch.relu, "relu6": TF.relu6, "gelu": TF.gelu,
-            "gelu_tanh": lambda t: TF.gelu(t, approximate="tanh"), "silu": TF.silu}
+            "gelu_tanh": lambda t: TF.gelu(t, approximate="tanh"), "silu": TF.silu,
+            "hardswish": TF.hardswish}
     # TF "SAME" for a stride-2 5x5: one pixel before, two after
     expected = acts[activation](TF.conv2d(TF.pad(tx, (1, 2, 0, 1)), tw, tb, stride=2, groups=6))
     got = F.conv2d_act(x, w, b, stride=2, padding=((0, 1), (1, 2)), groups=6, activation=activation)
@@ -192,7 +193,8 @@ def test_fused_kernels_equal_their_composites(dtype, monkeypatch):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
-@pytest.mark.parametrize("name", ["relu", "relu6", "silu", "sigmoid", "tanh", "gelu", "gelu_tanh", "hardtanh"])
+@pytest.mark.parametrize("name", ["relu", "relu6", "silu", "sigmoid", "tanh", "gelu", "gelu_tanh", "hardtanh",
+                                  "hardswish"])
 def test_activations(name):
     x, tx = pair(4, 33, scale=5.0)
     x, tx = x[:, ::2], tx[:, ::2]

@@ -75,7 +75,8 @@ def conv_checks(rng, errors):
             (3, 6, 8, 10, 4, (3, 2), (2, 1), ((1, 1), (2, 2)), (1, 2), 2, "relu6"),
             (1, 8, 13, 13, 8, 3, 1, 1, 1, 8, "relu6"), (2, 5, 16, 12, 5, 5, 2, ((1, 2), (1, 2)), 1, 5, "none"),
             (1, 7, 23, 29, 7, 3, 2, ((0, 1), (0, 1)), 1, 7, "silu"), (1, 96, 17, 17, 96, 5, 1, 2, 1, 96, "relu6"),
-            (2, 16, 15, 15, 70, 3, 1, 1, 1, 1, "gelu"), (1, 3, 35, 35, 32, 3, 2, ((0, 1), (0, 1)), 1, 1, "relu6")]:
+            (2, 16, 15, 15, 70, 3, 1, 1, 1, 1, "gelu"), (1, 3, 35, 35, 32, 3, 2, ((0, 1), (0, 1)), 1, 1, "relu6"),
+            (1, 12, 11, 13, 12, 5, 1, 2, 1, 12, "hardswish"), (2, 8, 9, 9, 20, 1, 1, 0, 1, 1, "hardswish")]:
         kh, kw = (k, k) if isinstance(k, int) else k
         x = rng.standard_normal((n, c, h, w), dtype=np.float32)
         wt = (rng.standard_normal((o, c // groups, kh, kw)) / np.sqrt(kh * kw * c / groups)).astype(np.float32)

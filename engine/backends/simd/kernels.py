@@ -15,7 +15,7 @@ import numpy as np
 
 from . import library
 
-ACTIVATIONS = {"none": 0, "relu": 1, "relu6": 2, "gelu": 3, "gelu_tanh": 4, "silu": 5}
+ACTIVATIONS = {"none": 0, "relu": 1, "relu6": 2, "gelu": 3, "gelu_tanh": 4, "silu": 5, "hardswish": 6}
 _F32 = np.dtype(np.float32)
 _local = threading.local()      # ctypes releases the GIL: each thread gets its own scratch
 

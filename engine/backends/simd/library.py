@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ... import runtime
 
-ABI = 8                                  # ENGINE_KERNELS_ABI in wasm_kernels/common.h
+ABI = 9                                  # ENGINE_KERNELS_ABI in wasm_kernels/common.h
 PYODIDE_PATH = "/lib/engine_kernels.so"
 FLAVOURS = {"simd": "engine_kernels.simd.wasm", "relaxed": "engine_kernels.relaxed.wasm"}
 SOURCES = Path(__file__).resolve().parents[3] / "wasm_kernels"

@@ -22,7 +22,7 @@ import numpy as np
 from .gpu import Gpu, GpuBuffer
 
 SHADERS = Path(__file__).resolve().parent / "shaders"
-ACTIVATIONS = {"none": 0, "relu": 1, "relu6": 2, "gelu": 3, "gelu_tanh": 4, "silu": 5}
+ACTIVATIONS = {"none": 0, "relu": 1, "relu6": 2, "gelu": 3, "gelu_tanh": 4, "silu": 5, "hardswish": 6}
 NAN_TEST = {"f32": "is_nan(x)", "i32": "false", "u32": "false"}
 
 

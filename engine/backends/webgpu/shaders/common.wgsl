@@ -167,6 +167,7 @@ fn activate(v: f32, act: u32) -> f32 {
         case 3u: { return v * 0.5 * (1.0 + erf_(v * 0.70710678118654752)); }
         case 4u: { return 0.5 * v * (1.0 + tanh_(0.79788456080286536 * (v + 0.044715 * v * v * v))); }
         case 5u: { return v / (1.0 + exp_(-v)); }
+        case 6u: { return v * clamp(v + 3.0, 0.0, 6.0) / 6.0; }
         default: { return v; }
     }
 }
