@@ -96,11 +96,6 @@ def make_divisible(value: float, divisor: int = 16) -> int:
     return rounded + divisor if rounded < 0.9 * value else rounded
 
 
-def hardswish(x):
-    """x * relu6(x + 3) / 6 (Paddle's and torch's hardswish)."""
-    return x * F.clamp(x + 3.0, 0.0, 6.0) * (1.0 / 6.0)
-
-
 def hardsigmoid(x, slope: float = 1.0 / 6.0, offset: float = 0.5):
     """clip(slope * x + offset, 0, 1): Paddle's hardsigmoid (slope 1/6 in nn.Hardsigmoid,
     0.2 where the detector's neck calls F.hardsigmoid)."""
@@ -121,33 +116,39 @@ class LearnableAffine(nn.Module):
 
 
 class Act(nn.Module):
-    """lab(hardswish(x)); fold() turns it into relu6(x + 3) (one clamp pass), x * that, then one
-    per-channel multiply-add (F.batch_norm's fused kernel) holding the 1/6 and the affine."""
+    """lab(hardswish(x)). Folded (inference), the hardswish runs in the epilogue of the conv before
+    it (RepLayer) and `affine` is the lab as one per-channel multiply-add pass (F.batch_norm's fused
+    kernel), unless the next layer absorbed it (`absorbed`: a 1x1 conv, see Block.fold)."""
 
     def __init__(self, channels: int):
         super().__init__()
         self.channels = channels
         self.lab = LearnableAffine()
         self.folded = False
+        self.absorbed = False
 
     def forward(self, x):
-        if not self.folded:
-            scale, bias = self.lab.values()
-            return hardswish(x) * scale + bias
-        t = F.hardtanh(x + 3.0, 0.0, 6.0)                         # relu6(x + 3)
-        return F.batch_norm(x * t, self.zero, self.one, self.scale6, self.shift, eps=0.0)
+        scale, bias = self.lab.values()
+        return F.hardswish(x) * scale + bias
+
+    def affine(self, x):
+        """lab(x) of the conv's hardswish output, after fold()."""
+        if self.absorbed:
+            return x
+        return F.batch_norm(x, self.zero, self.one, self.scale, self.shift, eps=0.0)
 
     def fold(self) -> None:
         scale, bias = self.lab.values()
         device = self.lab.scale.device
-        for name, value in (("zero", 0.0), ("one", 1.0), ("scale6", scale / 6.0), ("shift", bias)):
+        for name, value in (("zero", 0.0), ("one", 1.0), ("scale", scale), ("shift", bias)):
             self.register_buffer(name, from_numpy(np.full(self.channels, value, np.float32), device), persistent=False)
         self.folded = True
 
 
 class RepLayer(nn.Module):
     """A LearnableRepLayer after `rep()`: reparam_conv (with bias), lab, then Act unless the
-    stride is 2 in both directions. fold() moves `lab` into the conv."""
+    stride is 2 in both directions. fold() moves `lab` into the conv and Act's hardswish into the
+    conv's epilogue (F.conv2d_act)."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel: int, stride: tuple, groups: int = 1):
         super().__init__()
@@ -157,11 +158,14 @@ class RepLayer(nn.Module):
         self.folded = False
 
     def forward(self, x):
-        x = self.reparam_conv(x)
         if not self.folded:
             scale, bias = self.lab.values()
-            x = x * scale + bias
-        return self.act(x) if self.act is not None else x
+            x = self.reparam_conv(x) * scale + bias
+            return self.act(x) if self.act is not None else x
+        c = self.reparam_conv
+        x = F.conv2d_act(x, c.weight, c.bias, c.stride, c.padding, 1, c.groups,
+                         "hardswish" if self.act is not None else "none")
+        return self.act.affine(x) if self.act is not None else x
 
     def fold(self) -> None:
         if self.folded:
@@ -173,6 +177,19 @@ class RepLayer(nn.Module):
         if self.act is not None:
             self.act.fold()
         self.folded = True
+
+    def absorb(self, act: Act) -> None:
+        """Take the affine of the Act before this folded 1x1 rep layer into its conv:
+        W (s h + b) + c == (s W) h + (c + b W.sum(in)), the same function (no padding to break
+        it), so that Act costs no pass of its own."""
+        conv = self.reparam_conv
+        if not self.folded or conv.kernel_size != (1, 1) or conv.groups != 1:
+            raise ValueError("absorb: only a folded 1x1 dense rep layer takes the affine before it")
+        scale, bias = act.lab.values()
+        weight, device = conv.weight.numpy().astype(np.float64), conv.weight.device
+        conv.bias = from_numpy((conv.bias.numpy() + bias * weight.sum((1, 2, 3))).astype(np.float32), device)
+        conv.weight = from_numpy((weight * scale).astype(np.float32), device)
+        act.absorbed = True
 
 
 class SELayer(nn.Module):
@@ -202,6 +219,15 @@ class Block(nn.Module):
         if self.se is not None:
             x = self.se(x)
         return self.pw_conv(x)                                    # (N, C_out, H/sh, W/sw)
+
+    def fold(self) -> None:
+        """Both rep layers folded; with no SE between them, the depthwise layer's Act affine goes
+        into the pointwise conv."""
+        self.dw_conv.fold()
+        self.pw_conv.fold()
+        act = self.dw_conv.act
+        if self.se is None and act is not None and not act.absorbed:
+            self.pw_conv.absorb(act)
 
 
 class ConvBN(nn.Module):
@@ -247,10 +273,12 @@ class PPLCNetV3(nn.Module):
         return F.avg_pool2d(x, (3, 2), (3, 2))                    # (N, C, H/16 / 3, W/8): (N, 480, 1, W/8) at H=48
 
     def fold(self) -> "PPLCNetV3":
-        """Inference only: every rep layer's first affine into its conv (in place)."""
-        for m in self.modules():
-            if isinstance(m, RepLayer):
-                m.fold()
+        """Inference only (in place): every rep layer's first affine into its conv, its hardswish
+        into the conv's epilogue, and each block's depthwise Act affine into its pointwise conv
+        where no SE sits between them."""
+        for stage in self.stages():
+            for block in stage:
+                block.fold()
         return self
 
 

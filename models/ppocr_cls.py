@@ -74,11 +74,6 @@ def make_divisible(value: float, divisor: int = 8) -> int:
     return rounded + divisor if rounded < 0.9 * value else rounded
 
 
-def hardswish(x):
-    """x * relu6(x + 3) / 6."""
-    return x * F.hardtanh(x + 3.0, 0.0, 6.0) * (1.0 / 6.0)
-
-
 def hardsigmoid(x, slope: float = 0.2, offset: float = 0.5):
     """Paddle's hardsigmoid: clip(slope * x + offset, 0, 1)."""
     return F.hardtanh(x * slope + offset, 0.0, 1.0)
@@ -96,9 +91,7 @@ class ConvBNLayer(nn.Module):
 
     def forward(self, x):
         c = self.conv
-        y = F.conv2d_act(x, c.weight, c.bias, c.stride, c.padding, 1, c.groups,
-                         "relu" if self.act == "relu" else "none")
-        return hardswish(y) if self.act == "hardswish" else y
+        return F.conv2d_act(x, c.weight, c.bias, c.stride, c.padding, 1, c.groups, self.act or "none")
 
 
 class SEModule(nn.Module):
