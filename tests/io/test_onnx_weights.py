@@ -12,7 +12,7 @@ from tests.helpers import need_import
 
 def small_model(metadata=None) -> bytes:
     """x -> Conv(W from a Constant node, b an initializer) -> Add(c, a Constant) -> y."""
-    onnx = need_import("onnx", "the build reads ONNX with PyPI onnx")
+    need_import("onnx", "the build reads ONNX with PyPI onnx")
     from onnx import TensorProto, helper, numpy_helper
     w = numpy_helper.from_array(np.arange(2 * 3 * 3 * 3, dtype=np.float32).reshape(2, 3, 3, 3), "w")
     b = numpy_helper.from_array(np.array([0.5, -0.5], np.float32), "b")
@@ -52,7 +52,7 @@ def test_what_is_not_an_onnx_model_is_a_clear_error(damage):
     elif damage == "empty":
         data = b""
     else:
-        onnx = need_import("onnx")
+        need_import("onnx")
         from onnx import helper
         data = helper.make_model(helper.make_graph([], "g", [], [])).SerializeToString()
     with pytest.raises(WeightsError, match="bad.onnx"):
