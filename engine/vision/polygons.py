@@ -483,6 +483,7 @@ def _fixed_point_kernels() -> np.ndarray:
 
 
 _KERNELS = None
+_IDENTITY = False              # whether _KERNELS[0] (no fraction) takes each pixel as it is (set with _KERNELS)
 
 
 def warp_perspective(image: np.ndarray, matrix, size: tuple[int, int]) -> np.ndarray:
@@ -490,7 +491,7 @@ def warp_perspective(image: np.ndarray, matrix, size: tuple[int, int]) -> np.nda
     borderMode=BORDER_REPLICATE) for uint8 (H, W) or (H, W, C) images: each output pixel
     samples the source at matrix^-1 (x, y), rounded to 1/32 pixel, with a 4 x 4 bicubic
     kernel in 15-bit fixed point; sources outside repeat the edge pixels."""
-    global _KERNELS
+    global _KERNELS, _IDENTITY
     image = np.asarray(image)
     if image.dtype != np.uint8 or image.ndim not in (2, 3) or image.shape[0] == 0 or image.shape[1] == 0:
         raise InputError(f"warp_perspective wants a non-empty uint8 (H, W) or (H, W, C) image, "
@@ -510,6 +511,17 @@ def warp_perspective(image: np.ndarray, matrix, size: tuple[int, int]) -> np.nda
         raise InputError("warp_perspective: the matrix is singular") from None
     if _KERNELS is None:
         _KERNELS = _fixed_point_kernels()
+        identity = np.zeros((4, 4), _KERNELS.dtype)
+        identity[1, 1] = 1 << _WEIGHT_BITS
+        _IDENTITY = bool(np.array_equal(_KERNELS[0], identity))
+    source = image if image.ndim == 3 else image[:, :, None]
+    rows_in, cols_in = source.shape[:2]
+    shift = np.rint(inverse[:2, 2])
+    if _IDENTITY and np.allclose(inverse, [[1, 0, shift[0]], [0, 1, shift[1]], [0, 0, 1]], rtol=0, atol=1e-9):
+        rows = np.clip(np.arange(height) + int(shift[1]), 0, rows_in - 1)      # a shift by whole pixels (an
+        cols = np.clip(np.arange(width) + int(shift[0]), 0, cols_in - 1)       # upright box): pixels as they are
+        out = source[rows[:, None], cols[None, :]]
+        return out if image.ndim == 3 else out[:, :, 0]
     ys, xs = np.mgrid[0:height, 0:width].astype(np.float64)
     x = inverse[0, 0] * xs + inverse[0, 1] * ys + inverse[0, 2]
     y = inverse[1, 0] * xs + inverse[1, 1] * ys + inverse[1, 2]
@@ -519,9 +531,10 @@ def warp_perspective(image: np.ndarray, matrix, size: tuple[int, int]) -> np.nda
     fx = np.rint(np.clip(x * scale, -limit, limit)).astype(np.int64)
     fy = np.rint(np.clip(y * scale, -limit, limit)).astype(np.int64)
     sx, sy = fx >> 5, fy >> 5                                  # integer source pixel
+    if _IDENTITY and not ((fx | fy) & 31).any():               # whole source pixels: each as it is
+        out = source[np.clip(sy, 0, rows_in - 1), np.clip(sx, 0, cols_in - 1)]
+        return out if image.ndim == 3 else out[:, :, 0]
     kernel = _KERNELS[(fy & 31) * _SUBPIXEL + (fx & 31)]       # (h, w, 4, 4)
-    source = image if image.ndim == 3 else image[:, :, None]
-    rows_in, cols_in = source.shape[:2]
     total = np.zeros((height, width, source.shape[2]), dtype=np.int64)
     for i in range(4):
         rows = np.clip(sy + (i - 1), 0, rows_in - 1)
