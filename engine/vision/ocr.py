@@ -166,8 +166,8 @@ def reading_order(boxes: np.ndarray) -> list[int]:
 
 
 def crop_lines(bgr: np.ndarray, boxes: np.ndarray) -> list[np.ndarray]:
-    """Each box cut out upright (engine.vision.polygons.rotate_crop)."""
-    from .polygons import rotate_crop
+    """Each box cut out upright (engine.vision.warp.rotate_crop)."""
+    from .warp import rotate_crop
     return [rotate_crop(bgr, box) for box in boxes]
 
 

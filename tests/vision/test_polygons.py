@@ -16,10 +16,9 @@ import numpy as np
 import pytest
 
 from engine.errors import InputError
-from engine.vision.polygons import (box_points, box_score_fast, fill_polygon, get_mini_boxes,
-                                    get_perspective_transform, min_area_rect, order_points,
-                                    polygon_area, polygon_perimeter, rotate_crop, unclip,
-                                    warp_perspective)
+from engine.vision.polygons import (box_points, box_score_fast, fill_polygon, get_mini_boxes, min_area_rect,
+                                    order_points, polygon_area, polygon_perimeter, unclip)
+from engine.vision.warp import get_perspective_transform, rotate_crop, warp_perspective
 from tests.helpers import need_import
 
 
