@@ -32,7 +32,7 @@ from engine.dtypes import float16
 from engine.errors import InputError, WeightsError
 from engine.weights import AsFloat32
 
-from . import ppocr_cls, ppocr_det, ppocr_rec
+from . import paddle_graph, ppocr_cls, ppocr_det, ppocr_rec
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def convert(files):
     OnnxCheckpoint} ("weights": the detector, "cls", "rec"), the classifier's floating tensors in
     float16 (see the module's docstring for why only its)."""
     yield from ppocr_det.convert(files["weights"], prefix="det.")
-    for name, tensor in ppocr_cls.convert(ppocr_rec.onnx_file(files, "cls"), prefix="cls."):
+    for name, tensor in ppocr_cls.convert(paddle_graph.onnx_file(files, "cls"), prefix="cls."):
         yield name, tensor.to(dtype=float16) if tensor.dtype.is_floating_point else tensor
     yield from ppocr_rec.convert(files, role="rec", prefix="rec.")
 

@@ -40,7 +40,7 @@ from engine.errors import InputError, WeightsError
 from engine.tensor import from_numpy
 from engine.weights import AsFloat32
 
-from .pplcnet import match_layer, read_layers
+from .paddle_graph import match_layer, read_layers
 
 # MobileNetV3-small's blocks as rec_mobilenet_v3.py lists them, before scaling: (kernel, expanded
 # channels, output channels, squeeze-and-excitation, activation, stride (height, width))
@@ -195,15 +195,6 @@ def expected_layers(model: TextClassifier):
     return specs
 
 
-def next_layer(layers, name: str, source: str):
-    """The next of read_layers' layers, None at the end; a WeightsError naming `name` when the graph's
-    tensors cannot make one (a conv whose BatchNorm has another number of channels)."""
-    try:
-        return next(layers, None)
-    except ValueError as e:
-        raise WeightsError(f"{source}: the layer read as {name} does not fit its BatchNorm ({e})") from None
-
-
 def convert(graph, config: Config = Config(), prefix: str = "") -> list[tuple[str, object]]:
     """Build time: the weights of an exported classifier (buildtools/onnx_weights.py's OnnxCheckpoint)
     in its nodes' order as the site stores them, each under `prefix`, BatchNorm folded into each conv
@@ -212,7 +203,7 @@ def convert(graph, config: Config = Config(), prefix: str = "") -> list[tuple[st
     layers = read_layers(graph)
     pairs = []
     for name, kind, module in expected_layers(TextClassifier(config)):
-        for key, value in match_layer(name, kind, module, next_layer(layers, name, graph.name), graph.name):
+        for key, value in match_layer(name, kind, module, next(layers, None), graph.name):
             pairs.append((prefix + key, from_numpy(value)))
     extra = next(layers, None)
     if extra is not None:

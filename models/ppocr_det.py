@@ -54,8 +54,7 @@ from engine.errors import InputError, WeightsError
 from engine.tensor import from_numpy
 from engine.weights import AsFloat32
 
-from . import pplcnet
-from .ppocr_cls import next_layer
+from . import paddle_graph, pplcnet
 
 
 @dataclass(frozen=True)
@@ -290,14 +289,14 @@ def convert(graph, config: Config | None = None, prefix: str = "") -> list[tuple
     config = config or config_from_graph(graph)
     model = TextDetector(config)
     pairs, start = pplcnet.convert_backbone(graph, config.backbone(), prefix + "backbone.")
-    layers = pplcnet.read_layers(graph, start)
+    layers = paddle_graph.read_layers(graph, start)
     for name, kind, module in neck_layers(model):
-        layer = next_layer(layers, prefix + name, graph.name)
+        layer = next(layers, None)
         if kind == "conv_transpose":
             found = _transposed(name, module, layer, graph.name)
         else:
             try:
-                found = pplcnet.match_layer(name, kind, module, layer, graph.name)
+                found = paddle_graph.match_layer(name, kind, module, layer, graph.name)
             except WeightsError as e:                   # name the graph's tensor too
                 raise WeightsError(str(e), tensor=None if layer is None else layer.names.get("weight")) from None
         pairs += [(prefix + key, from_numpy(value)) for key, value in found]
@@ -313,7 +312,7 @@ def config_from_graph(graph) -> Config:
     (int(480 * scale) channels), the neck's width from the first neck conv, the shortcut from whether
     that conv's output is added back; the neck's Resize scales checked (2, 2, 2, then 8, 4, 2)."""
     backbone = pplcnet.expected_layers(pplcnet.PPLCNetV3(Config().backbone()))
-    layers = list(pplcnet.read_layers(graph))
+    layers = list(paddle_graph.read_layers(graph))
     if len(layers) <= len(backbone):
         raise WeightsError(f"{graph.name}: {len(layers)} weighted layers, fewer than the backbone's "
                            f"{len(backbone)}: not a PP-OCR mobile detector")

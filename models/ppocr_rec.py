@@ -41,7 +41,7 @@ import engine.nn.functional as F
 from engine.errors import InputError, WeightsError
 from engine.tensor import from_numpy
 
-from . import pplcnet
+from . import paddle_graph, pplcnet
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ class TextRecognizer(nn.Module):
 def _neck_layers(checkpoint):
     """The backbone's pairs and the layers after it: (pairs, [Layer])."""
     pairs, start = pplcnet.convert_backbone(checkpoint, pplcnet.Config.recognizer(), prefix="backbone.")
-    return pairs, list(pplcnet.read_layers(checkpoint, start))
+    return pairs, list(paddle_graph.read_layers(checkpoint, start))
 
 
 def _attention_scale(checkpoint, first: int, last: int) -> float | None:
@@ -277,21 +277,11 @@ def _norm_pairs(name, layer, module, source):
     return pairs
 
 
-def onnx_file(checkpoint, role: str = "weights"):
-    """The OnnxCheckpoint of `role` when the build gives {role: OnnxCheckpoint} (every .onnx file
-    of an entry), else `checkpoint` itself."""
-    if hasattr(checkpoint, "nodes"):
-        return checkpoint
-    if role not in checkpoint:
-        raise WeightsError(f"no ONNX file of role {role!r} among {sorted(checkpoint)}")
-    return checkpoint[role]
-
-
 def convert(checkpoint, role: str = "weights", prefix: str = ""):
     """Build time: the recognizer's (prefix + name, Tensor) pairs from its ONNX export (read_onnx;
     or the build's {role: OnnxCheckpoint}, of which `role`'s), in the graph's order, BatchNorms
     folded; a WeightsError names the tensor that does not fit."""
-    checkpoint = onnx_file(checkpoint, role)
+    checkpoint = paddle_graph.onnx_file(checkpoint, role)
     source = getattr(checkpoint, "name", "the graph")
     config = config_from_checkpoint(checkpoint)
     model = TextRecognizer(config)
@@ -300,7 +290,7 @@ def convert(checkpoint, role: str = "weights", prefix: str = ""):
     enc = model.neck.encoder
 
     def add(name, kind, module, layer):
-        pairs.extend((k, from_numpy(v)) for k, v in pplcnet.match_layer(name, kind, module, layer, source))
+        pairs.extend((k, from_numpy(v)) for k, v in paddle_graph.match_layer(name, kind, module, layer, source))
 
     add("neck.encoder.conv1.conv", "conv", enc.conv1.conv, parts["conv1"])
     add("neck.encoder.conv2.conv", "conv", enc.conv2.conv, parts["conv2"])
@@ -345,7 +335,7 @@ def _config_json(checkpoint, characters) -> bytes:
 
 def config_json_v4(checkpoint, read, role: str = "weights") -> bytes:
     """Build time: config.json of an export whose characters are its "character" metadata."""
-    checkpoint = onnx_file(checkpoint, role)
+    checkpoint = paddle_graph.onnx_file(checkpoint, role)
     if "character" not in checkpoint.metadata:
         raise WeightsError(f"{checkpoint.name}: no 'character' metadata")
     return _config_json(checkpoint, characters_from_metadata(checkpoint.metadata["character"]))
@@ -353,7 +343,7 @@ def config_json_v4(checkpoint, read, role: str = "weights") -> bytes:
 
 def config_json_v5(checkpoint, read, role: str = "weights", characters: str = "characters") -> bytes:
     """Build time: config.json with the characters of the `characters` source file."""
-    return _config_json(onnx_file(checkpoint, role), characters_from_dict(read(characters)))
+    return _config_json(paddle_graph.onnx_file(checkpoint, role), characters_from_dict(read(characters)))
 
 
 # --- run time -------------------------------------------------------------------------
