@@ -244,3 +244,18 @@ def test_command_line(sites, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "engine", "ocr", str(tmp_path / "missing.png"),
                           "--weights", str(sites["pp-ocrv4"])], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert bad.returncode == 2 and "missing.png" in bad.stderr
+
+
+def test_exif_orientation_is_honoured(pipes, tmp_path):
+    """A camera's JPEG stored sideways with EXIF Orientation 6 (turn 90 degrees clockwise to view)
+    reads as the upright page does."""
+    Image = need_import("PIL.Image", "Pillow writes the JPEG with its EXIF tag")
+    upright = render.render_page(["Total: 1,284.50 EUR", "Invoice 2093 due"], size=(520, 160), font_size=30)
+    stored = upright.transpose(Image.Transpose.ROTATE_90)            # what the sensor wrote
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    path = tmp_path / "sideways.jpg"
+    stored.save(path, quality=95, exif=exif.tobytes())
+    pipe = pipes["pp-ocrv4"]
+    assert pipe(str(path))["text"] == pipe(np.asarray(upright))["text"]
+    assert "1,284.50" in pipe(str(path))["text"] and "2093" in pipe(str(path))["text"]
