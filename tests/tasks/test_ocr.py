@@ -259,3 +259,13 @@ def test_exif_orientation_is_honoured(pipes, tmp_path):
     pipe = pipes["pp-ocrv4"]
     assert pipe(str(path))["text"] == pipe(np.asarray(upright))["text"]
     assert "1,284.50" in pipe(str(path))["text"] and "2093" in pipe(str(path))["text"]
+
+
+@pytest.mark.slow
+def test_a_64_megapixel_image_is_fitted_before_the_detector(pipes):
+    """8000 x 8000 (the image limit's 64,000,000 pixels): fitted to ~2,000 px for the detector."""
+    image = np.full((8000, 8000, 3), 255, np.uint8)
+    image[4000:4100, 1000:6000] = 0                    # one black bar: no text
+    pipe = pipes["pp-ocrv4"]
+    assert pipe(image) == {"lines": [], "text": ""}
+    assert max(pipe.stats["input"]) <= 2016 and pipe.stats["width"] == 8000
