@@ -68,24 +68,38 @@ def read_onnx(data: bytes, name: str = "model.onnx") -> OnnxCheckpoint:
     graph = model.graph
     if not graph.node:
         raise WeightsError(f"{name}: the ONNX graph has no nodes")
+    def array(tensor) -> np.ndarray:
+        """A TensorProto's values; never from outside the file (external data is refused: the onnx
+        package would read the path the file names), only the numeric types weights have."""
+        if tensor.data_location == onnx.TensorProto.EXTERNAL or tensor.external_data:
+            raise WeightsError(f"{name}: tensor {tensor.name!r} keeps its data in another file; "
+                               "only self-contained ONNX files are read")
+        values = numpy_helper.to_array(tensor)
+        if values.dtype.kind not in "fiub":
+            raise WeightsError(f"{name}: tensor {tensor.name!r} has dtype {values.dtype}, not a number type")
+        return values
+
     constants: dict = {}
     try:
         for init in graph.initializer:
-            constants[init.name] = numpy_helper.to_array(init)
+            constants[init.name] = array(init)
         nodes = []
         for node in graph.node:
             attrs = {}
             for a in node.attribute:
                 value = onnx.helper.get_attribute_value(a)
-                attrs[a.name] = numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else value
+                attrs[a.name] = array(value) if isinstance(value, onnx.TensorProto) else value
             if node.op_type == "Constant":
-                if "value" not in attrs:
+                if not isinstance(attrs.get("value"), np.ndarray):
                     raise WeightsError(f"{name}: Constant node {node.name!r} has no tensor value")
                 constants[node.output[0]] = attrs["value"]
                 continue
             nodes.append(Node(node.op_type, tuple(node.input), tuple(node.output), attrs))
-    except (ValueError, TypeError) as e:
-        raise WeightsError(f"{name}: a tensor of the ONNX file is malformed: {e}") from None
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as e:
+        # the onnx package's own checks of a malformed tensor or attribute (an unknown data type, a
+        # length that does not match the shape, a field of the wrong kind)
+        raise WeightsError(f"{name}: a tensor or attribute of the ONNX file is malformed "
+                           f"({type(e).__name__}: {str(e)[:200]})") from None
     tensors: OrderedDict = OrderedDict()
     for node in nodes:
         for t in node.inputs:

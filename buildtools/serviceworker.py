@@ -19,7 +19,7 @@ from pathlib import Path
 FOLDERS = ("pyodide/", "pyscript/", "micropython/", "kernels/", "samples/", "cards/")
 TOP_SUFFIXES = (".html", ".css", ".js", ".py", ".json")
 # the benchmark pages need the network
-LEFT_OUT = ("bench.html", "bench.js", "bench-ort.js", "bench-yolo.js", "bare-start.html", "bare-start.js", "sw.js", "sw-core.js")
+LEFT_OUT = ("bench.html", "bench.js", "bench-ort.js", "bench-yolo.js", "bench-ocr.js", "bare-start.html", "bare-start.js", "sw.js", "sw-core.js")
 
 
 def kept(outputs: dict[str, dict]) -> dict[str, str]:

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SKIPPED = [name for name, entry in convert.models().items() if len(entry.weight_parts) > 1]
 WEIGHTS = [f"weights/{name}" for name in convert.models() if name not in SKIPPED]   # in the build's order
 STEPS = ["pyodide", "pyscript", "micropython", "chat-packages", "engine", "bytecode", "lab", *WEIGHTS, "kernels", "samples",
-         "speech-samples", "detection-samples", "web", "build-info", "registry", "compress", "service-worker"]
+         "speech-samples", "detection-samples", "ocr-samples", "web", "build-info", "registry", "compress", "service-worker"]
 
 
 def build(project: Path, cache: Path, **options) -> tuple[list[str], list[str]]:
@@ -50,7 +50,7 @@ def built_project(tmp_path_factory, cache):
     for folder in ("buildtools", "engine", "models", "notebooks"):
         shutil.copytree(ROOT / folder, tmp_path / folder, ignore=ignore)
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
-    for samples in ("speech", "detection"):                        # the committed samples its steps read
+    for samples in ("speech", "detection", "ocr"):                 # the committed samples its steps read
         shutil.copytree(ROOT / "samples" / samples, tmp_path / "samples" / samples)
     web = tmp_path / "web"
     (web / "js").mkdir(parents=True)

@@ -425,7 +425,8 @@ def test_registry_drives_the_model_build():
     assert list(convert.models()) == ["mnist_cnn", "efficientnet_lite0", "yolo11n_pose", "yolov10n",
                                       "all-MiniLM-L6-v2", "SmolLM2-135M-Instruct", "Qwen2.5-Coder-0.5B-Instruct",
                                       "Qwen2.5-Coder-1.5B-Instruct", "gemma-3-270m",
-                                      "whisper-base", "whisper-tiny.en", "silero_vad"]   # yolo, llama, whisper: several
+                                      "whisper-base", "whisper-tiny.en", "pp-ocrv4", "pp-ocrv5",
+                                      "silero_vad"]   # yolo, llama, whisper, ppocr: several
 
 
 def test_registry_json_lists_every_model_and_task(dist):
@@ -438,7 +439,7 @@ def test_registry_json_lists_every_model_and_task(dist):
     assert tasks == {"digit-classification": "mnist_cnn", "image-classification": "efficientnet_lite0",
                      "sentence-embedding": "all-MiniLM-L6-v2", "feature-extraction": "all-MiniLM-L6-v2",
                      "text-generation": "SmolLM2-135M-Instruct", "speech-recognition": "whisper-base",
-                     "pose-estimation": "yolo11n_pose", "object-detection": "yolov10n",
+                     "pose-estimation": "yolo11n_pose", "object-detection": "yolov10n", "ocr": "pp-ocrv4",
                      "voice-activity": "silero_vad"}
     for m in listing:
         assert (dist / m["folder"] / "manifest.json").is_file()

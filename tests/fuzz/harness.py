@@ -186,7 +186,8 @@ def _install_guards() -> None:
     python = {sys.prefix, sys.base_prefix, sys.exec_prefix}
     python |= {p for p in sys.path if p and os.path.isabs(p) and "site-packages" in p}
     _guard.allowed = tuple(os.path.join(p, "") for p in sorted(python)) + (
-        str(ROOT / "engine") + os.sep, str(ROOT / "models") + os.sep, "/usr/", "/proc/", "/dev/", "/sys/")
+        str(ROOT / "engine") + os.sep, str(ROOT / "models") + os.sep, str(ROOT / "buildtools") + os.sep,
+        "/usr/", "/proc/", "/dev/", "/sys/")          # buildtools: the build's ONNX reader (onnx reader)
     sys.addaudithook(_audit)
 
     def alarm(signum, frame):

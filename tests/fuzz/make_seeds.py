@@ -10,7 +10,7 @@ torch.save (zip and legacy; whole modules too), PNG by Pillow and by the hand en
 (interlaced, 2-bit, 16-bit, every filter type), .npy by NumPy, JPEG/GIF/BMP/WebP/TIFF by Pillow,
 tokenizer.json by the `tokenizers` package and from all-MiniLM-L6-v2's (vocabulary cut down), WAV
 by sox (every sample format, EXTENSIBLE) and Python's wave (with chunks sox does not write added), and
-site folders (manifest.json and what it lists) by buildtools/convert.py. The files are committed,
+site folders (manifest.json and what it lists) by buildtools/convert.py, ONNX files by onnx's helpers. The files are committed,
 so the fuzz cases do not change when those packages do; rerun this script to remake them.
 """
 from __future__ import annotations
@@ -401,10 +401,41 @@ def manifest_seeds(out: Path) -> None:
         shutil.rmtree(work)
 
 
+def onnx_seeds(out: Path) -> None:
+    """ONNX files as onnx's own helpers write them: weights in Constant nodes (as Paddle2ONNX exports
+    PP-OCR), in initializers, of several dtypes, with metadata; each a tiny conv net."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(11)
+
+    def model(constants: bool, dtype=np.float32, metadata=None) -> bytes:
+        w = numpy_helper.from_array(rng.standard_normal((2, 3, 3, 3)).astype(dtype), "conv.w")
+        bn = [numpy_helper.from_array(rng.random(2).astype(np.float32) + 0.5, f"bn.{k}") for k in "sbmv"]
+        nodes, inits = [], [*bn]
+        if constants:
+            nodes.append(helper.make_node("Constant", [], ["conv.w"], value=w))
+        else:
+            inits.append(w)
+        nodes += [helper.make_node("Conv", ["x", "conv.w"], ["h"], pads=[1, 1, 1, 1], group=1),
+                  helper.make_node("BatchNormalization", ["h", "bn.s", "bn.b", "bn.m", "bn.v"], ["y"], epsilon=1e-5),
+                  helper.make_node("Constant", [], ["scale"], value=numpy_helper.from_array(np.array([0.5], np.float32))),
+                  helper.make_node("Mul", ["y", "scale"], ["z"])]
+        graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                                  [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], initializer=inits)
+        made = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
+        for key, value in (metadata or {}).items():
+            made.metadata_props.add(key=key, value=value)
+        return made.SerializeToString()
+
+    (out / "constants.onnx").write_bytes(model(True, metadata={"character": "a\nb\n東\n京"}))
+    (out / "initializers.onnx").write_bytes(model(False))
+    (out / "float16.onnx").write_bytes(model(True, np.float16))
+    (out / "float64.onnx").write_bytes(model(False, np.float64))
+
+
 MAKERS = {"safetensors": safetensors_seeds, "tokenizer": tokenizer_seeds, "gguf": gguf_seeds, "ctranslate2": ctranslate2_seeds, "pth": pth_seeds,
           "pth_modules": pth_modules_seeds,
           "png": png_seeds, "npy": npy_seeds, "pillow": pillow_seeds, "manifest": manifest_seeds,
-          "wav": wav_seeds}
+          "wav": wav_seeds, "onnx": onnx_seeds}
 
 
 def main(readers: list[str]) -> None:

@@ -180,6 +180,15 @@ def read_ctranslate2(path, case) -> None:
             weights[name].numpy()
 
 
+def read_onnx_file(path, case) -> None:
+    """An ONNX file as the build reads PP-OCR's: every tensor, node and metadata entry."""
+    from buildtools.onnx_weights import read_onnx
+    checkpoint = read_onnx(Path(path).read_bytes(), name=str(path))
+    for name in checkpoint:
+        checkpoint.array(name)
+    assert isinstance(checkpoint.metadata, dict) and checkpoint.nodes
+
+
 def read_image_file(path, case) -> None:
     from engine.vision import image_size, read_image
     image_size(path)
@@ -286,6 +295,7 @@ READERS = {reader.name: reader for reader in (
            covers=("engine.formats.pth.read_module_checkpoint",)),
     Reader("ctranslate2", inspected(read_ctranslate2), (WeightsError,), (WeightsError,),
            covers=("engine.formats.ctranslate2.load_ctranslate2",)),
+    Reader("onnx", read_onnx_file, (WeightsError,), (WeightsError,), covers=("buildtools.onnx_weights.read_onnx",)),
     Reader("png", read_image_file, (InputError,), (InputError,), covers=IMAGES),
     Reader("npy", read_image_file, (InputError,), (InputError,), covers=IMAGES),
     Reader("pillow", read_image_file, (InputError,), (InputError,), covers=IMAGES),

@@ -48,6 +48,8 @@ NOT_READERS = {
     "buildtools.runtime.read_tar_files": "Pyodide's release tarball, checked against its pinned sha256",
     "buildtools.convert.read_weights": "registry weights, pinned by sha256, through the engine's loaders",
     "buildtools.convert.read_checkpoint": "registry weights, pinned by sha256, through the engine's loaders",
+    "engine.tasks.ocr.read_text": "the page's RGBA pixels, or an image file's bytes through read_image (png, npy, "
+                                  "pillow readers)",
 }
 
 

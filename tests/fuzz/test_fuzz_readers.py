@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the harness for
 
 SUITE_SEED = 20_240_613
 CASES = {"safetensors": 500, "gguf": 600, "ctranslate2": 400, "pth": 500, "pth_modules": 500, "png": 300, "npy": 400, "pillow": 300, "tokenizer": 300,
-         "manifest": 400, "wav": 400}
+         "manifest": 400, "wav": 400, "onnx": 300}
 
 
 @pytest.mark.parametrize("reader", sorted(READERS))

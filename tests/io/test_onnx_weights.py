@@ -57,3 +57,22 @@ def test_what_is_not_an_onnx_model_is_a_clear_error(damage):
         data = helper.make_model(helper.make_graph([], "g", [], [])).SerializeToString()
     with pytest.raises(WeightsError, match="bad.onnx"):
         read_onnx(data, "bad.onnx")
+
+
+def test_a_tensor_kept_in_another_file_is_refused_before_anything_is_read(tmp_path, monkeypatch):
+    """External data names a path the onnx package would open (relative to the working folder):
+    the build refuses it, reading nothing outside the file."""
+    need_import("onnx")
+    from onnx import TensorProto, helper
+
+    from buildtools.onnx_weights import read_onnx
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(np.arange(4, dtype=np.float32).tobytes())
+    tensor = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4], data_location=TensorProto.EXTERNAL)
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "location", "secret.bin"
+    graph = helper.make_graph([helper.make_node("Relu", ["w"], ["y"])], "g", [],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=[tensor])
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(WeightsError, match="another file"):
+        read_onnx(helper.make_model(graph).SerializeToString(), "external.onnx")
