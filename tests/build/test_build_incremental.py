@@ -19,7 +19,8 @@ from tests.helpers import build_lock, copy_site
 ROOT = Path(__file__).resolve().parents[2]
 # the models joined from byte parts (the LLMs, 0.25-1.1 GB each) are left out of these builds: the
 # steps they would add are weights steps like the others', and each test's copy would carry them
-SKIPPED = [name for name, entry in convert.models().items() if len(entry.weight_parts) > 1]
+SKIPPED = [name for name, entry in convert.models().items() if len(entry.weight_parts) > 1
+           or entry.name.startswith("pp-ocr")]     # and the OCR model sets: 38 MB of weights steps like the others'
 WEIGHTS = [f"weights/{name}" for name in convert.models() if name not in SKIPPED]   # in the build's order
 STEPS = ["pyodide", "pyscript", "micropython", "chat-packages", "engine", "bytecode", "lab", *WEIGHTS, "kernels", "samples",
          "speech-samples", "detection-samples", "ocr-samples", "web", "build-info", "registry", "compress", "service-worker"]
