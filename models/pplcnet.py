@@ -194,16 +194,21 @@ class RepLayer(nn.Module):
 
 
 class SELayer(nn.Module):
-    def __init__(self, channels: int, reduction: int = 4):
+    """Squeeze-and-excitation: x * hardsigmoid(conv2(relu(conv1(mean of x over H, W)))), with the
+    hard-sigmoid's `slope` (1/6 here; 0.2 in MobileNetV3's and the detector neck's SEModule, which
+    are this module too); with `shortcut`, x plus that, as one multiply: x * (1 + hardsigmoid(...))."""
+
+    def __init__(self, channels: int, reduction: int = 4, slope: float = 1.0 / 6.0):
         super().__init__()
+        self.slope = slope
         self.conv1 = nn.Conv2d(channels, channels // reduction, 1)
         self.conv2 = nn.Conv2d(channels // reduction, channels, 1)
 
-    def forward(self, x):                                         # (N, C, H, W)
+    def forward(self, x, shortcut: bool = False):                 # (N, C, H, W)
         s = x.mean((2, 3), keepdim=True)                          # (N, C, 1, 1)
         s = F.conv2d_act(s, self.conv1.weight, self.conv1.bias, activation="relu")   # (N, C/4, 1, 1)
-        s = hardsigmoid(self.conv2(s))                            # (N, C, 1, 1)
-        return x * s
+        s = hardsigmoid(self.conv2(s), self.slope)                # (N, C, 1, 1)
+        return x * (s + 1.0 if shortcut else s)
 
 
 class Block(nn.Module):

@@ -41,6 +41,7 @@ from engine.tensor import from_numpy
 from engine.weights import AsFloat32
 
 from .paddle_graph import match_layer, read_layers
+from .pplcnet import SELayer
 
 # MobileNetV3-small's blocks as rec_mobilenet_v3.py lists them, before scaling: (kernel, expanded
 # channels, output channels, squeeze-and-excitation, activation, stride (height, width))
@@ -74,11 +75,6 @@ def make_divisible(value: float, divisor: int = 8) -> int:
     return rounded + divisor if rounded < 0.9 * value else rounded
 
 
-def hardsigmoid(x, slope: float = 0.2, offset: float = 0.5):
-    """Paddle's hardsigmoid: clip(slope * x + offset, 0, 1)."""
-    return F.hardtanh(x * slope + offset, 0.0, 1.0)
-
-
 class ConvBNLayer(nn.Module):
     """conv -> BatchNorm -> activation, the BatchNorm folded into the conv's weight and bias at build
     time (state dict: conv.weight, conv.bias). `act`: "relu", "hardswish" or None."""
@@ -94,20 +90,6 @@ class ConvBNLayer(nn.Module):
         return F.conv2d_act(x, c.weight, c.bias, c.stride, c.padding, 1, c.groups, self.act or "none")
 
 
-class SEModule(nn.Module):
-    """Squeeze-and-excitation: x * hardsigmoid(conv2(relu(conv1(mean over H, W))))."""
-
-    def __init__(self, channels: int, reduction: int = 4):
-        super().__init__()
-        self.conv1 = nn.Conv2d(channels, channels // reduction, 1)
-        self.conv2 = nn.Conv2d(channels // reduction, channels, 1)
-
-    def forward(self, x):                                         # (N, C, H, W)
-        s = x.mean((2, 3), keepdim=True)                          # (N, C, 1, 1)
-        s = F.conv2d_act(s, self.conv1.weight, self.conv1.bias, activation="relu")   # (N, C / 4, 1, 1)
-        return x * hardsigmoid(self.conv2(s))                     # (N, C, H, W)
-
-
 class ResidualUnit(nn.Module):
     """MobileNetV3's inverted residual: 1x1 expand, depthwise kxk (stride), SE, 1x1 linear projection."""
 
@@ -116,7 +98,7 @@ class ResidualUnit(nn.Module):
         super().__init__()
         self.expand_conv = ConvBNLayer(in_channels, mid, 1, act=act)
         self.bottleneck_conv = ConvBNLayer(mid, mid, kernel, stride, groups=mid, act=act)
-        self.mid_se = SEModule(mid, reduction) if use_se else None
+        self.mid_se = SELayer(mid, reduction, slope=0.2) if use_se else None
         self.linear_conv = ConvBNLayer(mid, out_channels, 1)
         self.shortcut = tuple(stride) == (1, 1) and in_channels == out_channels
 

@@ -87,11 +87,6 @@ class Config:
         return data
 
 
-def hardsigmoid(x):
-    """Paddle's F.hardsigmoid as db_fpn.py calls it: clip(0.2 x + 0.5, 0, 1)."""
-    return F.hardtanh(x * 0.2 + 0.5, 0.0, 1.0)
-
-
 def upsample_add(small, big):
     """big + nearest-neighbour 2x upsampling of small, as one broadcast add (no upsampled copy):
     (N, C, H, W) + (N, C, H/2, W/2) -> (N, C, H, W)."""
@@ -100,29 +95,13 @@ def upsample_add(small, big):
     return out.reshape(n, c, h, w)
 
 
-class SEModule(nn.Module):
-    """x * hardsigmoid(conv2(relu(conv1(mean of x over H, W)))); with `shortcut`, x plus that, as one
-    multiply: x * (1 + hardsigmoid(...)) (one pass over x instead of two)."""
-
-    def __init__(self, channels: int, reduction: int = 4):
-        super().__init__()
-        self.conv1 = nn.Conv2d(channels, channels // reduction, 1)
-        self.conv2 = nn.Conv2d(channels // reduction, channels, 1)
-
-    def forward(self, x, shortcut: bool = False):                 # (N, C, H, W)
-        s = x.mean((2, 3), keepdim=True)                          # (N, C, 1, 1)
-        s = F.conv2d_act(s, self.conv1.weight, self.conv1.bias, activation="relu")   # (N, C / 4, 1, 1)
-        s = hardsigmoid(self.conv2(s))
-        return x * (s + 1.0 if shortcut else s)
-
-
 class RSELayer(nn.Module):
     """in_conv (no bias), then x + SE(x) (or SE(x) without the shortcut)."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel: int, shortcut: bool):
         super().__init__()
         self.in_conv = nn.Conv2d(in_channels, out_channels, kernel, padding=kernel // 2, bias=False)
-        self.se_block = SEModule(out_channels)
+        self.se_block = pplcnet.SELayer(out_channels, slope=0.2)     # db_fpn.py's SEModule
         self.shortcut = shortcut
 
     def forward(self, x):
