@@ -40,6 +40,7 @@ import engine.nn as nn
 import engine.nn.functional as F
 from engine.errors import InputError, WeightsError
 from engine.tensor import from_numpy
+from engine.weights import AsFloat32
 
 from . import paddle_graph, pplcnet
 
@@ -347,21 +348,6 @@ def config_json_v5(checkpoint, read, role: str = "weights", characters: str = "c
 
 
 # --- run time -------------------------------------------------------------------------
-def _float32(tensors):
-    class Widened:                              # the site stores float16; fold and compute in float32
-        def __contains__(self, name):
-            return name in tensors
-
-        def keys(self):
-            return list(tensors.keys())
-
-        def __getitem__(self, name):
-            t = tensors[name]
-            t = t if hasattr(t, "dtype") and not isinstance(t, np.ndarray) else from_numpy(np.asarray(t))
-            return t.float() if t.dtype.is_floating_point else t
-    return Widened()
-
-
 def load(weights, device: str | None = None, config=None) -> TextRecognizer:
     """The recognizer, ready for inference. `weights`: a mapping of tensors by name (what
     `convert` gives), or a safetensors file, index or folder (config.json is read beside it when
@@ -382,6 +368,6 @@ def load(weights, device: str | None = None, config=None) -> TextRecognizer:
     if isinstance(tensors, (list, tuple)):
         tensors = dict(tensors)
     model = TextRecognizer(config)
-    model.load_state_dict(_float32(tensors))
+    model.load_state_dict(AsFloat32(tensors))
     model.fold()
     return model.to(device) if device else model
